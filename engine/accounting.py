@@ -1,0 +1,58 @@
+"""Byte accounting of tensors the engine owns: model weights and KV cache tensors."""
+
+from __future__ import annotations
+
+import torch
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters and buffers, each storage counted once.
+
+    Storages are deduplicated by ``data_ptr`` so tied weights (an input embedding shared with
+    the LM head) count once, as DESIGN.md's memory definitions ask.
+
+    Returns:
+        Total bytes (int).
+    """
+    seen: dict[int, int] = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.device.type == "meta":
+            continue
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def parameter_count(model: torch.nn.Module) -> int:
+    """Number of unique parameters (tied weights once)."""
+    seen: dict[int, int] = {}
+    for p in model.parameters():
+        seen[p.data_ptr()] = p.numel()
+    return sum(seen.values())
+
+
+def cache_tensor_bytes(cache) -> int:
+    """Measured KV cache size: the sum of ``nbytes`` of every key and value tensor.
+
+    Args:
+        cache: a transformers ``Cache`` (``.layers`` with ``.keys``/``.values``), or ``None``.
+
+    Returns:
+        Bytes (int); 0 for ``None`` or an empty cache.
+    """
+    if cache is None:
+        return 0
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            if isinstance(t, torch.Tensor):
+                total += t.nbytes
+    return total
+
+
+def cache_length(cache) -> int:
+    """Tokens held by the cache (``get_seq_length()``), 0 for ``None``."""
+    if cache is None:
+        return 0
+    return int(cache.get_seq_length())

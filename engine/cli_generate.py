@@ -1,0 +1,108 @@
+"""``python -m engine generate``: stream one answer from the engine, or print it as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .cli_common import fail
+
+
+def register(sub) -> None:
+    """Add the ``generate`` subcommand to an argparse subparsers object."""
+    p = sub.add_parser("generate", help="generate text for one prompt")
+    p.add_argument("--prompt", required=True, help="the prompt (one user message by default)")
+    p.add_argument("--raw", action="store_true", help="send the prompt as plain text, no chat template")
+    p.add_argument("--system", help="system prompt (chat mode)")
+    p.add_argument("--model", default="smollm2-135m", help="embedded name, local folder or Hub id")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--stop", nargs="+", default=[], help="stop strings")
+    p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole sequence each step")
+    p.add_argument("--no-telemetry", action="store_true", help="skip the per-step memory breakdown")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Run the subcommand; returns the exit code."""
+    from .params import SamplingParams
+
+    try:
+        params = SamplingParams(
+            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens,
+            seed=args.seed, stop=args.stop)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    if args.raw and args.system:
+        fail("--system needs chat mode; drop --raw", 2)
+    prompt = args.prompt
+    if args.system:
+        prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
+
+    from .engine import LLMEngine
+    from .loader import ModelLoadError, load_model
+
+    progress = None if args.json else (lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
+    try:
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, progress=progress)
+    except ModelLoadError as exc:
+        fail(str(exc))
+    engine = LLMEngine(loaded, telemetry=not args.no_telemetry)
+    try:
+        try:
+            handle = engine.submit(prompt, params, raw=args.raw, use_kv_cache=not args.no_kv_cache)
+        except ValueError as exc:
+            fail(str(exc), 2)
+        for ev in handle:
+            if not args.json and ev.text_delta:
+                sys.stdout.write(ev.text_delta)
+                sys.stdout.flush()
+        out = handle.output
+    finally:
+        engine.shutdown()
+    if args.json:
+        print(json.dumps(result_json(out, handle.events, engine), ensure_ascii=False))
+    else:
+        m = out.metrics
+        print()
+        print(f"[{out.finish_reason}] prompt {m.prompt_tokens} tok, output {m.output_tokens} tok | "
+              f"TTFT {m.ttft_s * 1000:.1f} ms | TPOT {m.tpot_s * 1000:.1f} ms | "
+              f"decode {m.decode_tokens_per_s:.1f} tok/s | prefill {m.prefill_tokens_per_s:.0f} tok/s | "
+              f"KV cache {out.kv_cache_bytes / 2**20:.2f} MiB", file=sys.stderr)
+    if out.finish_reason == "error":
+        fail(out.error or "the request failed")
+    return 0
+
+
+def result_json(out, events, engine) -> dict:
+    """The ``--json`` object: text, ids, deltas, metrics, KV bytes, memory and per-step rows."""
+    from .telemetry.trace import trace_rows
+
+    m = out.metrics
+    memory = out.memory.to_dict() if out.memory is not None else None
+    return {
+        "model": engine.info.name, "device": engine.info.device, "dtype": engine.info.dtype,
+        "text": out.text, "token_ids": out.token_ids, "prompt_token_ids": out.prompt_token_ids,
+        "finish_reason": out.finish_reason, "stop_reason": out.stop_reason, "error": out.error,
+        "deltas": out.deltas, "use_kv_cache": out.use_kv_cache,
+        "metrics": {"ttft_s": m.ttft_s, "tpot_s": m.tpot_s, "prefill_s": m.prefill_time_s,
+                    "decode_s": m.decode_time_s, "e2e_s": m.e2e_s, "queue_s": m.queue_time_s,
+                    "prompt_tokens": m.prompt_tokens, "output_tokens": m.output_tokens,
+                    "prefill_tokens_per_s": m.prefill_tokens_per_s,
+                    "decode_tokens_per_s": m.decode_tokens_per_s, "itl_s": m.itl_s},
+        "kv_cache_bytes": out.kv_cache_bytes,
+        "kv_cache_bytes_formula": engine.spec.kv_cache_bytes(
+            len(out.prompt_token_ids) + max(len(out.token_ids) - 1, 0), engine.info.dtype_bytes)
+        if out.use_kv_cache else 0,
+        "memory": memory,
+        "steps": trace_rows(events),
+    }

@@ -1,0 +1,309 @@
+"""``LLMEngine``: one background thread owns the model and runs schedule -> forward -> sample."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import traceback
+
+import torch
+
+from .detokenizer import IncrementalDetokenizer, StopStringMatcher
+from .events import Candidate, RequestOutput, StepEvent
+from .handle import RequestHandle
+from .loader import LoadedModel
+from .metrics import RequestMetrics, RequestTimes
+from .model_runner import ModelRunner
+from .params import SamplingParams
+from .prompt import encode_prompt
+from .sampler import Sampler
+from .scheduler import Scheduler, SchedulerOutput
+from .sequence import Sequence, SequenceStatus
+
+
+class LLMEngine:
+    """An inference engine with explicit prefill and decode steps on one background thread.
+
+    ``submit`` is thread-safe and returns a :class:`RequestHandle`; the engine thread runs
+    ``step()`` = schedule, run the model, postprocess (sample, detokenize, stop, emit events).
+
+    Args:
+        loaded: a :class:`engine.loader.LoadedModel`.
+        max_queue: most requests waiting at once (a full queue raises ``QueueFullError``).
+        telemetry: attach a memory breakdown to every step, keep rolling latency stats, and
+            read NVML when a GPU is present.
+    """
+
+    def __init__(self, loaded: LoadedModel, max_queue: int = 32, telemetry: bool = True):
+        self.loaded = loaded
+        self.info = loaded.info
+        self.spec = loaded.spec
+        self.tokenizer = loaded.tokenizer
+        self.runner = ModelRunner(loaded.model)
+        self.sampler = Sampler()
+        self.scheduler = Scheduler(max_queue=max_queue)
+        self.telemetry = telemetry
+        from .telemetry.rolling import RollingStats
+
+        self.rolling = RollingStats()
+        self.gpu = None
+        self.probe = None
+        if telemetry:
+            from .telemetry.memory import MemoryProbe
+            from .telemetry.nvml import GpuMonitor
+
+            if self.info.device.startswith("cuda"):
+                self.gpu = GpuMonitor(torch.device(self.info.device).index or 0)
+            self.probe = MemoryProbe(loaded.model, self.info.device, self.spec,
+                                     self.info.dtype_bytes, gpu=self.gpu)
+        self._handles: dict[str, RequestHandle] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._stopped = False
+        self._counts = {"finished": 0, "aborted": 0, "failed": 0}
+        self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
+        self._thread.start()
+
+    # public API ---------------------------------------------------------------------------
+    def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
+               use_kv_cache: bool = True, request_id: str | None = None) -> RequestHandle:
+        """Queue a request.
+
+        Args:
+            prompt: text (one user message through the chat template, or plain text with
+                ``raw=True``) or a list of ``{"role", "content"}`` chat messages.
+            params: sampling settings (defaults: :class:`SamplingParams()`).
+            raw: send a text prompt as is, without the chat template.
+            use_kv_cache: False recomputes the whole sequence at every decode step.
+            request_id: optional id; one is made when omitted.
+
+        Returns:
+            A :class:`RequestHandle` streaming :class:`StepEvent` objects.
+
+        Raises:
+            ValueError: empty or malformed prompt, or a prompt (plus ``max_tokens``) that does
+                not fit the context window; the message names the numbers.
+            QueueFullError: the waiting queue is full.
+            RuntimeError: the engine was shut down.
+        """
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError("params must be a SamplingParams")
+        prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
+        ctx = self.info.context_len
+        n = len(prompt_ids)
+        if params.max_tokens is None and n >= ctx:
+            raise ValueError(f"prompt is {n} tokens but the context window is {ctx} tokens: "
+                             "no room for a single new token")
+        if params.max_tokens is not None and n + params.max_tokens > ctx:
+            raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) = "
+                             f"{n + params.max_tokens} tokens exceeds the context window of "
+                             f"{ctx} tokens")
+        rid = request_id or f"req-{next(self._ids)}"
+        gen = None
+        if params.seed is not None:
+            gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
+                       use_kv_cache=use_kv_cache, detok=IncrementalDetokenizer(self.tokenizer),
+                       times=RequestTimes(arrival=time.perf_counter()), context_len=ctx,
+                       generator=gen, stop_matcher=StopStringMatcher(params.stop))
+        handle = RequestHandle(rid, self.abort, self.scheduler_position)
+        with self._wake:
+            if self._stopped:
+                raise RuntimeError("the engine has been shut down")
+            if rid in self._handles:
+                raise ValueError(f"request id {rid!r} is already in use")
+            self.scheduler.add(seq)
+            self._handles[rid] = handle
+            self._wake.notify()
+        return handle
+
+    def generate(self, prompt, params: SamplingParams | None = None, **kwargs) -> RequestOutput:
+        """Submit and wait: the blocking convenience form of :meth:`submit`."""
+        return self.submit(prompt, params, **kwargs).result()
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request before its next step and free its cache.
+
+        Returns:
+            True if the request was waiting or running, False if unknown or already finished.
+        """
+        with self._wake:
+            for seq in self.scheduler.all_sequences():
+                if seq.request_id == request_id and not seq.is_finished:
+                    seq.abort_requested = True
+                    self._wake.notify()
+                    return True
+        return False
+
+    def scheduler_position(self, request_id: str) -> int:
+        """Requests ahead of ``request_id`` (0 once it runs)."""
+        with self._lock:
+            return self.scheduler.position(request_id)
+
+    def stats(self) -> dict:
+        """Counts: waiting, running, finished, aborted, failed, queue_max, live KV bytes."""
+        with self._lock:
+            running = list(self.scheduler.running)
+            return {"waiting": len(self.scheduler.waiting), "running": len(running),
+                    "queue_max": self.scheduler.max_queue, **self._counts,
+                    "kv_bytes_live": sum(s.kv.nbytes() for s in running if s.kv is not None)}
+
+    def memory_snapshot(self):
+        """The memory breakdown now (``None`` with telemetry off)."""
+        if self.probe is None:
+            return None
+        with self._lock:
+            kv = sum(s.kv.nbytes() for s in self.scheduler.running if s.kv is not None)
+        return self.probe.snapshot(kv_bytes=kv)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Abort everything, stop the thread and release every cache."""
+        with self._wake:
+            self._stopped = True
+            for seq in self.scheduler.all_sequences():
+                seq.abort_requested = True
+            self._wake.notify()
+        self._thread.join(timeout)
+        if self.gpu is not None:
+            self.gpu.close()
+
+    # engine thread ------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                self._reap_aborted()
+                if self._stopped and not self.scheduler.has_work():
+                    return
+                batch = self.scheduler.schedule()
+                if batch is None:
+                    self._wake.wait(0.5)
+                    continue
+            self.step(batch)
+
+    def _reap_aborted(self) -> None:
+        for seq in self.scheduler.all_sequences():
+            if seq.abort_requested and not seq.is_finished:
+                self._finish(seq, "abort")
+
+    def step(self, batch: SchedulerOutput) -> None:
+        """Run one scheduled step: model forward, sampling, postprocessing, events."""
+        for seq in batch.seqs:
+            try:
+                self._run_one(seq, batch.phase)
+            except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
+                self._fail(seq, exc)
+
+    def _run_one(self, seq: Sequence, phase: str) -> None:
+        if self.probe is not None:
+            self.probe.begin_step()
+        start = time.perf_counter()
+        if phase == "prefill":
+            seq.times.scheduled = start
+            seq.kv = self.runner.new_cache() if seq.use_kv_cache else None
+            logits = self.runner.prefill(seq.prompt_ids, seq.kv)
+            num_tokens = len(seq.prompt_ids)
+        elif seq.use_kv_cache:
+            logits = self.runner.decode(seq.output_ids[-1], seq.kv)
+            num_tokens = 1
+        else:
+            logits = self.runner.recompute(seq.all_ids)
+            num_tokens = seq.num_tokens
+        device = logits.device
+        context = torch.tensor(seq.all_ids, dtype=torch.long, device=device)
+        outputs = torch.tensor(seq.output_ids, dtype=torch.long, device=device)
+        choice = self.sampler.sample(logits, seq.params, context, outputs, seq.generator)
+        end = time.perf_counter()
+        kv_tokens = seq.kv.num_tokens if seq.kv is not None else 0
+        kv_bytes = seq.kv.nbytes() if seq.kv is not None else 0
+        memory = self.probe.end_step(kv_bytes, 1, num_tokens) if self.probe is not None else None
+        seq.last_memory = memory
+        seq.output_ids.append(choice.token_id)
+        seq.times.token_times.append(end)
+        delta = self._postprocess(seq, choice.token_id)
+        tok = self.tokenizer
+        event = StepEvent(
+            request_id=seq.request_id, phase=phase, step=len(seq.output_ids) - 1,
+            token_id=choice.token_id, token_text=tok.decode([choice.token_id]), text_delta=delta,
+            token_prob=choice.prob,
+            top_candidates=[Candidate(i, tok.decode([i]), p, _log(p))
+                            for i, p in zip(choice.top_ids, choice.top_probs)],
+            start_s=start, end_s=end, num_tokens=num_tokens, kv_tokens=kv_tokens,
+            kv_bytes=kv_bytes, finish_reason=seq.finish_reason, memory=memory)
+        handle = self._handles.get(seq.request_id)
+        if handle is not None:
+            handle._push(event)
+        if seq.finish_reason is not None:
+            with self._lock:
+                self._finish(seq, seq.finish_reason, emit_text=False)
+
+    def _postprocess(self, seq: Sequence, token: int) -> str:
+        """Detokenize, check EOS / stop ids / stop strings / length; return the safe text delta."""
+        p = seq.params
+        seq.detok.add(token)
+        if token in p.stop_token_ids:
+            seq.finish_reason, seq.stop_reason = "stop", token
+        elif not p.ignore_eos and token in self.loaded.eos_token_ids:
+            seq.finish_reason, seq.stop_reason = "stop", token
+        elif p.max_tokens is not None and len(seq.output_ids) >= p.max_tokens:
+            seq.finish_reason = "length"
+        elif seq.num_tokens >= seq.context_len:
+            seq.finish_reason = "length"
+        if seq.finish_reason is not None:
+            seq.detok.finish()
+        text = seq.detok.text
+        hit = seq.stop_matcher.find(text, seq.emitted_len)
+        if hit is not None:
+            text = text[:hit[0]]
+            seq.detok.text = text
+            seq.finish_reason, seq.stop_reason = "stop", hit[1]
+        end = len(text) if seq.finish_reason else seq.stop_matcher.safe_end(text)
+        end = max(end, seq.emitted_len)
+        delta = text[seq.emitted_len:end]
+        seq.emitted_len = end
+        return delta
+
+    def _fail(self, seq: Sequence, exc: BaseException) -> None:
+        msg = f"{type(exc).__name__}: {exc}"
+        seq.error = msg
+        if isinstance(exc, torch.OutOfMemoryError):
+            seq.release_cache()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            seq.error = f"out of memory: {exc}"
+        elif not isinstance(exc, (ValueError, RuntimeError)):
+            seq.error = msg + "\n" + traceback.format_exc(limit=3)
+        with self._lock:
+            self._finish(seq, "error")
+
+    def _finish(self, seq: Sequence, reason: str, emit_text: bool = True) -> None:
+        """End a sequence (caller holds the lock): free its cache, record metrics, notify."""
+        if seq.is_finished:
+            return
+        seq.finish_reason = reason
+        seq.status = SequenceStatus.FINISHED
+        seq.times.finished = time.perf_counter()
+        seq.release_cache()
+        key = {"stop": "finished", "length": "finished", "abort": "aborted"}.get(reason, "failed")
+        self._counts[key] += 1
+        handle = self._handles.pop(seq.request_id, None)
+        output = RequestOutput(
+            request_id=seq.request_id, prompt_token_ids=list(seq.prompt_ids),
+            token_ids=list(seq.output_ids), text=seq.detok.text[:seq.emitted_len]
+            if reason in ("abort", "error") else seq.detok.text,
+            finish_reason=reason, error=seq.error,
+            metrics=RequestMetrics.from_times(seq.times, len(seq.prompt_ids)),
+            kv_cache_bytes=seq.last_kv_bytes, stop_reason=seq.stop_reason,
+            use_kv_cache=seq.use_kv_cache, memory=seq.last_memory,
+            deltas=[e.text_delta for e in handle.events] if handle else [])
+        self.rolling.add(output)
+        if handle is not None:
+            handle._finish(output)
+
+
+def _log(p: float) -> float:
+    import math
+
+    return math.log(p) if p > 0 else float("-inf")

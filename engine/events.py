@@ -1,0 +1,119 @@
+"""Plain data the engine streams: one ``StepEvent`` per step, one ``RequestOutput`` per request."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .metrics import RequestMetrics
+
+FINISH_REASONS = ("stop", "length", "abort", "error")
+
+
+@dataclass
+class Candidate:
+    """One of the top candidate tokens the sampler saw at a step.
+
+    Attributes:
+        token_id: vocabulary id.
+        text: the token's text as the tokenizer decodes it alone (may be a partial character).
+        prob: probability after temperature, top-k, top-p and min-p (renormalised), in [0, 1].
+        logprob: natural log of ``prob`` (``-inf`` for a filtered-out token).
+    """
+
+    token_id: int
+    text: str
+    prob: float
+    logprob: float
+
+
+@dataclass
+class StepEvent:
+    """What one engine step did for one request.
+
+    Attributes:
+        request_id: the request this step belongs to.
+        phase: ``"prefill"`` (the whole prompt in one forward pass) or ``"decode"`` (one token).
+        step: 0 for prefill, then 1, 2, ... for each decode step.
+        token_id: the token sampled at this step.
+        token_text: that token decoded alone (special tokens included, for inspection).
+        text_delta: new, complete text for the user (never a partial character, never a stop
+            string, never a special token); may be ``""`` while a character is incomplete.
+        token_prob: probability of the chosen token after the sampling filters.
+        top_candidates: up to 5 :class:`Candidate` objects, most likely first.
+        start_s, end_s: ``time.perf_counter()`` seconds around the step's model forward and
+            sampling.
+        num_tokens: tokens processed in the forward pass (prompt length at prefill, 1 at decode
+            with a KV cache, the whole sequence without one).
+        kv_tokens: tokens held in this request's KV cache after the step (0 without a cache).
+        kv_bytes: bytes of the cache tensors after the step, measured as the sum of ``nbytes``.
+        batch_size: sequences in the forward pass (1 with the one-at-a-time scheduler).
+        finish_reason: set on the request's last event: ``stop``, ``length``, ``abort``, ``error``.
+        memory: the memory breakdown telemetry attached to this step, or ``None``.
+    """
+
+    request_id: str
+    phase: str
+    step: int
+    token_id: int
+    token_text: str
+    text_delta: str
+    token_prob: float
+    top_candidates: list[Candidate]
+    start_s: float
+    end_s: float
+    num_tokens: int
+    kv_tokens: int
+    kv_bytes: int
+    batch_size: int = 1
+    finish_reason: str | None = None
+    memory: Any = None
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds the step took (``end_s - start_s``)."""
+        return self.end_s - self.start_s
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (the memory snapshot as its own ``to_dict()`` when it has one)."""
+        d = asdict(self)
+        mem = self.memory
+        d["memory"] = mem.to_dict() if hasattr(mem, "to_dict") else None
+        return d
+
+
+@dataclass
+class RequestOutput:
+    """The finished request.
+
+    Attributes:
+        request_id: the id given by ``LLMEngine.submit``.
+        prompt_token_ids: the prompt after the chat template and tokenizer, ``[prompt_len]``.
+        token_ids: generated ids in order, an EOS or stop token included when it ended the request.
+        text: the output text (special tokens skipped, stop string cut off).
+        finish_reason: one of ``stop``, ``length``, ``abort``, ``error``.
+        error: the message when ``finish_reason == "error"`` (or refused input), else ``None``.
+        metrics: timings and token counts (:class:`RequestMetrics`).
+        kv_cache_bytes: bytes the request's KV cache held at its end, before it was released.
+        stop_reason: the stop string or token id that ended the request, if any.
+        use_kv_cache: whether the request decoded with a KV cache.
+        memory: the last memory breakdown telemetry recorded for the request, if any.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    metrics: RequestMetrics
+    error: str | None = None
+    kv_cache_bytes: int = 0
+    stop_reason: str | int | None = None
+    use_kv_cache: bool = True
+    memory: Any = None
+    deltas: list[str] = field(default_factory=list)
+
+    @property
+    def finished_ok(self) -> bool:
+        """True when the request ended by ``stop`` or ``length``."""
+        return self.finish_reason in ("stop", "length")

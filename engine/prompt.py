@@ -1,0 +1,83 @@
+"""Turning a request's prompt (raw text or chat messages) into token ids."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+Messages = list[dict]
+
+
+def _as_id_list(encoded) -> list[int]:
+    """Token ids from whatever ``apply_chat_template``/the tokenizer returned.
+
+    Handles a ``BatchEncoding`` (dict-like with ``input_ids``), a tensor of shape ``[1, T]`` or
+    ``[T]``, and (nested) lists.
+    """
+    if isinstance(encoded, Mapping) or hasattr(encoded, "input_ids"):
+        encoded = encoded["input_ids"]
+    if hasattr(encoded, "tolist"):
+        encoded = encoded.tolist()
+    if encoded and isinstance(encoded[0], (list, tuple)):
+        if len(encoded) != 1:
+            raise ValueError(f"expected one sequence, got a batch of {len(encoded)}")
+        encoded = encoded[0]
+    return [int(i) for i in encoded]
+
+
+def _dedupe_bos(ids: list[int], bos_id: int | None) -> list[int]:
+    """Keep exactly one leading BOS when the text already carried one and the tokenizer added one."""
+    while bos_id is not None and len(ids) >= 2 and ids[0] == bos_id and ids[1] == bos_id:
+        ids = ids[1:]
+    return ids
+
+
+def validate_messages(messages) -> Messages:
+    """Check a chat: a non-empty list of ``{"role": str, "content": str}``.
+
+    Raises:
+        ValueError: naming the first bad message.
+    """
+    if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) \
+                or not isinstance(m.get("content"), str):
+            raise ValueError(f"message {i} must be a dict with string 'role' and 'content'")
+        if m["role"] not in ("system", "user", "assistant"):
+            raise ValueError(f"message {i} has role {m['role']!r}; use system, user or assistant")
+        out.append({"role": m["role"], "content": m["content"]})
+    if not any(m["content"].strip() for m in out if m["role"] == "user"):
+        raise ValueError("prompt is empty: the chat has no user message with text")
+    return out
+
+
+def encode_prompt(tokenizer, prompt: str | Messages, raw: bool = False) -> list[int]:
+    """Token ids of a prompt, ready for prefill.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        prompt: a string or a list of chat messages.
+        raw: with a string, send it as plain text (completion) instead of one user message.
+
+    Returns:
+        ``prompt_len`` token ids with exactly one BOS where the tokenizer uses one.
+
+    Raises:
+        ValueError: empty prompt, malformed messages, or a chat with no chat template.
+    """
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("prompt is empty: type some text")
+        if raw or not getattr(tokenizer, "chat_template", None):
+            if not raw:
+                raw = True  # a base model without a chat template: plain completion
+            return _dedupe_bos(_as_id_list(tokenizer(prompt)), bos)
+        prompt = [{"role": "user", "content": prompt}]
+    messages = validate_messages(prompt)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this model's tokenizer has no chat template: send raw text instead")
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                            return_tensors="pt")
+    return _dedupe_bos(_as_id_list(encoded), bos)

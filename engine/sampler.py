@@ -1,0 +1,140 @@
+"""The sampler: from one position's logits to the next token, in fp32.
+
+Order of operations (as in Hugging Face's logits processors, so settings compare):
+repetition penalty -> presence/frequency penalty -> temperature -> top-k -> top-p -> min-p ->
+softmax -> argmax (temperature 0) or a draw from the request's own ``torch.Generator``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .params import SamplingParams
+
+TOP_CANDIDATES = 5
+
+
+class NonFiniteLogitsError(RuntimeError):
+    """The model produced NaN or inf logits; the request ends with finish reason ``error``."""
+
+
+@dataclass
+class SampleResult:
+    """The sampler's choice at one step.
+
+    Attributes:
+        token_id: the chosen token.
+        prob: its probability after the filters (1.0 for a greedy pick of a peaked distribution).
+        top_ids, top_probs: up to ``TOP_CANDIDATES`` most likely tokens after the filters.
+    """
+
+    token_id: int
+    prob: float
+    top_ids: list[int]
+    top_probs: list[float]
+
+
+def apply_penalties(logits: torch.Tensor, params: SamplingParams, context_ids: torch.Tensor,
+                    output_ids: torch.Tensor) -> torch.Tensor:
+    """Penalise tokens already seen.
+
+    Args:
+        logits: ``[V]`` fp32 logits (not modified).
+        params: the request's settings.
+        context_ids: ``[N]`` int64 ids of the prompt and the output so far (repetition penalty).
+        output_ids: ``[M]`` int64 ids generated so far (presence and frequency penalties).
+
+    Returns:
+        ``[V]`` fp32 logits. Repetition penalty (CTRL, Keskar et al. 2019; Hugging Face rule):
+        for each seen token a positive logit is divided by the penalty, a negative one
+        multiplied. Presence penalty subtracts ``presence_penalty`` once per seen output token;
+        frequency penalty subtracts ``frequency_penalty`` × its count (OpenAI/vLLM definition).
+    """
+    out = logits
+    if params.repetition_penalty != 1.0 and context_ids.numel():
+        ids = torch.unique(context_ids)
+        seen = out[ids]
+        seen = torch.where(seen > 0, seen / params.repetition_penalty, seen * params.repetition_penalty)
+        out = out.clone()
+        out[ids] = seen
+    if (params.presence_penalty or params.frequency_penalty) and output_ids.numel():
+        counts = torch.bincount(output_ids, minlength=out.shape[-1]).to(out.dtype)
+        out = out - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(out.dtype)
+    return out
+
+
+def apply_filters(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
+                  min_p: float) -> torch.Tensor:
+    """Temperature, top-k, top-p (nucleus) and min-p, returning probabilities.
+
+    Args:
+        logits: ``[V]`` fp32 logits (after penalties).
+        temperature: ``> 0`` divides the logits; ``0`` is treated as 1 here (the greedy pick is
+            the argmax either way, and the shown probabilities are those at temperature 1).
+        top_k: keep the ``top_k`` largest; ``<= 0`` or ``>= V`` keeps all.
+        top_p: keep the smallest most-likely set whose mass reaches ``top_p``; the top token
+            always survives (Holtzman et al., 2020).
+        min_p: drop tokens with probability below ``min_p`` × the top probability
+            (Nguyen et al., 2024).
+
+    Returns:
+        ``[V]`` fp32 probabilities summing to 1; filtered tokens have probability 0.
+    """
+    x = logits.float()
+    if temperature > 0:
+        x = x / temperature
+    vocab = x.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(x, top_k).values[-1]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_x, order = torch.sort(x, descending=True)
+        probs_sorted = torch.softmax(sorted_x, dim=-1)
+        mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
+        drop_sorted = mass_before >= top_p
+        drop_sorted[0] = False
+        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+        x = x.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if min_p > 0:
+        probs = probs.masked_fill(probs < min_p * probs.max(), 0.0)
+        probs = probs / probs.sum()
+    return probs
+
+
+class Sampler:
+    """Picks the next token of one sequence from its last-position logits."""
+
+    def sample(self, logits: torch.Tensor, params: SamplingParams, context_ids: torch.Tensor,
+               output_ids: torch.Tensor, generator: torch.Generator | None) -> SampleResult:
+        """Choose the next token.
+
+        Args:
+            logits: ``[V]`` logits of the last position (any float dtype; cast to fp32).
+            params: the request's :class:`SamplingParams`.
+            context_ids: ``[N]`` prompt + output ids so far (for the repetition penalty).
+            output_ids: ``[M]`` output ids so far (presence/frequency penalties).
+            generator: the request's generator (seeded), or ``None`` for torch's global one.
+
+        Returns:
+            :class:`SampleResult`.
+
+        Raises:
+            NonFiniteLogitsError: the logits hold NaN or inf.
+        """
+        x = logits.float()
+        if not bool(torch.isfinite(x).all()):
+            bad = int((~torch.isfinite(x)).sum())
+            raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
+        x = apply_penalties(x, params, context_ids, output_ids)
+        probs = apply_filters(x, params.temperature, params.top_k, params.top_p, params.min_p)
+        if params.greedy:
+            token = int(torch.argmax(x))
+        else:
+            token = int(torch.multinomial(probs, 1, generator=generator))
+        k = min(TOP_CANDIDATES, probs.shape[-1])
+        top = torch.topk(probs, k)
+        return SampleResult(token_id=token, prob=float(probs[token]),
+                            top_ids=top.indices.tolist(), top_probs=top.values.tolist())

@@ -1,0 +1,41 @@
+"""Shared fixtures: one engine on the embedded model for the whole session (CPU, fp32)."""
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:  # torch missing or broken: no GPU either way
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none found)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def loaded():
+    """The embedded model loaded once: a ``engine.loader.LoadedModel`` (fp32 on CPU)."""
+    from engine.loader import load_model
+
+    return load_model("smollm2-135m", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def engine(loaded):
+    """A running ``LLMEngine`` on the embedded model, shared by the session's tests."""
+    from engine import LLMEngine
+
+    eng = LLMEngine(loaded)
+    yield eng
+    eng.shutdown()

@@ -1,0 +1,87 @@
+"""Sampling filters on hand-made logits: the distributions they must give."""
+
+import math
+
+import pytest
+import torch
+
+from engine.params import SamplingParams
+from engine.sampler import NonFiniteLogitsError, Sampler, apply_filters, apply_penalties
+
+EMPTY = torch.tensor([], dtype=torch.long)
+
+
+def test_temperature_zero_is_argmax_and_probs_are_temperature_one():
+    logits = torch.tensor([1.0, 3.0, 2.0])
+    res = Sampler().sample(logits, SamplingParams(temperature=0), EMPTY, EMPTY, None)
+    assert res.token_id == 1
+    expected = torch.softmax(logits, -1)
+    assert res.prob == pytest.approx(float(expected[1]))
+    assert res.top_ids == [1, 2, 0]
+
+
+def test_temperature_scales_the_distribution():
+    logits = torch.tensor([0.0, 1.0])
+    p = apply_filters(logits, 2.0, 0, 1.0, 0.0)
+    assert p[1] / p[0] == pytest.approx(math.exp(0.5), rel=1e-5)
+
+
+def test_top_k_keeps_k_and_larger_than_vocab_is_off():
+    logits = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    p = apply_filters(logits, 1.0, 2, 1.0, 0.0)
+    assert (p[:2] == 0).all() and p[2:].sum() == pytest.approx(1.0)
+    off = apply_filters(logits, 1.0, 0, 1.0, 0.0)
+    big = apply_filters(logits, 1.0, 10_000, 1.0, 0.0)
+    assert torch.allclose(off, big) and (big > 0).all()
+
+
+def test_top_p_keeps_smallest_set_reaching_mass_and_tiny_keeps_one():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log()
+    p = apply_filters(logits, 1.0, 0, 0.7, 0.0)
+    assert (p > 0).tolist() == [True, True, False, False]
+    assert p[0] == pytest.approx(0.5 / 0.8, rel=1e-5)
+    tiny = apply_filters(logits, 1.0, 0, 1e-9, 0.0)
+    assert tiny.tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_min_p_drops_tokens_below_fraction_of_top():
+    probs = torch.tensor([0.6, 0.3, 0.06, 0.04])
+    p = apply_filters(probs.log(), 1.0, 0, 1.0, 0.1)
+    assert (p > 0).tolist() == [True, True, False, False]
+    assert p.sum() == pytest.approx(1.0)
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative():
+    logits = torch.tensor([2.0, -2.0, 1.0])
+    out = apply_penalties(logits, SamplingParams(repetition_penalty=2.0),
+                          torch.tensor([0, 1, 1]), EMPTY)
+    assert out.tolist() == [1.0, -4.0, 1.0]
+
+
+def test_presence_and_frequency_penalties_count_output_tokens():
+    logits = torch.zeros(3)
+    out = apply_penalties(logits, SamplingParams(presence_penalty=0.5, frequency_penalty=0.25),
+                          EMPTY, torch.tensor([2, 2, 0]))
+    assert out.tolist() == pytest.approx([-0.75, 0.0, -1.0])
+
+
+def test_seeded_sampling_is_reproducible_and_follows_the_distribution():
+    logits = torch.tensor([0.0, math.log(3.0)])  # probabilities 0.25 / 0.75
+    params = SamplingParams(temperature=1.0, seed=7)
+    s = Sampler()
+
+    def draw(seed, n):
+        g = torch.Generator().manual_seed(seed)
+        return [s.sample(logits, params, EMPTY, EMPTY, g).token_id for _ in range(n)]
+
+    assert draw(7, 50) == draw(7, 50)
+    ones = sum(draw(1, 4000))
+    assert 0.72 < ones / 4000 < 0.78
+
+
+def test_non_finite_logits_raise():
+    with pytest.raises(NonFiniteLogitsError, match="non-finite"):
+        Sampler().sample(torch.tensor([0.0, float("nan")]), SamplingParams(), EMPTY, EMPTY, None)
+    with pytest.raises(NonFiniteLogitsError):
+        Sampler().sample(torch.tensor([float("inf"), 0.0]), SamplingParams(), EMPTY, EMPTY, None)
