@@ -104,5 +104,5 @@ def result_json(out, events, engine) -> dict:
             len(out.prompt_token_ids) + max(len(out.token_ids) - 1, 0), engine.info.dtype_bytes)
         if out.use_kv_cache else 0,
         "memory": memory,
-        "steps": trace_rows(events),
+        "steps": trace_rows(events, engine.spec, engine.info.dtype_bytes),
     }

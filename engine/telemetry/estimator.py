@@ -1,0 +1,179 @@
+"""Memory estimator: weights, KV cache and activations of a model before loading it.
+
+Works offline from the table in ``assets/model_configs.json``, from a local ``config.json`` or
+model folder, and from the Hub's ``config.json`` when online. Formulas: DESIGN.md, "Memory
+definitions"; the KV cache and parameter count come from :class:`engine.model_spec.ModelSpec`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..model_spec import ModelSpec
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+            "float8": "fp8", "float": "fp32"}
+TABLE_PATH = Path(__file__).resolve().parents[2] / "assets" / "model_configs.json"
+
+
+def dtype_bytes(dtype) -> float:
+    """Bytes per element of a dtype name (``"fp16"``, ``"bfloat16"``, ``"torch.float32"``...).
+
+    Raises:
+        ValueError: for a name not in :data:`DTYPE_BYTES` or its aliases.
+    """
+    if isinstance(dtype, (int, float)):
+        return dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    key = _ALIASES.get(key, key)
+    if key not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[key]
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    with open(TABLE_PATH, encoding="utf-8") as f:
+        return json.load(f)["models"]
+
+
+def known_models() -> list[str]:
+    """Model ids in the shipped table, in table order."""
+    return list(_table())
+
+
+def _table_entry(name: str) -> tuple[str, dict] | None:
+    """(id, entry) for an exact id, an alias, or the part after ``/`` (all case-insensitive)."""
+    low = name.strip().lower()
+    for mid, entry in _table().items():
+        names = [mid, mid.split("/")[-1], *entry.get("aliases", [])]
+        if low in (n.lower() for n in names):
+            return mid, entry
+    return None
+
+
+def _hub_allowed() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() not in ("1", "true", "yes", "on")
+
+
+def _hub_config_path(repo_id: str) -> str:
+    """Download (or take from the local Hub cache) ``config.json`` of ``repo_id``."""
+    from huggingface_hub import hf_hub_download
+
+    return hf_hub_download(repo_id, "config.json")
+
+
+def load_spec(name_or_path: str, allow_hub: bool | None = None) -> ModelSpec:
+    """The :class:`ModelSpec` of a model id, alias, ``config.json`` file or model folder.
+
+    Looks in order at: the shipped table; a local file or folder holding ``config.json``; the
+    Hub (only when ``allow_hub`` is true, or when it is ``None`` and ``HF_HUB_OFFLINE`` is unset).
+
+    Raises:
+        LookupError: one line naming the model and the ways to fix it, when nothing matched.
+    """
+    hit = _table_entry(name_or_path)
+    if hit:
+        mid, entry = hit
+        return ModelSpec.from_config(entry["config"], name=mid, source=entry["source"])
+    path = Path(name_or_path).expanduser()
+    cfg = path / "config.json" if path.is_dir() else path
+    if cfg.is_file():
+        with open(cfg, encoding="utf-8") as f:
+            data = json.load(f)
+        name = path.name if path.is_dir() else path.parent.name or path.name
+        return ModelSpec.from_config(data, name=name, source=f"local file {cfg}")
+    hub = _hub_allowed() if allow_hub is None else allow_hub
+    why = "the Hub is off (HF_HUB_OFFLINE is set)"
+    if hub and "/" in name_or_path and not path.exists():
+        try:
+            with open(_hub_config_path(name_or_path), encoding="utf-8") as f:
+                data = json.load(f)
+            url = f"https://huggingface.co/{name_or_path}/blob/main/config.json"
+            return ModelSpec.from_config(data, name=name_or_path, source=f"Hub config.json ({url})")
+        except Exception as exc:  # network down, gated repo, no such repo
+            why = f"the Hub lookup failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    elif hub:
+        why = "it is not a Hub id of the form owner/name"
+    raise LookupError(
+        f"unknown model {name_or_path!r}: not in the shipped table, no config.json at that path, "
+        f"and {why}; use a table id ({', '.join(known_models())}), a folder or config.json path, "
+        "or an owner/name Hub id with HF_HUB_OFFLINE unset")
+
+
+def activation_estimate(spec: ModelSpec, dtype_bytes: float, batch: int, tokens: int) -> int:
+    """Bytes of activations alive at the peak of one forward pass of ``batch`` × ``tokens``.
+
+    DESIGN.md: hidden states b·T·hidden plus the MLP's intermediate tensors 3·b·T·I (both in
+    the model dtype), plus fp32 logits b·V·4 for the last position only.
+    """
+    b, t = batch, tokens
+    per_elem = b * t * spec.hidden_size + 3 * b * t * spec.intermediate_size
+    return int(round(per_elem * dtype_bytes)) + b * spec.vocab_size * 4
+
+
+@dataclass
+class MemoryEstimate:
+    """Predicted memory of running a model (all sizes in bytes).
+
+    Attributes:
+        model: the spec's name; dtype: the dtype name asked for; dtype_bytes: bytes per element.
+        batch, seq_len: sequences and tokens per sequence.
+        weights_bytes: parameters × dtype bytes. kv_bytes: the KV cache at ``seq_len`` tokens.
+        kv_bytes_per_token: one token of one sequence in a full-attention cache.
+        activation_bytes: :func:`activation_estimate` for a prefill of ``seq_len`` tokens.
+        total_bytes: weights + KV + activations. spec: the numbers used.
+    """
+
+    model: str
+    dtype: str
+    dtype_bytes: float
+    batch: int
+    seq_len: int
+    weights_bytes: int
+    kv_bytes: int
+    kv_bytes_per_token: int
+    activation_bytes: int
+    total_bytes: int
+    spec: ModelSpec
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict, the spec nested and the KV formula spelled out as ``kv_formula``."""
+        d = asdict(self)
+        d["kv_formula"] = self.spec.formula_text(self.dtype_bytes, self.seq_len, self.batch)
+        return d
+
+
+def _spec_of(config) -> ModelSpec:
+    if isinstance(config, ModelSpec):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        return load_spec(str(config))
+    return ModelSpec.from_config(config, source="config given by the caller")
+
+
+def estimate(config, dtype: str = "fp16", batch: int = 1, seq_len: int = 2048) -> MemoryEstimate:
+    """Estimate weights, KV cache and activation bytes for ``batch`` sequences of ``seq_len``.
+
+    Args:
+        config: a :class:`ModelSpec`, a config dict or ``PretrainedConfig``, or a name/path for
+            :func:`load_spec`.
+        dtype: a name from :data:`DTYPE_BYTES` (weights, KV cache and activations all use it).
+
+    Raises:
+        LookupError: unknown model name (see :func:`load_spec`). ValueError: unknown dtype.
+    """
+    spec = _spec_of(config)
+    nbytes = dtype_bytes(dtype)
+    weights = int(round(spec.weight_count() * nbytes))
+    kv = spec.kv_cache_bytes(seq_len, nbytes, batch)
+    act = activation_estimate(spec, nbytes, batch, seq_len)
+    return MemoryEstimate(
+        model=spec.name, dtype=str(dtype), dtype_bytes=nbytes, batch=batch, seq_len=seq_len,
+        weights_bytes=weights, kv_bytes=kv, kv_bytes_per_token=spec.kv_bytes_per_token(nbytes),
+        activation_bytes=act, total_bytes=weights + kv + act, spec=spec)
