@@ -153,10 +153,15 @@ def default_progress(msg: str) -> None:
     print(f"[load] {msg}", file=sys.stderr, flush=True)
 
 
+def _cached(emb: EmbeddedModel) -> bool:
+    target = cache_dir() / emb.short_name
+    return (target / "config.json").exists() and any(target.glob("*.safetensors"))
+
+
 def _embedded_folder(emb: EmbeddedModel, progress) -> tuple[Path, str]:
     """Return a folder with safetensors + tokenizer for the embedded model, building it once."""
     target = cache_dir() / emb.short_name
-    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+    if _cached(emb):
         return target, f"embedded GGUF, cached fp32 safetensors in {target}"
     spec = importlib.util.find_spec(emb.package)
     if spec is None or spec.origin is None:
@@ -194,7 +199,13 @@ def _locate(name: str, progress) -> tuple[str, str, dict]:
     """Map a model name to (path or hub id, source description, extra from_pretrained kwargs)."""
     key = name.lower()
     if key in EMBEDDED:
-        folder, source = _embedded_folder(EMBEDDED[key], progress)
+        emb = EMBEDDED[key]
+        if importlib.util.find_spec(emb.package) is None and not _cached(emb) \
+                and os.environ.get("HF_HUB_OFFLINE") != "1":
+            # e.g. a Hugging Face Space, where requirements can't be installed with --no-deps
+            _say(progress, f"{emb.package} not installed: loading {emb.hub_id} from the Hub")
+            return emb.hub_id, f"Hugging Face Hub: {emb.hub_id} (embedded package missing)", {}
+        folder, source = _embedded_folder(emb, progress)
         return str(folder), source, {}
     for emb in EMBEDDED.values():  # the hub id of an embedded model also loads offline
         if key == emb.hub_id.lower() and os.environ.get("HF_HUB_OFFLINE") == "1":

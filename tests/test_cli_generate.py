@@ -1,0 +1,62 @@
+"""``python -m engine generate`` as a user runs it (subprocess, embedded model)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, timeout=240):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "engine", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_generate_json_fields():
+    r = run("generate", "--prompt", "Explain the KV cache in one sentence.", "--temperature", "0",
+            "--max-tokens", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("text", "token_ids", "prompt_token_ids", "finish_reason", "deltas", "metrics",
+                "kv_cache_bytes", "memory", "steps"):
+        assert key in out
+    for key in ("ttft_s", "tpot_s", "prefill_s", "decode_s", "e2e_s", "prompt_tokens",
+                "output_tokens", "decode_tokens_per_s"):
+        assert key in out["metrics"]
+    assert "".join(out["deltas"]) == out["text"]
+    n_prompt, n_out = len(out["prompt_token_ids"]), len(out["token_ids"])
+    assert out["kv_cache_bytes"] == 46_080 * (n_prompt + n_out - 1) == out["kv_cache_bytes_formula"]
+    assert len(out["steps"]) == n_out and out["steps"][0]["phase"] == "prefill"
+    assert all(s["kv_bytes"] == s["kv_bytes_formula"] for s in out["steps"])
+    parts = {p["name"]: p for p in out["memory"]["parts"]}
+    assert parts["kv_cache"]["bytes"] > 0 and parts["activations"]["measured"] is False
+
+
+def test_generate_streams_text_and_metrics_line():
+    r = run("generate", "--prompt", "Say hello.", "--temperature", "0", "--max-tokens", "8")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip()
+    assert "TTFT" in r.stderr and "TPOT" in r.stderr and "KV cache" in r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--temperature", "-1"], "temperature"),
+    (["--top-p", "2"], "top_p"),
+    (["--max-tokens", "0"], "max_tokens"),
+    (["--max-tokens", "ten"], "invalid int"),
+])
+def test_bad_arguments_one_line_error(args, needle):
+    r = run("generate", "--prompt", "hi", *args, timeout=60)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+
+
+def test_unknown_model_fails_fast_with_name():
+    r = run("generate", "--prompt", "hi", "--model", "no-such-org/no-such-model", timeout=120)
+    assert r.returncode != 0 and "no-such-org/no-such-model" in r.stderr
+    assert "Traceback" not in r.stderr
