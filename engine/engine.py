@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import deque
 import time
 import traceback
 
 import torch
 
+from .batch_info import BatchInfo
+from .block_manager import BlockManager
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .events import Candidate, RequestOutput, StepEvent
+from .kv_pool import KVPool
 from .handle import RequestHandle
 from .loader import LoadedModel
 from .metrics import RequestMetrics, RequestTimes
-from .model_runner import ModelRunner
+from .model_runner import ModelRunner, PagedModelRunner
 from .params import SamplingParams
 from .prompt import encode_prompt
 from .sampler import Sampler
-from .scheduler import Scheduler, SchedulerOutput
+from .scheduler import ScheduledSeq, Scheduler, SchedulerOutput
 from .sequence import Sequence, SequenceStatus
+
+# Model families whose attention goes through transformers' attention interface with the
+# Llama layout (rotary from position_ids, one attention call per layer): paged attention works.
+PAGED_FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
+DEFAULT_KV_BUDGET_CPU = 512 * 2**20
 
 
 class LLMEngine:
@@ -35,18 +44,43 @@ class LLMEngine:
             read NVML when a GPU is present.
     """
 
-    def __init__(self, loaded: LoadedModel, max_queue: int = 32, telemetry: bool = True):
+    def __init__(self, loaded: LoadedModel, max_queue: int = 32, telemetry: bool = True,
+                 batching: bool = True, max_num_seqs: int = 32,
+                 max_num_batched_tokens: int = 512, block_size: int = 16,
+                 kv_cache_bytes: int | None = None, enable_prefix_caching: bool = True):
         self.loaded = loaded
         self.info = loaded.info
         self.spec = loaded.spec
         self.tokenizer = loaded.tokenizer
-        self.runner = ModelRunner(loaded.model)
         self.sampler = Sampler()
-        self.scheduler = Scheduler(max_queue=max_queue)
         self.telemetry = telemetry
+        model_type = getattr(loaded.model.config, "model_type", "")
+        self.batching_note = ""
+        if batching and model_type not in PAGED_FAMILIES:
+            self.batching_note = (f"{model_type or 'this'} architecture is served one request at "
+                                  "a time: paged attention supports Llama, Qwen2 and Mistral")
+            batching = False
+        self.paged = batching
+        self.pool = None
+        self.block_manager = None
+        if batching:
+            budget = kv_cache_bytes or self._default_kv_budget()
+            per_token = self.spec.kv_bytes_per_token(self.info.dtype_bytes)
+            num_blocks = KVPool.blocks_for_budget(budget, per_token, block_size)
+            self.pool = KVPool(self.spec.layers, self.spec.kv_heads, self.spec.head_dim,
+                               num_blocks, block_size, next(loaded.model.parameters()).dtype,
+                               self.info.device)
+            self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
+            self.runner = PagedModelRunner(loaded.model, self.pool, block_size)
+        else:
+            self.runner = ModelRunner(loaded.model)
+        self.scheduler = Scheduler(self.block_manager, max_queue=max_queue,
+                                   max_num_seqs=max_num_seqs,
+                                   max_num_batched_tokens=max_num_batched_tokens)
         from .telemetry.rolling import RollingStats
 
         self.rolling = RollingStats()
+        self.recent_steps: deque[BatchInfo] = deque(maxlen=64)
         self.gpu = None
         self.probe = None
         if telemetry:
@@ -59,12 +93,28 @@ class LLMEngine:
                                      self.info.dtype_bytes, gpu=self.gpu)
         self._handles: dict[str, RequestHandle] = {}
         self._ids = itertools.count()
+        self._steps = itertools.count()
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._stopped = False
         self._counts = {"finished": 0, "aborted": 0, "failed": 0}
         self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
         self._thread.start()
+
+    def _default_kv_budget(self) -> int:
+        """KV pool bytes: 512 MiB on CPU; on a GPU, half of the memory free after loading."""
+        if self.info.device.startswith("cuda"):
+            free, _ = torch.cuda.mem_get_info(torch.device(self.info.device))
+            return int(free * 0.5)
+        return DEFAULT_KV_BUDGET_CPU
+
+    @property
+    def max_seq_tokens(self) -> int:
+        """Longest sequence (prompt + output) one request may reach, in tokens."""
+        ctx = self.info.context_len
+        if self.pool is not None:
+            ctx = min(ctx, self.pool.num_blocks * self.pool.block_size)
+        return ctx
 
     # public API ---------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
@@ -92,15 +142,15 @@ class LLMEngine:
         if not isinstance(params, SamplingParams):
             raise ValueError("params must be a SamplingParams")
         prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
-        ctx = self.info.context_len
+        ctx = self.max_seq_tokens
         n = len(prompt_ids)
         if params.max_tokens is None and n >= ctx:
             raise ValueError(f"prompt is {n} tokens but the context window is {ctx} tokens: "
                              "no room for a single new token")
         if params.max_tokens is not None and n + params.max_tokens > ctx:
+            what = "the context window" if ctx == self.info.context_len else "the KV cache pool"
             raise ValueError(f"prompt ({n} tokens) + max_tokens ({params.max_tokens}) = "
-                             f"{n + params.max_tokens} tokens exceeds the context window of "
-                             f"{ctx} tokens")
+                             f"{n + params.max_tokens} tokens exceeds {what} of {ctx} tokens")
         rid = request_id or f"req-{next(self._ids)}"
         gen = None
         if params.seed is not None:
@@ -144,19 +194,56 @@ class LLMEngine:
             return self.scheduler.position(request_id)
 
     def stats(self) -> dict:
-        """Counts: waiting, running, finished, aborted, failed, queue_max, live KV bytes."""
+        """Counts (waiting, running, finished, aborted, failed, queue_max), live KV bytes,
+        and with paged attention the block pool (blocks used/free/cached, preemptions,
+        prefix-cache hit rate)."""
         with self._lock:
             running = list(self.scheduler.running)
-            return {"waiting": len(self.scheduler.waiting), "running": len(running),
-                    "queue_max": self.scheduler.max_queue, **self._counts,
-                    "kv_bytes_live": sum(s.kv.nbytes() for s in running if s.kv is not None)}
+            out = {"waiting": len(self.scheduler.waiting), "running": len(running),
+                   "queue_max": self.scheduler.max_queue, **self._counts,
+                   "kv_bytes_live": sum(self._kv_bytes(s) for s in running),
+                   "batching": self.paged, "batching_note": self.batching_note,
+                   "preemptions": self.scheduler.num_preemptions}
+            if self.block_manager is not None:
+                b = self.block_manager.stats()
+                out.update(blocks_total=b.num_blocks, blocks_used=b.used, blocks_free=b.free,
+                           blocks_cached=b.cached, block_size=b.block_size,
+                           prefix_hit_rate=b.hit_rate)
+            return out
+
+    def block_snapshot(self) -> dict:
+        """The block pool now, for drawing PagedAttention's picture.
+
+        Returns:
+            ``{"block_size", "num_blocks", "state": per-block "free" / "cached" / "used",
+            "tables": [{"request_id", "blocks", "tokens"}...]}``; empty without paging.
+        """
+        if self.block_manager is None:
+            return {}
+        with self._lock:
+            bm = self.block_manager
+            state = ["used" if b.ref_count else ("cached" if b.key is not None else "free")
+                     for b in bm.blocks]
+            tables = [{"request_id": s.request_id, "blocks": list(s.block_table),
+                       "tokens": s.num_computed} for s in self.scheduler.running if s.block_table]
+            return {"block_size": bm.block_size, "num_blocks": len(bm.blocks), "state": state,
+                    "tables": tables}
+
+    def _kv_bytes(self, seq: Sequence) -> int:
+        """Bytes of a sequence's keys and values in the cache (measured from the tensors)."""
+        if seq.kv is not None:
+            return seq.kv.nbytes()
+        if self.pool is not None and seq.block_table:
+            return seq.num_computed * self.pool.bytes_per_token
+        return 0
 
     def memory_snapshot(self):
         """The memory breakdown now (``None`` with telemetry off)."""
         if self.probe is None:
             return None
         with self._lock:
-            kv = sum(s.kv.nbytes() for s in self.scheduler.running if s.kv is not None)
+            kv = self.pool.nbytes if self.pool is not None else sum(
+                self._kv_bytes(s) for s in self.scheduler.running)
         return self.probe.snapshot(kv_bytes=kv)
 
     def shutdown(self, timeout: float = 10.0) -> None:
@@ -190,35 +277,80 @@ class LLMEngine:
 
     def step(self, batch: SchedulerOutput) -> None:
         """Run one scheduled step: model forward, sampling, postprocessing, events."""
-        for seq in batch.seqs:
-            try:
-                self._run_one(seq, batch.phase)
-            except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
-                self._fail(seq, exc)
+        for seq in batch.recompute:
+            self._guarded(seq, self._run_one, seq)
+        if not batch.entries:
+            return
+        if not self.paged:
+            for e in batch.entries:
+                self._guarded(e.seq, self._run_one, e.seq)
+            return
+        try:
+            self._run_paged(batch, batch.entries)
+        except Exception:  # noqa: BLE001 - isolate the failing request: rerun each alone
+            for e in batch.entries:
+                if not e.seq.is_finished:
+                    self._guarded(e.seq, self._run_paged, batch, [e])
 
-    def _run_one(self, seq: Sequence, phase: str) -> None:
+    def _guarded(self, seq: Sequence, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
+            self._fail(seq, exc)
+
+    def _run_paged(self, batch: SchedulerOutput, entries: list[ScheduledSeq]) -> None:
+        """One packed forward for ``entries``, then sampling for each that reached its end."""
         if self.probe is not None:
             self.probe.begin_step()
         start = time.perf_counter()
-        if phase == "prefill":
-            seq.times.scheduled = start
-            seq.kv = self.runner.new_cache() if seq.use_kv_cache else None
-            logits = self.runner.prefill(seq.prompt_ids, seq.kv)
-            num_tokens = len(seq.prompt_ids)
-        elif seq.use_kv_cache:
-            logits = self.runner.decode(seq.output_ids[-1], seq.kv)
-            num_tokens = 1
-        else:
-            logits = self.runner.recompute(seq.all_ids)
-            num_tokens = seq.num_tokens
+        for e in entries:
+            if e.seq.times.scheduled is None:
+                e.seq.times.scheduled = start
+        logits = self.runner.run(entries)
+        total = sum(e.num_new for e in entries)
+        memory = (self.probe.end_step(self.pool.nbytes, len(entries), total)
+                  if self.probe is not None else None)
+        info = self._batch_info(batch, entries, start)
+        row = 0
+        for e in entries:
+            seq = e.seq
+            samples = e.samples
+            seq.num_computed += e.num_new
+            seq.first_unkeyed = self.block_manager.register_full_blocks(
+                seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed)
+            if not samples:
+                continue
+            seq_logits = logits[row]
+            row += 1
+            try:
+                self._sample_and_emit(seq, seq_logits, start, e.num_new, memory, info)
+            except Exception as exc:  # noqa: BLE001 - e.g. NaN logits of this request only
+                self._fail(seq, exc)
+
+    def _batch_info(self, batch: SchedulerOutput, entries, start: float) -> BatchInfo:
+        b = self.block_manager.stats()
+        used_tokens = sum(e.seq.num_computed + e.num_new for e in entries)
+        info = BatchInfo(
+            step_id=next(self._steps), start_s=start,
+            request_ids=[e.seq.request_id for e in entries],
+            prefill_tokens=sum(e.num_new for e in entries if e.num_new > 1 or not e.seq.output_ids),
+            decode_tokens=sum(1 for e in entries if e.num_new == 1 and e.seq.output_ids),
+            running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
+            blocks_used=b.used, blocks_free=b.free, blocks_cached=b.cached,
+            kv_utilization=used_tokens / max(1, b.used * b.block_size),
+            preemptions=self.scheduler.num_preemptions, prefix_hit_rate=b.hit_rate)
+        self.recent_steps.append(info)
+        return info
+
+    def _sample_and_emit(self, seq: Sequence, logits, start: float, num_tokens: int, memory,
+                         info: BatchInfo | None) -> None:
+        """Sample the next token from ``[V]`` logits, postprocess, and stream the event."""
         device = logits.device
         context = torch.tensor(seq.all_ids, dtype=torch.long, device=device)
         outputs = torch.tensor(seq.output_ids, dtype=torch.long, device=device)
         choice = self.sampler.sample(logits, seq.params, context, outputs, seq.generator)
         end = time.perf_counter()
-        kv_tokens = seq.kv.num_tokens if seq.kv is not None else 0
-        kv_bytes = seq.kv.nbytes() if seq.kv is not None else 0
-        memory = self.probe.end_step(kv_bytes, 1, num_tokens) if self.probe is not None else None
+        phase = "decode" if seq.output_ids else "prefill"
         seq.last_memory = memory
         seq.output_ids.append(choice.token_id)
         seq.times.token_times.append(end)
@@ -230,14 +362,41 @@ class LLMEngine:
             token_prob=choice.prob,
             top_candidates=[Candidate(i, tok.decode([i]), p, _log(p))
                             for i, p in zip(choice.top_ids, choice.top_probs)],
-            start_s=start, end_s=end, num_tokens=num_tokens, kv_tokens=kv_tokens,
-            kv_bytes=kv_bytes, finish_reason=seq.finish_reason, memory=memory)
+            start_s=start, end_s=end, num_tokens=num_tokens,
+            kv_tokens=seq.kv.num_tokens if seq.kv is not None else seq.num_computed
+            if seq.use_kv_cache else 0,
+            kv_bytes=self._kv_bytes(seq) if seq.use_kv_cache else 0,
+            batch_size=len(info.request_ids) if info else 1, finish_reason=seq.finish_reason,
+            memory=memory, batch=info, block_table=list(seq.block_table))
         handle = self._handles.get(seq.request_id)
         if handle is not None:
             handle._push(event)
         if seq.finish_reason is not None:
             with self._lock:
-                self._finish(seq, seq.finish_reason, emit_text=False)
+                self._finish(seq, seq.finish_reason)
+
+    def _run_one(self, seq: Sequence) -> None:
+        """One step of one sequence with its own contiguous cache, or without any cache."""
+        phase = "decode" if seq.output_ids else "prefill"
+        if self.probe is not None:
+            self.probe.begin_step()
+        start = time.perf_counter()
+        if seq.times.scheduled is None:
+            seq.times.scheduled = start
+        if phase == "prefill" and seq.use_kv_cache:
+            seq.kv = self.runner.new_cache()
+            logits = self.runner.prefill(seq.prompt_ids, seq.kv)
+            num_tokens = len(seq.prompt_ids)
+        elif seq.use_kv_cache:
+            logits = self.runner.decode(seq.output_ids[-1], seq.kv)
+            num_tokens = 1
+        else:
+            logits = self.runner.recompute(seq.all_ids)
+            num_tokens = seq.num_tokens
+        seq.num_computed = seq.num_tokens
+        kv_bytes = seq.kv.nbytes() if seq.kv is not None else 0
+        memory = self.probe.end_step(kv_bytes, 1, num_tokens) if self.probe is not None else None
+        self._sample_and_emit(seq, logits, start, num_tokens, memory, None)
 
     def _postprocess(self, seq: Sequence, token: int) -> str:
         """Detokenize, check EOS / stop ids / stop strings / length; return the safe text delta."""
@@ -278,14 +437,17 @@ class LLMEngine:
         with self._lock:
             self._finish(seq, "error")
 
-    def _finish(self, seq: Sequence, reason: str, emit_text: bool = True) -> None:
+    def _finish(self, seq: Sequence, reason: str) -> None:
         """End a sequence (caller holds the lock): free its cache, record metrics, notify."""
         if seq.is_finished:
             return
         seq.finish_reason = reason
         seq.status = SequenceStatus.FINISHED
         seq.times.finished = time.perf_counter()
+        if seq.block_table:
+            seq.last_kv_bytes = self._kv_bytes(seq)
         seq.release_cache()
+        self.scheduler.release(seq)
         key = {"stop": "finished", "length": "finished", "abort": "aborted"}.get(reason, "failed")
         self._counts[key] += 1
         handle = self._handles.pop(seq.request_id, None)

@@ -50,6 +50,8 @@ class StepEvent:
         batch_size: sequences in the forward pass (1 with the one-at-a-time scheduler).
         finish_reason: set on the request's last event: ``stop``, ``length``, ``abort``, ``error``.
         memory: the memory breakdown telemetry attached to this step, or ``None``.
+        batch: the :class:`engine.batch_info.BatchInfo` of the step with continuous batching.
+        block_table: physical KV blocks of this request after the step (paged KV cache).
     """
 
     request_id: str
@@ -68,6 +70,8 @@ class StepEvent:
     batch_size: int = 1
     finish_reason: str | None = None
     memory: Any = None
+    batch: Any = None
+    block_table: list[int] = field(default_factory=list)
 
     @property
     def duration_s(self) -> float:
@@ -79,6 +83,7 @@ class StepEvent:
         d = asdict(self)
         mem = self.memory
         d["memory"] = mem.to_dict() if hasattr(mem, "to_dict") else None
+        d["batch"] = self.batch.to_dict() if hasattr(self.batch, "to_dict") else None
         return d
 
 

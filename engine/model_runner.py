@@ -83,3 +83,95 @@ class ModelRunner:
         """
         ids = torch.tensor([all_ids], dtype=torch.long, device=self.device)
         return self._forward(ids, None)
+
+
+def build_paged_context(entries, pool, block_size: int, device):
+    """Pack a step's sequences into one row and describe where their K/V live.
+
+    Args:
+        entries: :class:`engine.scheduler.ScheduledSeq` items (sequence, new-token count).
+        pool: the :class:`engine.kv_pool.KVPool`.
+        block_size: tokens per block.
+        device: the model's device.
+
+    Returns:
+        ``(input_ids [1, T], position_ids [1, T], keep [N], PagedContext)`` where ``keep`` holds
+        the packed index of the last new token of each sequence that samples this step.
+    """
+    from .paged_attention import PagedContext, SeqSlice
+
+    ids, pos, new_slots, keep, prefills = [], [], [], [], []
+    decode_q, decode_slot_rows = [], []
+    offsets = torch.arange(block_size, device=device)
+    q_start = 0
+    for e in entries:
+        seq, n = e.seq, e.num_new
+        ctx = seq.num_computed
+        total = ctx + n
+        table = torch.tensor(seq.block_table, dtype=torch.long, device=device)
+        slots = (table[:, None] * block_size + offsets[None, :]).reshape(-1)[:total]
+        ids.extend(seq.all_ids[ctx:total])
+        pos.extend(range(ctx, total))
+        new_slots.append(slots[ctx:total])
+        if n == 1:
+            decode_q.append(q_start)
+            decode_slot_rows.append(slots)
+        else:
+            prefills.append(SeqSlice(q_start, n, ctx, slots))
+        if e.samples:
+            keep.append(q_start + n - 1)
+        q_start += n
+    dq = ds = dm = dl = None
+    if decode_q:
+        dq = torch.tensor(decode_q, dtype=torch.long, device=device)
+        lens = [len(r) for r in decode_slot_rows]
+        smax = max(lens)
+        ds = torch.zeros((len(lens), smax), dtype=torch.long, device=device)
+        for i, r in enumerate(decode_slot_rows):
+            ds[i, :len(r)] = r
+        dl = torch.tensor(lens, dtype=torch.long, device=device)
+        if len(lens) > 1 and min(lens) != smax:
+            dm = (torch.arange(smax, device=device)[None, :] < dl[:, None])[:, None, None, :]
+    ctx = PagedContext(pool=pool, new_slots=torch.cat(new_slots), prefills=prefills,
+                       decode_q=dq, decode_slots=ds, decode_mask=dm, decode_lens=dl)
+    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
+    position_ids = torch.tensor([pos], dtype=torch.long, device=device)
+    return input_ids, position_ids, torch.tensor(keep, dtype=torch.long, device=device), ctx
+
+
+class PagedModelRunner(ModelRunner):
+    """Runs packed steps of many sequences over the paged KV pool (continuous batching).
+
+    Args:
+        model: a transformers ``*ForCausalLM`` whose attention goes through transformers'
+            attention interface (Llama, Qwen2, Mistral families).
+        pool: the :class:`engine.kv_pool.KVPool`.
+        block_size: tokens per block.
+    """
+
+    def __init__(self, model, pool, block_size: int):
+        super().__init__(model)
+        from .paged_attention import register
+
+        self.pool = pool
+        self.block_size = block_size
+        model.set_attn_implementation(register())
+
+    def run(self, entries) -> torch.Tensor:
+        """One forward pass over every scheduled sequence.
+
+        Returns:
+            ``[N, V]`` logits: one row per sequence whose step ends at its last known token
+            (in ``entries`` order), ``N`` may be 0 for a step of prefill chunks only.
+        """
+        input_ids, position_ids, keep, ctx = build_paged_context(
+            entries, self.pool, self.block_size, self.device)
+        if keep.numel() == 0:
+            keep = torch.tensor([input_ids.shape[1] - 1], device=self.device)
+            drop = True
+        else:
+            drop = False
+        with torch.inference_mode():
+            out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                             logits_to_keep=keep, paged=ctx)
+        return out.logits[0, :0] if drop else out.logits[0]

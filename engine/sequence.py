@@ -31,7 +31,9 @@ class Sequence:
         params: sampling settings.
         use_kv_cache: decode with a KV cache (True) or recompute the whole sequence each step.
         output_ids: generated ids so far.
-        kv: this request's :class:`KVCache` while it runs, ``None`` otherwise.
+        kv: this request's own contiguous :class:`KVCache` (one-at-a-time mode), else ``None``.
+        block_table: physical KV blocks holding its tokens, in order (paged mode).
+        num_computed: leading tokens whose keys/values are in the cache (paged mode).
         times: timestamps for :class:`engine.metrics.RequestMetrics`.
     """
 
@@ -54,6 +56,10 @@ class Sequence:
     abort_requested: bool = False
     last_kv_bytes: int = 0
     last_memory: object = None
+    block_table: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    first_unkeyed: int = 0
+    preemptions: int = 0
 
     @property
     def num_tokens(self) -> int:

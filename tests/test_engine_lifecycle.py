@@ -27,7 +27,10 @@ def test_stream_events_and_metrics(engine):
     h = engine.submit("Name three colours.", SamplingParams(temperature=0, max_tokens=12))
     events = list(h)
     out = h.output
-    assert events[0].phase == "prefill" and events[0].num_tokens == len(out.prompt_token_ids)
+    assert events[0].phase == "prefill"
+    # prefill computes the prompt except full 16-token blocks found in the prefix cache
+    cached = len(out.prompt_token_ids) - events[0].num_tokens
+    assert cached >= 0 and cached % 16 == 0
     assert all(e.phase == "decode" and e.num_tokens == 1 for e in events[1:])
     assert [e.token_id for e in events] == out.token_ids
     assert "".join(e.text_delta for e in events) == out.text
@@ -169,39 +172,78 @@ def test_abort_while_waiting(engine):
     long.result(30)
 
 
-def test_injected_exception_fails_one_request_and_next_is_served(engine, monkeypatch):
+def inject(monkeypatch, engine, request_id, make_bad):
+    """Wrap the runner so steps holding ``request_id`` go wrong (``make_bad(logits, row)``)."""
     runner = engine.runner
-    real_decode = runner.decode
-    calls = {"n": 0}
+    real = runner.run
 
-    def flaky(token_id, cache):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise RuntimeError("injected failure")
-        return real_decode(token_id, cache)
+    def run(entries):
+        logits = real(entries)
+        sampled = [e for e in entries if e.samples]
+        for row, e in enumerate(sampled):
+            if e.seq.request_id == request_id and e.seq.output_ids:
+                logits = make_bad(logits, row)
+        return logits
 
-    monkeypatch.setattr(runner, "decode", flaky)
-    bad = engine.submit("First request.", SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
-    queued = engine.submit("Second request.", GREEDY)
+    monkeypatch.setattr(runner, "run", run)
+
+
+def test_injected_exception_fails_one_request_others_in_batch_unharmed(engine, monkeypatch):
+    expected = engine.generate("Second request.", GREEDY)
+
+    def boom(logits, row):
+        raise RuntimeError("injected failure")
+
+    inject(monkeypatch, engine, "bad-1", boom)
+    bad = engine.submit("First request.", SamplingParams(temperature=0, max_tokens=30,
+                                                         ignore_eos=True), request_id="bad-1")
+    other = engine.submit("Second request.", GREEDY)
     out_bad = bad.result(60)
     assert out_bad.finish_reason == "error" and "injected failure" in out_bad.error
-    out_ok = queued.result(60)
-    assert out_ok.finish_reason in ("stop", "length") and out_ok.token_ids
+    out_ok = other.result(60)
+    assert out_ok.finish_reason in ("stop", "length")
+    assert out_ok.token_ids == expected.token_ids
     assert wait_idle(engine)["kv_bytes_live"] == 0
+    assert engine.stats()["blocks_used"] == 0
 
 
 def test_nan_logits_error_and_engine_keeps_serving(engine, monkeypatch):
-    runner = engine.runner
-    real = runner.prefill
+    def nan(logits, row):
+        logits = logits.clone()
+        logits[row] = float("nan")
+        return logits
 
-    def nan_prefill(ids, cache):
-        return real(ids, cache) * float("nan")
-
-    monkeypatch.setattr(runner, "prefill", nan_prefill)
-    out = engine.generate("hello", GREEDY)
+    inject(monkeypatch, engine, "nan-1", nan)
+    other = engine.submit("hello", GREEDY)
+    out = engine.generate("hello", GREEDY, request_id="nan-1")
     assert out.finish_reason == "error" and "non-finite" in out.error
-    monkeypatch.setattr(runner, "prefill", real)
+    assert other.result(60).finish_reason in ("stop", "length")
     assert engine.generate("hello", GREEDY).finish_reason in ("stop", "length")
+
+
+def test_one_at_a_time_mode_failures(loaded, monkeypatch):
+    """The fallback path (own contiguous cache per request) isolates failures too."""
+    eng = LLMEngine(loaded, telemetry=False, batching=False)
+    try:
+        real = eng.runner.decode
+        calls = {"n": 0}
+
+        def flaky(token_id, cache):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            return real(token_id, cache)
+
+        monkeypatch.setattr(eng.runner, "decode", flaky)
+        bad = eng.submit("First.", SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+        queued = eng.submit("Second.", GREEDY)
+        out_bad = bad.result(60)
+        assert out_bad.finish_reason == "error" and "out of memory" in out_bad.error
+        assert queued.result(60).finish_reason in ("stop", "length")
+        assert wait_idle(eng)["kv_bytes_live"] == 0
+        assert not eng.stats()["batching"]
+    finally:
+        eng.shutdown()
 
 
 def test_queue_full_gives_clear_error(loaded):
@@ -250,14 +292,12 @@ def test_requests_run_first_come_first_served(engine):
 
 
 def test_out_of_memory_frees_cache(engine, monkeypatch):
-    runner = engine.runner
-    real = runner.decode
-
-    def oom(token_id, cache):
+    def oom(logits, row):
         raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(runner, "decode", oom)
-    out = engine.generate("hello there", SamplingParams(temperature=0, max_tokens=10))
-    monkeypatch.setattr(runner, "decode", real)
+    inject(monkeypatch, engine, "oom-1", oom)
+    out = engine.generate("hello there", SamplingParams(temperature=0, max_tokens=10),
+                          request_id="oom-1")
     assert out.finish_reason == "error" and "out of memory" in out.error
-    assert wait_idle(engine)["kv_bytes_live"] == 0
+    s = wait_idle(engine)
+    assert s["kv_bytes_live"] == 0 and s["blocks_used"] == 0
