@@ -216,7 +216,8 @@ class LLMEngine:
 
         Returns:
             ``{"block_size", "num_blocks", "state": per-block "free" / "cached" / "used",
-            "tables": [{"request_id", "blocks", "tokens"}...]}``; empty without paging.
+            "tables": [{"request_id", "blocks", "tokens"}...]}`` where ``tokens`` counts the
+            slots computed or being computed by the step in flight; empty without paging.
         """
         if self.block_manager is None:
             return {}
@@ -225,7 +226,8 @@ class LLMEngine:
             state = ["used" if b.ref_count else ("cached" if b.key is not None else "free")
                      for b in bm.blocks]
             tables = [{"request_id": s.request_id, "blocks": list(s.block_table),
-                       "tokens": s.num_computed} for s in self.scheduler.running if s.block_table]
+                       "tokens": s.num_computed + s.num_inflight}
+                      for s in self.scheduler.running if s.block_table]
             return {"block_size": bm.block_size, "num_blocks": len(bm.blocks), "state": state,
                     "tables": tables}
 
@@ -316,6 +318,7 @@ class LLMEngine:
             seq = e.seq
             samples = e.samples
             seq.num_computed += e.num_new
+            seq.num_inflight = 0
             seq.first_unkeyed = self.block_manager.register_full_blocks(
                 seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed)
             if not samples:

@@ -119,6 +119,7 @@ class Scheduler:
         if self.bm is not None and seq.block_table:
             self.bm.free(seq.block_table)
         seq.num_computed = 0
+        seq.num_inflight = 0
         seq.first_unkeyed = 0
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
@@ -154,6 +155,7 @@ class Scheduler:
                 if victim is seq:
                     break
             if seq.status is SequenceStatus.RUNNING:
+                seq.num_inflight = n
                 out.entries.append(ScheduledSeq(seq, n))
                 budget -= n
         while self.waiting and len(self.running) < self.max_num_seqs:
@@ -176,6 +178,7 @@ class Scheduler:
             else:
                 seq.block_table, seq.num_computed, n = self.bm.allocate(seq.all_ids, budget)
                 seq.first_unkeyed = seq.num_computed // self.bm.block_size
+                seq.num_inflight = n
                 out.entries.append(ScheduledSeq(seq, n))
                 budget -= n
         if not out.entries and not out.recompute:

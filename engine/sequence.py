@@ -34,6 +34,7 @@ class Sequence:
         kv: this request's own contiguous :class:`KVCache` (one-at-a-time mode), else ``None``.
         block_table: physical KV blocks holding its tokens, in order (paged mode).
         num_computed: leading tokens whose keys/values are in the cache (paged mode).
+        num_inflight: tokens the step now running is computing for it (paged mode).
         times: timestamps for :class:`engine.metrics.RequestMetrics`.
     """
 
@@ -58,6 +59,7 @@ class Sequence:
     last_memory: object = None
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0
+    num_inflight: int = 0
     first_unkeyed: int = 0
     preemptions: int = 0
 

@@ -1,0 +1,76 @@
+"""Reproducible experiments behind ``python -m engine bench`` and the page's Lessons tab.
+
+Each experiment is one small module with ``NAME``, ``TITLE``, ``run(loaded, quick, progress,
+engine=None, **sizes) -> dict`` (fields documented in its module docstring; common fields in
+:mod:`.common`) and ``plot(result, path) -> path`` (a matplotlib PNG). :data:`EXPERIMENTS` is the
+registry, in the order the CLI runs them.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
+
+from . import batch, decode_share, kv_cache, llama_cpp, prompt_length, roofline, vs_hf
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One registered experiment.
+
+    Attributes:
+        name: the CLI name (``vs-hf``, ``kv-cache``, ...); title: a one-line heading.
+        run: ``run(loaded, quick=False, progress=None, engine=None, **sizes) -> dict``.
+        plot: ``plot(result, path) -> str`` writing a PNG.
+    """
+
+    name: str
+    title: str
+    run: Callable[..., dict]
+    plot: Callable[[dict, str], str]
+
+
+def _entry(mod: ModuleType) -> Experiment:
+    return Experiment(mod.NAME, mod.TITLE, mod.run, mod.plot)
+
+
+EXPERIMENTS: dict[str, Experiment] = {
+    e.name: e for e in map(_entry, (vs_hf, kv_cache, prompt_length, decode_share, batch,
+                                    roofline, llama_cpp))
+}
+
+
+def names() -> list[str]:
+    """Registered experiment names, in run order."""
+    return list(EXPERIMENTS)
+
+
+def run_experiment(name: str, loaded, quick: bool = False, progress=None, engine=None,
+                   **sizes) -> dict:
+    """Run one experiment by name and never raise for its own failures.
+
+    Returns:
+        The experiment's result dict plus ``elapsed_s`` (wall seconds); on an exception a
+        result with ``status: "error"`` and ``error`` (the message and a short traceback).
+
+    Raises:
+        KeyError: ``name`` is not registered.
+    """
+    exp = EXPERIMENTS[name]
+    t0 = time.perf_counter()
+    try:
+        res = exp.run(loaded, quick=quick, progress=progress, engine=engine, **sizes)
+    except Exception as exc:  # noqa: BLE001 - one failed experiment must not stop the others
+        res = {"experiment": name, "title": exp.title, "quick": bool(quick), "status": "error",
+               "params": dict(sizes), "error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc(limit=4), "notes": [],
+               "summary": [{"metric": "error", "value": f"{type(exc).__name__}: {exc}"[:200],
+                            "unit": ""}]}
+    res["elapsed_s"] = time.perf_counter() - t0
+    return res
+
+
+__all__ = ["EXPERIMENTS", "Experiment", "names", "run_experiment"]

@@ -1,0 +1,131 @@
+"""Helpers every experiment shares: progress reports, prompts of a given length, engine runs.
+
+An experiment is a function ``run(loaded, quick=False, progress=None, engine=None, **sizes)``
+returning a plain, JSON-ready dict. The fields every result has:
+
+- ``experiment`` (registry name), ``title``, ``quick`` (bool),
+- ``status``: ``"ok"``, ``"skipped"`` (with ``reason``) or ``"error"`` (with ``error``),
+- ``params``: the sizes the run used (token counts, repeats, ...),
+- ``summary``: a list of ``{"metric", "value", "unit"}`` rows for ``summary.md``,
+- ``notes``: sentences a reader needs to interpret the numbers (may be empty).
+
+All times are ``time.perf_counter()`` seconds; rates are per second; sizes are bytes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+Progress = Callable[[float, str], None]
+
+# A chat prompt that invites a long answer (the engine runs it with ignore_eos anyway).
+STORY_PROMPT = ("Write a long story about a lighthouse keeper who finds a message in a bottle, "
+                "with many details about the sea, the weather and the people of the island.")
+
+# Plain English filler for prompts of a chosen length (raw text, no chat template).
+_FILLER = (
+    "The tide came in slowly over the grey stones while the keeper counted the ships. "
+    "Each evening he wrote the wind, the clouds and the colour of the water in his log. "
+    "A fisherman rowed past the rocks and waved, and the gulls followed his small boat home. "
+    "In winter the storms were long, so he mended nets and read old letters by the lamp. "
+)
+
+
+def report(progress: Progress | None, fraction: float, message: str) -> None:
+    """Call ``progress(fraction, message)`` when a callback was given.
+
+    Args:
+        progress: the caller's callback, or ``None``.
+        fraction: share of the experiment done, clipped to ``[0, 1]``.
+        message: one short line saying what runs now.
+    """
+    if progress is not None:
+        progress(min(1.0, max(0.0, float(fraction))), message)
+
+
+def median(values) -> float:
+    """Median of a non-empty sequence of numbers (``0.0`` when empty)."""
+    values = [float(v) for v in values]
+    return statistics.median(values) if values else 0.0
+
+
+def result(name: str, title: str, quick: bool, params: dict, **fields) -> dict:
+    """A result dict with the common fields (status ``ok``, empty summary and notes)."""
+    out = {"experiment": name, "title": title, "quick": bool(quick), "status": "ok",
+           "params": dict(params), "summary": [], "notes": []}
+    out.update(fields)
+    return out
+
+
+def row(metric: str, value, unit: str = "") -> dict:
+    """One ``summary`` row: a metric name, its value (number or text) and its unit."""
+    if isinstance(value, float):
+        value = float(f"{value:.4g}")
+    return {"metric": metric, "value": value, "unit": unit}
+
+
+def prompt_of_length(tokenizer, n_tokens: int) -> tuple[str, int]:
+    """Raw text whose raw encoding has about ``n_tokens`` tokens.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        n_tokens: wanted prompt length in tokens (``>= 1``).
+
+    Returns:
+        ``(text, actual_tokens)``: re-encoding the decoded text can differ by a token or two, so
+        the actual count is measured and returned.
+    """
+    from ..prompt import encode_prompt
+
+    text = _FILLER
+    while len(encode_prompt(tokenizer, text, raw=True)) < n_tokens + 8:
+        text += _FILLER
+    ids = encode_prompt(tokenizer, text, raw=True)[:n_tokens]
+    cut = tokenizer.decode(ids, skip_special_tokens=True)
+    return cut, len(encode_prompt(tokenizer, cut, raw=True))
+
+
+@contextmanager
+def engine_for(loaded, engine=None) -> Iterator:
+    """Yield ``engine`` when given (its queue is shared with others), else a private
+    ``LLMEngine(loaded, telemetry=False)`` that is shut down on exit."""
+    if engine is not None:
+        yield engine
+        return
+    from ..engine import LLMEngine
+
+    own = LLMEngine(loaded, telemetry=False)
+    try:
+        yield own
+    finally:
+        own.shutdown()
+
+
+def greedy(max_tokens: int):
+    """``SamplingParams`` for benchmarks: greedy, exactly ``max_tokens`` tokens (EOS ignored)."""
+    from ..params import SamplingParams
+
+    return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+
+
+def run_engine(engine, prompt, max_tokens: int, raw: bool = False, use_kv_cache: bool = True):
+    """Run one greedy request to exactly ``max_tokens`` tokens through the engine's queue.
+
+    Returns:
+        ``(output, events)``: the ``RequestOutput`` and the list of ``StepEvent`` objects.
+
+    Raises:
+        RuntimeError: the request did not finish normally (the message says why).
+    """
+    handle = engine.submit(prompt, greedy(max_tokens), raw=raw, use_kv_cache=use_kv_cache)
+    out = handle.result()
+    if not out.finished_ok:
+        raise RuntimeError(f"engine request ended with {out.finish_reason}: {out.error}")
+    return out, list(handle.events)
+
+
+def step_ms(events, phase: str = "decode") -> list[float]:
+    """Durations of the events of one phase, in milliseconds, in step order."""
+    return [e.duration_s * 1000.0 for e in events if e.phase == phase]

@@ -1,0 +1,122 @@
+"""Experiment ``llama-cpp``: the same GGUF file through llama-cpp-python, as an optional peer.
+
+Runs only when ``llama_cpp`` is importable (it is not a project dependency) and the model is
+an embedded one that ships a GGUF file; otherwise the result has ``status: "skipped"`` and a
+``reason``. llama.cpp reads the quantized GGUF weights directly (Q4_1 for the embedded model),
+while our engine runs the dequantized fp32 weights, so the comparison is peer against peer,
+not like for like. Result fields beyond the common ones (see :mod:`.common`):
+
+- ``gguf_path``, ``prompt_tokens``, ``new_tokens``.
+- ``llama_cpp_decode_tokens_per_s``, ``llama_cpp_ttft_s``: llama.cpp's greedy run.
+- ``engine_decode_tokens_per_s``, ``engine_ttft_s``: ours on the same prompt ids and count.
+- ``ratio``: engine / llama.cpp decode tokens/s.
+- ``matching_prefix``: how many leading tokens both produced alike (quantization may differ).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+from .common import STORY_PROMPT, engine_for, report, result, row, run_engine
+
+NAME = "llama-cpp"
+TITLE = "Peer: llama-cpp-python on the same GGUF file"
+
+
+def gguf_path(loaded) -> Path | None:
+    """The GGUF file behind an embedded model, or ``None`` (not embedded, package missing)."""
+    from ..loader import EMBEDDED
+
+    emb = EMBEDDED.get(str(loaded.info.name).lower())
+    if emb is None:
+        return None
+    spec = importlib.util.find_spec(emb.package)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / emb.gguf_file
+    return path if path.exists() else None
+
+
+def _skipped(quick: bool, reason: str) -> dict:
+    res = result(NAME, TITLE, quick, {})
+    res.update(status="skipped", reason=reason)
+    res["summary"] = [row("skipped", reason)]
+    return res
+
+
+def _llama_run(llm, ids: list[int], n: int) -> tuple[list[int], float, float]:
+    """Greedy tokens from llama.cpp, its TTFT and decode tokens/s."""
+    llm.reset()
+    toks, times = [], []
+    start = time.perf_counter()
+    for tok in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0):
+        times.append(time.perf_counter())
+        toks.append(int(tok))
+        if len(toks) >= n:
+            break
+    decode = times[-1] - times[0] if len(times) > 1 else 0.0
+    return toks, times[0] - start, (len(times) - 1) / decode if decode > 0 else 0.0
+
+
+def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int | None = None) -> dict:
+    """Compare llama.cpp and the engine on the same prompt ids, greedy, the same token count.
+
+    Args:
+        loaded: the :class:`engine.loader.LoadedModel`.
+        quick: 24 new tokens instead of 128.
+        progress: ``progress(fraction, message)`` callback or ``None``.
+        engine: an ``LLMEngine`` to run through (a private one when ``None``).
+        new_tokens: override the size.
+    """
+    if importlib.util.find_spec("llama_cpp") is None:
+        return _skipped(quick, "llama-cpp-python is not installed (optional: "
+                               "pip install llama-cpp-python)")
+    path = gguf_path(loaded)
+    if path is None:
+        return _skipped(quick, f"model {loaded.info.name!r} has no embedded GGUF file")
+    new_tokens = new_tokens or (24 if quick else 128)
+    from llama_cpp import Llama
+
+    from ..prompt import encode_prompt
+
+    ids = encode_prompt(loaded.tokenizer, STORY_PROMPT)
+    report(progress, 0.0, "loading the GGUF file in llama.cpp")
+    llm = Llama(model_path=str(path), n_ctx=len(ids) + new_tokens + 16,
+                n_threads=os.cpu_count() or 1, verbose=False)
+    _llama_run(llm, ids, 4)
+    report(progress, 0.2, f"llama.cpp: {new_tokens} tokens")
+    theirs, l_ttft, l_tps = _llama_run(llm, ids, new_tokens)
+    with engine_for(loaded, engine) as eng:
+        report(progress, 0.6, f"engine: {new_tokens} tokens")
+        run_engine(eng, STORY_PROMPT, 4)
+        out, _ = run_engine(eng, STORY_PROMPT, new_tokens)
+    report(progress, 1.0, "done")
+    mine = out.token_ids
+    same = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+    e_tps = out.metrics.decode_tokens_per_s
+    res = result(NAME, TITLE, quick, {"new_tokens": new_tokens},
+                 gguf_path=str(path), prompt_tokens=len(ids), new_tokens=new_tokens,
+                 llama_cpp_decode_tokens_per_s=l_tps, llama_cpp_ttft_s=l_ttft,
+                 engine_decode_tokens_per_s=e_tps, engine_ttft_s=out.metrics.ttft_s,
+                 ratio=e_tps / l_tps if l_tps > 0 else 0.0, matching_prefix=same)
+    res["summary"] = [row("llama.cpp decode", l_tps, "tok/s"), row("engine decode", e_tps, "tok/s"),
+                      row("ratio engine/llama.cpp", res["ratio"], "x"),
+                      row("matching leading tokens", same, f"of {new_tokens}")]
+    res["notes"].append("llama.cpp reads the quantized GGUF weights; the engine reads fp32 "
+                        "weights dequantized from the same file.")
+    return res
+
+
+def plot(res: dict, path: str) -> str:
+    """Bars of decode tokens/s: llama.cpp and the engine."""
+    from .plotting import ENGINE, OTHER, figure, save
+
+    fig, (ax,) = figure(res["title"], height=3.6)
+    vals = [res["llama_cpp_decode_tokens_per_s"], res["engine_decode_tokens_per_s"]]
+    ax.bar(["llama.cpp (GGUF)", "engine"], vals, color=[OTHER, ENGINE], width=0.5)
+    ax.set_ylabel("decode tokens/s (batch 1)")
+    return save(fig, path, f"{res['prompt_tokens']}-token prompt, {res['new_tokens']} new tokens, "
+                           "greedy; llama.cpp reads quantized weights")
