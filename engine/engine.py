@@ -261,6 +261,7 @@ class LLMEngine:
 
     # engine thread ------------------------------------------------------------------------
     def _loop(self) -> None:
+        busy = False
         while True:
             with self._wake:
                 self._reap_aborted()
@@ -268,8 +269,12 @@ class LLMEngine:
                     return
                 batch = self.scheduler.schedule()
                 if batch is None:
+                    if busy:  # just went idle: hand freed memory back to the system
+                        busy = False
+                        release_free_memory(self.info.device)
                     self._wake.wait(0.5)
                     continue
+            busy = True
             self.step(batch)
 
     def _reap_aborted(self) -> None:
@@ -466,6 +471,23 @@ class LLMEngine:
         self.rolling.add(output)
         if handle is not None:
             handle._finish(output)
+
+
+def release_free_memory(device: str) -> None:
+    """Return cached, unused memory to the system when the engine goes idle.
+
+    On CUDA this empties torch's caching allocator; on Linux with glibc, ``malloc_trim(0)``
+    gives the heap's free pages back (activations of a large batch otherwise stay in the
+    process's RSS).
+    """
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _log(p: float) -> float:
