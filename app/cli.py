@@ -1,0 +1,80 @@
+"""``python -m app``: load the model, start the engine, serve the playground page."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7860
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line flags. Host and port default to ``$GRADIO_SERVER_NAME``/``$GRADIO_SERVER_PORT``
+    when set (Hugging Face Spaces sets them), else 127.0.0.1:7860 (loopback only)."""
+    p = argparse.ArgumentParser(prog="python -m app", description="LLM inference playground (Gradio page)")
+    p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", DEFAULT_HOST),
+                   help="address to bind (default 127.0.0.1; 0.0.0.0 to serve the network)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT)),
+                   help="port (default 7860)")
+    p.add_argument("--model", default="smollm2-135m",
+                   help="embedded short name, Hugging Face model id or local folder (default smollm2-135m)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda[:N] or mps (default auto)")
+    p.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16 (default auto)")
+    p.add_argument("--max-queue", type=int, default=32, help="most requests waiting in the engine (default 32)")
+    p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
+    return p.parse_args(argv)
+
+
+def theme():
+    """The page's Gradio theme (given to ``launch``, as Gradio 6 asks)."""
+    import gradio as gr
+
+    return gr.themes.Soft(primary_hue="blue", neutral_hue="slate")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Load the model (printing progress), build the page and serve it until interrupted."""
+    args = parse_args(argv)
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from engine import LLMEngine, load_model
+    from engine.loader import ModelLoadError
+
+    t0 = time.perf_counter()
+    print(f"Loading {args.model} ...", flush=True)
+    try:
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype,
+                            progress=lambda msg: print(f"  {msg}", flush=True))
+    except (ModelLoadError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    engine = LLMEngine(loaded, max_queue=args.max_queue, telemetry=True)
+    info = engine.info
+    print(f"Model ready in {time.perf_counter() - t0:.1f} s: {info.name} on {info.device} ({info.dtype})",
+          flush=True)
+
+    from .assets import read_css
+    from .service import Playground
+    from .ui import build_demo
+
+    pg = Playground(engine)
+    # Let every request reach the engine (running + waiting, with room to spare) so users see the
+    # engine's own queue position and its "queue is full" message rather than Gradio's queue.
+    concurrency = 2 * args.max_queue + 4
+    demo = build_demo(pg, max_concurrency=concurrency)
+    demo.queue(default_concurrency_limit=concurrency)
+    try:
+        _, local_url, share_url = demo.launch(server_name=args.host, server_port=args.port, share=args.share,
+                                              theme=theme(), css=read_css(), prevent_thread_lock=True,
+                                              quiet=True, show_error=True, max_threads=concurrency + 8)
+        shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
+        print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""), flush=True)
+        demo.block_thread()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        pg.close()
+        engine.shutdown()
+    return 0

@@ -1,0 +1,230 @@
+"""Plotly figures of the live panels, as pure functions of plain numbers.
+
+Nothing here knows about Gradio, the engine or torch: each builder takes lists and dicts and
+returns a ``plotly.graph_objects.Figure``, so the tests check the data points directly.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .fmt import fmt_bytes, fmt_int
+
+PREFILL = "#E4572E"   # orange-red: the prefill step
+DECODE = "#2E86AB"    # blue: decode steps
+FORMULA = "#555555"   # grey: the formula's prediction
+PART_COLORS = {
+    "weights": "#2E86AB",
+    "kv_cache": "#E4572E",
+    "activations": "#F3A712",
+    "allocator_cache": "#A8C686",
+    "context_other": "#8E7DBE",
+    "runtime_other": "#8E7DBE",
+    "free": "#E6E6E6",
+}
+PART_LABELS = {
+    "weights": "weights",
+    "kv_cache": "KV cache",
+    "activations": "activations",
+    "allocator_cache": "allocator cache",
+    "context_other": "CUDA context + other",
+    "runtime_other": "runtime + other",
+    "free": "free",
+}
+HEIGHT = 330
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "font": {"size": 15}, "x": 0.01, "xanchor": "left"},
+        template="plotly_white",
+        height=HEIGHT,
+        margin={"l": 60, "r": 20, "t": 40, "b": 40},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0.0,
+                "traceorder": "normal"},
+        font={"size": 13},
+        hovermode="closest",
+    )
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title)
+    return fig
+
+
+def _hint(fig: go.Figure, text: str) -> go.Figure:
+    fig.add_annotation(text=text, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
+                       font={"size": 14, "color": "#888"})
+    return fig
+
+
+def latency_figure(token_index: list[int], step_ms: list[float], phases: list[str],
+                   prompt_tokens: int = 0, use_kv_cache: bool = True,
+                   batch_sizes: list[int] | None = None, prefill_computed: int | None = None) -> go.Figure:
+    """Per-token latency: how long each engine step took, prefill marked apart from decode.
+
+    Args:
+        token_index: output token number each step produced (1, 2, ...).
+        step_ms: step duration (forward pass + sampling) in milliseconds.
+        phases: ``"prefill"`` or ``"decode"`` per step.
+        prompt_tokens: prompt length, written on the prefill marker.
+        use_kv_cache: when False the title says every step recomputes the whole sequence.
+        batch_sizes: sequences sharing each step (shown on hover; a step with more requests
+            in the batch takes longer).
+        prefill_computed: prompt tokens the prefill pass computed, when fewer than
+            ``prompt_tokens`` (the rest came from the prefix cache or earlier chunks).
+
+    Returns:
+        A figure with a ``prefill`` trace (one marker) and a ``decode`` trace (a line).
+    """
+    fig = go.Figure()
+    batch = list(batch_sizes) if batch_sizes and len(batch_sizes) == len(token_index) else [1] * len(token_index)
+    rows = list(zip(token_index, step_ms, phases, batch))
+    pre = [r for r in rows if r[2] == "prefill"]
+    dec = [r for r in rows if r[2] != "prefill"]
+    fig.add_trace(go.Scatter(
+        name=_prefill_name(prompt_tokens, prefill_computed),
+        x=[r[0] for r in pre], y=[r[1] for r in pre], customdata=[r[3] for r in pre], mode="markers",
+        marker={"color": PREFILL, "size": 13, "symbol": "diamond"},
+        hovertemplate="prefill → token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        name="decode (1 new token per step)" if use_kv_cache else "decode (no cache: whole sequence each step)",
+        x=[r[0] for r in dec], y=[r[1] for r in dec], customdata=[r[3] for r in dec], mode="lines+markers",
+        line={"color": DECODE, "width": 2}, marker={"size": 4},
+        hovertemplate="token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>"))
+    title = "Latency per token" + ("" if use_kv_cache else " — KV cache OFF")
+    _layout(fig, title, "output token #", "step time (ms)")
+    fig.update_yaxes(rangemode="tozero")
+    if not token_index:
+        _hint(fig, "Press Generate: one point per token appears here")
+    return fig
+
+
+def _prefill_name(prompt_tokens: int, computed: int | None) -> str:
+    if not prompt_tokens:
+        return "prefill"
+    if computed is not None and 0 < computed < prompt_tokens:
+        return (f"prefill ({fmt_int(prompt_tokens)} prompt tokens; {fmt_int(computed)} computed, "
+                f"{fmt_int(prompt_tokens - computed)} already in the KV cache)")
+    return f"prefill ({fmt_int(prompt_tokens)} prompt tokens in one pass)"
+
+
+def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
+              use_kv_cache: bool = True, max_tokens_hint: int | None = None) -> go.Figure:
+    """KV cache growth: measured cache bytes against cached tokens, with the formula's line.
+
+    Args:
+        kv_tokens: tokens in the cache after each step.
+        kv_bytes: measured bytes (sum of the cache tensors' ``nbytes``) after each step.
+        bytes_per_token: the formula's bytes per cached token for this model and dtype.
+        use_kv_cache: False draws only the formula (what a cache would have held).
+        max_tokens_hint: extend the formula line to this many tokens (e.g. prompt + max new).
+
+    Returns:
+        A figure with a ``formula`` line trace and a ``measured`` marker trace.
+    """
+    fig = go.Figure()
+    top = max([0] + list(kv_tokens) + [max_tokens_hint or 0])
+    fig.add_trace(go.Scatter(
+        name=f"formula: {fmt_int(bytes_per_token)} B × tokens",
+        x=[0, top], y=[0, bytes_per_token * top], mode="lines",
+        line={"color": FORMULA, "dash": "dash", "width": 1.5},
+        hovertemplate="%{x} tokens → %{y:,} B (formula)<extra></extra>"))
+    fig.add_trace(go.Scatter(
+        name="measured (cache tensors)",
+        x=list(kv_tokens), y=list(kv_bytes), mode="markers",
+        marker={"color": PREFILL, "size": 6},
+        hovertemplate="%{x} tokens → %{y:,} B measured<extra></extra>"))
+    last = f": {fmt_bytes(kv_bytes[-1])} now" if kv_bytes and use_kv_cache else ""
+    title = ("KV cache size" + last) if use_kv_cache else "KV cache OFF: nothing is kept between steps"
+    _layout(fig, title, "tokens in the cache", "bytes")
+    fig.update_yaxes(rangemode="tozero", tickformat="~s")
+    fig.update_xaxes(rangemode="tozero")
+    if not kv_tokens:
+        _hint(fig, "Press Generate: the cache grows by one token per step")
+    elif not use_kv_cache:
+        _hint(fig, "Each step recomputes keys and values of the whole sequence")
+    return fig
+
+
+def memory_figure(memory: dict | None, request_kv_bytes: int | None = None) -> go.Figure:
+    """Memory breakdown as one stacked horizontal bar; estimated parts hatched and marked (est.).
+
+    Args:
+        memory: a plain breakdown (``app.session.memory_to_plain``) or ``None``.
+        request_kv_bytes: this request's own KV bytes; when the KV part is larger (a paged
+            pool allocated up front for every request) the label says so and names both.
+
+    Returns:
+        A figure with one bar trace per part, named like ``"weights 538.1 MB"``.
+    """
+    fig = go.Figure()
+    title = "Memory breakdown"
+    if memory and memory.get("parts"):
+        for part in memory["parts"]:
+            name = part["name"]
+            est = not part["measured"]
+            label = f"{PART_LABELS.get(name, name)} {fmt_bytes(part['bytes'])}" + (" (est.)" if est else "")
+            if name == "kv_cache" and request_kv_bytes is not None and part["bytes"] > request_kv_bytes:
+                label = (f"KV cache pool {fmt_bytes(part['bytes'])} (allocated up front; "
+                         f"your request uses {fmt_bytes(request_kv_bytes)})")
+            note = part.get("note") or ("estimate from the formulas" if est else "measured")
+            fig.add_trace(go.Bar(
+                name=label, y=[memory.get("device") or "memory"], x=[part["bytes"]], orientation="h",
+                marker={"color": PART_COLORS.get(name, "#999999"),
+                        "pattern": {"shape": "/" if est else "", "fgcolor": "#333", "solidity": 0.35},
+                        "line": {"color": "white", "width": 1}},
+                hovertemplate=f"{label}<br>%{{x:,}} B<br>{note}<extra></extra>"))
+        title = f"Memory: {memory.get('total_label', 'total')} {fmt_bytes(memory.get('total_bytes'))}"
+    _layout(fig, title, "bytes", "")
+    fig.update_layout(barmode="stack", legend={"y": -0.15})
+    fig.update_xaxes(tickformat="~s", title_text="")
+    fig.update_yaxes(showticklabels=False)
+    if not memory or not memory.get("parts"):
+        _hint(fig, "Memory appears after the first step (hatched = estimated)")
+    return fig
+
+
+def device_figure(samples: list[dict], gpu_available: bool, reason: str = "",
+                  name: str = "") -> go.Figure:
+    """Device over time: GPU utilization, power and temperature, or CPU load and RSS on CPU.
+
+    Args:
+        samples: dicts with ``t`` (seconds, negative = ago) and, with a GPU, ``util_pct``,
+            ``power_w``, ``temp_c``; without one, ``cpu_pct`` and ``rss_bytes``. Missing or
+            ``None`` values are gaps.
+        gpu_available: whether NVML readings are available.
+        reason: why there is no GPU reading (shown in the title), e.g. "no NVIDIA GPU: running on CPU".
+        name: the device's name for the title.
+
+    Returns:
+        A figure; the right-hand axis carries watts (GPU) or process RSS (CPU).
+    """
+    fig = go.Figure()
+    ts = [s["t"] for s in samples]
+
+    def col(key):
+        return [s.get(key) for s in samples]
+
+    if gpu_available:
+        fig.add_trace(go.Scatter(name="GPU util %", x=ts, y=col("util_pct"), mode="lines",
+                                 line={"color": DECODE}))
+        fig.add_trace(go.Scatter(name="temp °C", x=ts, y=col("temp_c"), mode="lines",
+                                 line={"color": PREFILL}))
+        fig.add_trace(go.Scatter(name="power W", x=ts, y=col("power_w"), mode="lines", yaxis="y2",
+                                 line={"color": "#F3A712", "dash": "dot"}))
+        title = f"GPU: {name}" if name else "GPU"
+        right = "watts"
+    else:
+        fig.add_trace(go.Scatter(name="CPU util % (whole machine)", x=ts, y=col("cpu_pct"), mode="lines",
+                                 line={"color": DECODE}))
+        fig.add_trace(go.Scatter(name="process RSS", x=ts, y=col("rss_bytes"), mode="lines", yaxis="y2",
+                                 line={"color": "#8E7DBE", "dash": "dot"}))
+        title = reason or "no GPU reading"
+        right = "RSS bytes"
+    _layout(fig, title, "seconds ago", "% or °C" if gpu_available else "CPU %")
+    fig.update_layout(yaxis={"range": [0, 105]},
+                      yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero",
+                              "title": {"text": right}, "tickformat": "~s", "showgrid": False},
+                      margin={"l": 60, "r": 60, "t": 40, "b": 40})
+    if not samples:
+        _hint(fig, "Waiting for the first device reading…")
+    return fig

@@ -1,0 +1,129 @@
+"""The Gradio page: the layout here, the event wiring in ``app.wiring``, the work in ``app.handlers``."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gradio as gr
+
+from . import cards, figures, handlers
+from .assets import load_examples
+from .fmt import fmt_int
+from .tokens_view import TOOLTIP_JS, inspector_template
+
+INTRO = (
+    "Type a prompt and watch an LLM work. **Prefill** reads the whole prompt in one forward pass; "
+    "**decode** then adds one token per step, reusing the **KV cache** (the keys and values of "
+    "every earlier token). The panels below are measured on this machine while the answer streams."
+)
+PROMPT_HINT = "Write a short poem about a programmer under deadline pressure."
+
+
+def _sidebar(pg) -> dict:
+    """Model badge and the sampling controls."""
+    cap = max(1, min(2048, pg.max_seq_tokens - 1))
+    with gr.Sidebar(open=True, width=330):
+        gr.HTML(cards.model_badge_html(pg.info))
+        gr.Markdown("### Sampling")
+        return dict(
+            temperature=gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="temperature",
+                                  info="0 = greedy: always the most likely token"),
+            top_k=gr.Slider(0, 200, value=50, step=1, label="top-k",
+                            info="keep only the k most likely tokens; 0 = off"),
+            top_p=gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="top-p (nucleus)",
+                            info="keep the fewest tokens whose probabilities add up to p; 1 = off"),
+            min_p=gr.Slider(0, 0.5, value=0.0, step=0.01, label="min-p",
+                            info="drop tokens below min-p × the top token's probability; 0 = off"),
+            rep_penalty=gr.Slider(0.8, 2.0, value=1.1, step=0.05, label="repetition penalty",
+                                  elem_id="rep-penalty", info="> 1 makes tokens already seen less likely; 1 = off"),
+            max_tokens=gr.Slider(1, cap, value=min(256, cap), step=1, label="max new tokens",
+                                 elem_id="max-tokens"),
+            seed=gr.Number(value=-1, precision=0, label="seed",
+                           info="-1 = random; any other number repeats the same answer"),
+            use_kv=gr.Checkbox(value=True, label="KV cache",
+                               info="off: every step recomputes the whole sequence (watch the latency grow)"),
+        )
+
+
+def _conversation(empty: dict) -> dict:
+    """Mode, system prompt, chat / completion, prompt box, buttons, status and examples."""
+    examples = load_examples()
+    c = dict(
+        mode=gr.Radio([("Chat", "chat"), ("Raw completion", "raw")], value="chat", label="Mode",
+                      info="chat: your message goes through the model's chat template; raw: the model "
+                           "simply continues your text"),
+        system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1,
+                                 placeholder="optional, e.g. You are a concise assistant."),
+        chatbot=gr.Chatbot(label="Conversation", height=340, feedback_options=None, buttons=["copy"],
+                           elem_id="chatbot"),
+        completion=gr.Textbox(label="Completion: your text + the model's continuation", lines=12,
+                              interactive=False, visible=False, elem_id="completion"),
+        message=gr.Textbox(label="Prompt", lines=2, max_lines=8, placeholder=PROMPT_HINT, elem_id="prompt"),
+    )
+    with gr.Row():
+        c["gen_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+        c["stop_btn"] = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop-btn")
+        c["clear_btn"] = gr.Button("Clear", elem_id="clear-btn")
+    c["status"] = gr.HTML(empty["status"], elem_id="status")
+    gr.Examples(examples=[[ex["mode"], ex["prompt"]] for ex in examples],
+                example_labels=[ex["label"] for ex in examples], inputs=[c["mode"], c["message"]],
+                label="Examples (English and 中文)")
+    return c
+
+
+def _panels(pg, empty: dict) -> dict:
+    """The live Plotly panels, the KV formula, the rolling table and the trace downloads."""
+    p = {}
+    with gr.Row():
+        p["latency"] = gr.Plot(empty["latency"], show_label=False, elem_id="latency-plot")
+        p["kv_plot"] = gr.Plot(empty["kv"], show_label=False, elem_id="kv-plot")
+    p["kv_formula"] = gr.HTML(empty["kv_formula"], elem_id="kv-formula")
+    with gr.Row():
+        p["memory"] = gr.Plot(empty["memory"], show_label=False, elem_id="memory-plot")
+        p["device"] = gr.Plot(figures.device_figure([], False, pg.device.reason), show_label=False,
+                              elem_id="device-plot")
+    with gr.Row():
+        with gr.Column(scale=3):
+            gr.Markdown("### Recent requests (every user of this server)")
+            p["rolling"] = gr.HTML(cards.rolling_table_html(pg.rolling_summary()), elem_id="rolling")
+        with gr.Column(scale=2):
+            gr.Markdown("### Trace of your last request\nOne row per engine step: phase, token, "
+                        "timings, KV cache tokens and bytes (measured and formula).")
+            p["json_btn"] = gr.DownloadButton("Download trace (JSON)", interactive=False, elem_id="trace-json")
+            p["csv_btn"] = gr.DownloadButton("Download trace (CSV)", interactive=False, elem_id="trace-csv")
+    gr.Markdown(f"<div class='footnote'>Sizes use decimal units (1 MB = 10<sup>6</sup> bytes). Context "
+                f"window: {fmt_int(pg.info.context_len)} tokens. Script it with <code>gradio_client</code>: "
+                f"endpoint <code>/generate</code> (see “Use via API” below).</div>")
+    return p
+
+
+def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
+    """Build the playground page around a :class:`app.service.Playground`.
+
+    Args:
+        pg: the playground (engine wrapper) shared by every session.
+        max_concurrency: requests (page and API together) Gradio runs at once; set it above the
+            engine's queue size so a full engine queue is reported, not hidden by Gradio's queue.
+
+    Returns:
+        The ``gr.Blocks``; launch it with ``theme`` and ``css`` (Gradio 6 takes them in ``launch``).
+    """
+    from .wiring import wire
+
+    empty = handlers.empty_panels(pg)
+    with gr.Blocks(title="LLM inference playground", fill_width=True) as demo:
+        sidebar = _sidebar(pg)
+        gr.Markdown("# LLM inference playground")
+        gr.Markdown(INTRO, elem_classes=["intro"])
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=5):
+                conversation = _conversation(empty)
+            with gr.Column(scale=4):
+                stat_cards = gr.HTML(empty["cards"], elem_id="stat-cards")
+                tokens = gr.HTML(empty["tokens"], html_template=inspector_template(), js_on_load=TOOLTIP_JS,
+                                 elem_id="tokens")
+        panels = _panels(pg, empty)
+        page = SimpleNamespace(**sidebar, **conversation, **panels, stat_cards=stat_cards, tokens=tokens,
+                               timer=gr.Timer(2.0))
+        wire(demo, page, pg, max_concurrency)
+    return demo

@@ -1,0 +1,87 @@
+"""The page's events: Generate, Stop, Clear, mode switch, the device timer, tab close, and the API.
+
+Each listener is a thin adapter from Gradio values to the plain functions of ``app.handlers``.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from . import api, handlers
+
+PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+
+
+def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
+    """Attach every event listener of the page (call inside the ``gr.Blocks`` context).
+
+    Args:
+        demo: the Blocks being built; page: its components (``app.ui`` names them);
+        pg: the shared :class:`app.service.Playground`; max_concurrency: generations (page and
+            API together) that Gradio runs at once.
+    """
+    gen_outputs = [page.chatbot, page.completion, page.message, page.status, page.tokens, page.stat_cards,
+                   page.latency, page.kv_plot, page.kv_formula, page.memory, page.rolling,
+                   page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn]
+
+    def to_updates(frame: dict) -> list:
+        """A handler frame as one value (or ``gr.skip()``) per component of ``gen_outputs``."""
+        out = [frame.get(name, gr.skip()) for name in handlers.OUTPUTS[:-2]]
+        trace = frame.get("trace")
+        out += [gr.DownloadButton(value=p, interactive=True) for p in trace] if trace else [gr.skip()] * 2
+        busy = frame.get("busy")
+        out += ([gr.skip()] * 2 if busy is None else
+                [gr.Button(interactive=not busy), gr.Button(interactive=busy)])
+        return out
+
+    def on_generate(mode, message, history, system_prompt, temperature, top_p, top_k, min_p, rep_penalty,
+                    max_tokens, seed, use_kv, request: gr.Request):
+        for frame in handlers.generate(pg, request.session_hash, mode, message, history, system_prompt,
+                                       temperature, top_p, top_k, min_p, rep_penalty, max_tokens, seed,
+                                       use_kv, notify=gr.Warning):
+            yield to_updates(frame)
+
+    gen_inputs = [page.mode, page.message, page.chatbot, page.system_prompt, page.temperature, page.top_p,
+                  page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv]
+    run = dict(fn=on_generate, inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
+               concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private")
+    page.gen_btn.click(**run)
+    page.message.submit(**run)
+
+    def on_stop(request: gr.Request):
+        return handlers.stop(pg, request.session_hash).get("status", gr.skip())
+
+    page.stop_btn.click(on_stop, None, page.status, **PRIVATE)
+
+    clear_keys = ("status", "tokens", "cards", "latency", "kv", "kv_formula", "memory")
+
+    def on_clear():
+        panels = handlers.empty_panels(pg)
+        return [[], ""] + [panels[k] for k in clear_keys]
+
+    page.clear_btn.click(on_clear, None, [page.chatbot, page.completion, page.status, page.tokens,
+                                          page.stat_cards, page.latency, page.kv_plot, page.kv_formula,
+                                          page.memory], **PRIVATE)
+
+    def on_mode(mode):
+        chat = mode == "chat"
+        return gr.Chatbot(visible=chat), gr.Textbox(visible=chat), gr.Textbox(visible=not chat)
+
+    page.mode.change(on_mode, page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
+
+    def on_tick():
+        frame = handlers.device_frame(pg)
+        return frame["device"], frame["rolling"]
+
+    page.timer.tick(on_tick, None, [page.device, page.rolling], **PRIVATE)
+    demo.load(on_tick, None, [page.device, page.rolling], **PRIVATE)
+
+    def on_unload(request: gr.Request):
+        pg.stop(request.session_hash)  # tab closed: abort its requests, free their KV cache
+
+    demo.unload(on_unload)
+
+    gr.api(api.make_generate(pg), api_name="generate", concurrency_limit=max_concurrency,
+           concurrency_id="engine")
+    gr.api(api.make_stats(pg), api_name="stats", concurrency_limit=None)
+    gr.api(api.make_stop(pg), api_name="stop", concurrency_limit=None)

@@ -1,0 +1,169 @@
+"""A real browser on the page: Playwright driving Debian's Chromium (see DESIGN.md).
+
+Loads the page, types a prompt, clicks Generate, checks that text streams and that the latency
+and KV panels hold data points before the answer ends, inspects a token, then clicks Stop.
+Skipped when /usr/bin/chromium is missing, unless the environment variable CI is set (then the
+missing browser is a failure: CI installs Chromium itself).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+if not CHROMIUM.exists():
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`", pytrace=False)
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); set CI=1 to make this a failure",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+
+from test_app_fakes import launch  # noqa: E402
+
+PLOT_POINTS = """(sel) => {
+  const el = document.querySelector(sel + ' .js-plotly-plot');
+  return el && el.data ? el.data.map(t => (t.x || []).length) : null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def page_url(engine, tmp_path_factory):
+    from app.service import Playground
+
+    pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"))
+    demo, url = launch(pg)
+    yield url
+    demo.close()
+    pg.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def wait_until(fn, timeout=60.0, every=0.1):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    return None
+
+
+def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, tmp_path):
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page.goto(page_url)
+    page.wait_for_selector("#generate-btn", timeout=60_000)
+    assert "smollm2" in page.content().lower()
+
+    page.get_by_text("Raw completion").click()
+    for slider, value in (("#temperature", "0"), ("#rep-penalty", "1")):  # greedy counting runs long
+        page.locator(f"{slider} input[type=number]").fill(value)
+        page.locator(f"{slider} input[type=number]").press("Tab")
+    page.locator("#prompt textarea").fill("1, 2, 3, 4, 5,")
+    aborted_before = engine.stats()["aborted"]
+    page.locator("#generate-btn").click()
+
+    # text streams: token chips and the completion box fill in while the status says "Decoding"
+    assert wait_until(lambda: page.locator("#tokens .tok").count() >= 6, 120, every=0.02), "no tokens streamed"
+    status = page.locator("#status").inner_text()
+    assert status.startswith("Decoding"), status
+    assert len(page.locator("#completion textarea").input_value()) > len("1, 2, 3, 4, 5,")
+
+    # the panels hold data points before the answer ends
+    lat = wait_until(lambda: (pts := page.evaluate(PLOT_POINTS, "#latency-plot")) and pts[1] >= 3 and pts, 30)
+    assert lat and lat[0] == 1, lat  # one prefill point, several decode points
+    kv = wait_until(lambda: (pts := page.evaluate(PLOT_POINTS, "#kv-plot")) and pts[1] >= 3 and pts, 30)
+    assert kv, "KV panel has no measured points"
+    assert page.locator("#status").inner_text().startswith("Decoding")
+    assert "46,080 B per token" in page.locator("#kv-formula").inner_text()
+    page.screenshot(path=str(tmp_path / "mid-generation.png"), full_page=True)
+
+    # a token shows its probability and top-5 on hover
+    page.locator("#tokens .tok").nth(2).hover()
+    tip = page.locator(".tok-tip")
+    assert wait_until(tip.is_visible, 5), "no tooltip on hover"
+    assert "token #3" in tip.inner_text() and "p =" in tip.inner_text()
+    assert tip.locator("tr").count() >= 2  # the top candidates
+
+    # Stop ends the engine's request, not only the display
+    page.locator("#stop-btn").click()
+    assert wait_until(lambda: "stopped by you" in page.locator("#status").inner_text(), 30)
+    assert engine.stats()["aborted"] == aborted_before + 1
+    n = page.locator("#tokens .tok").count()
+    assert n < 256
+    time.sleep(1.0)
+    assert page.locator("#tokens .tok").count() == n
+    assert page.locator("#generate-btn").is_enabled()
+    assert page.locator("#trace-json").is_enabled()
+    with page.expect_download(timeout=30_000) as dl:
+        page.locator("#trace-csv").click()
+    rows = Path(dl.value.path()).read_text(encoding="utf-8").splitlines()
+    assert rows[0].startswith("request_id,phase") and len(rows) == n + 1  # one row per step
+    page.close()
+
+
+def test_empty_prompt_shows_a_message_and_the_page_recovers(page_url, browser):
+    page = browser.new_page()
+    page.goto(page_url)
+    page.wait_for_selector("#generate-btn", timeout=60_000)
+    page.locator("#generate-btn").click()
+    assert wait_until(lambda: "prompt is empty" in page.locator("#status").inner_text(), 30)
+    page.locator("#max-tokens input[type=number]").fill("3")
+    page.locator("#max-tokens input[type=number]").press("Tab")
+    page.locator("#prompt textarea").fill("Say hi.")
+    page.locator("#generate-btn").click()
+    assert wait_until(lambda: "Finished" in page.locator("#status").inner_text(), 120)
+    assert page.locator("#chatbot").inner_text().strip()
+    page.close()
+
+
+def test_closing_the_tab_aborts_its_request(page_url, browser, engine):
+    page = browser.new_page()
+    page.goto(page_url)
+    page.wait_for_selector("#generate-btn", timeout=60_000)
+    page.get_by_text("Raw completion").click()
+    for slider, value in (("#temperature", "0"), ("#rep-penalty", "1")):
+        page.locator(f"{slider} input[type=number]").fill(value)
+        page.locator(f"{slider} input[type=number]").press("Tab")
+    page.locator("#prompt textarea").fill("1, 2, 3, 4, 5,")
+    before = engine.stats()["aborted"]
+    page.locator("#generate-btn").click()
+    assert wait_until(lambda: page.locator("#tokens .tok").count() >= 3, 120, every=0.02)
+    page.close()
+    assert wait_until(lambda: engine.stats()["aborted"] == before + 1, 40), "closing the tab did not abort"
+    assert engine.stats()["running"] == 0
+
+
+def test_two_tabs_each_see_their_own_answer(page_url, browser):
+    prompts = ["The capital of France is", "def add(a, b):"]
+    pages = []
+    for prompt in prompts:
+        page = browser.new_page()
+        page.goto(page_url)
+        page.wait_for_selector("#generate-btn", timeout=60_000)
+        page.get_by_text("Raw completion").click()
+        for slider, value in (("#temperature", "0"), ("#rep-penalty", "1"), ("#max-tokens", "12")):
+            page.locator(f"{slider} input[type=number]").fill(value)
+            page.locator(f"{slider} input[type=number]").press("Tab")
+        page.locator("#prompt textarea").fill(prompt)
+        pages.append(page)
+    for page in pages:
+        page.locator("#generate-btn").click()
+    for page, prompt, other in zip(pages, prompts, reversed(prompts)):
+        assert wait_until(lambda: "Finished" in page.locator("#status").inner_text(), 120)
+        text = page.locator("#completion textarea").input_value()
+        assert text.startswith(prompt) and len(text) > len(prompt) and other not in text
+        page.close()
