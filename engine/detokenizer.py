@@ -42,9 +42,11 @@ class IncrementalDetokenizer:
         """Reconcile with a full decode at the end; return any text still owed.
 
         After this, ``self.text == tokenizer.decode(ids, skip_special_tokens=True)`` whenever the
-        streamed text is a prefix of the full decode (it always is for byte-level BPE).
+        streamed text is a prefix of the full decode (it always is for byte-level BPE), except
+        that an incomplete last character (generation stopped mid-character, which decodes to
+        U+FFFD) is dropped, so no text ever carries U+FFFD.
         """
-        full = self._decode(self.ids)
+        full = self._decode(self.ids).rstrip(REPLACEMENT)  # a character cut off by the end
         if full.startswith(self.text) and len(full) > len(self.text):
             delta = full[len(self.text):]
             self.text = full

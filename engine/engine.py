@@ -315,8 +315,14 @@ class LLMEngine:
                 e.seq.times.scheduled = start
         logits = self.runner.run(entries)
         total = sum(e.num_new for e in entries)
-        memory = (self.probe.end_step(self.pool.nbytes, len(entries), total)
-                  if self.probe is not None else None)
+        memory = None
+        if self.probe is not None:  # the packed step is one row of ``total`` tokens
+            memory = self.probe.end_step(self.pool.nbytes, 1, total)
+            kv = memory.part("kv_cache")
+            if kv is not None:
+                b = self.block_manager.stats()
+                kv.note = (f"paged pool allocated once: {b.num_blocks} blocks x {b.block_size} "
+                           f"tokens; {b.used} in use, {b.cached} free but holding a prefix")
         info = self._batch_info(batch, entries, start)
         row = 0
         for e in entries:
@@ -359,6 +365,8 @@ class LLMEngine:
         choice = self.sampler.sample(logits, seq.params, context, outputs, seq.generator)
         end = time.perf_counter()
         phase = "decode" if seq.output_ids else "prefill"
+        if phase == "prefill":  # a chunked prefill spans several steps: it began when scheduled
+            start = seq.times.scheduled
         seq.last_memory = memory
         seq.output_ids.append(choice.token_id)
         seq.times.token_times.append(end)

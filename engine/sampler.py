@@ -27,7 +27,8 @@ class SampleResult:
     Attributes:
         token_id: the chosen token.
         prob: its probability after the filters (1.0 for a greedy pick of a peaked distribution).
-        top_ids, top_probs: up to ``TOP_CANDIDATES`` most likely tokens after the filters.
+        top_ids, top_probs: up to ``TOP_CANDIDATES`` most likely tokens after the filters
+            (tokens the filters removed, probability 0, are left out).
     """
 
     token_id: int
@@ -136,5 +137,6 @@ class Sampler:
             token = int(torch.multinomial(probs, 1, generator=generator))
         k = min(TOP_CANDIDATES, probs.shape[-1])
         top = torch.topk(probs, k)
+        pairs = [(i, p) for i, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0]
         return SampleResult(token_id=token, prob=float(probs[token]),
-                            top_ids=top.indices.tolist(), top_probs=top.values.tolist())
+                            top_ids=[i for i, _ in pairs], top_probs=[p for _, p in pairs])

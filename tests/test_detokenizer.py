@@ -40,3 +40,12 @@ def test_stop_matcher_finds_and_holds_back_prefixes():
     assert m.safe_end("hello\n") == len("hello")
     assert m.safe_end("hello") == 5
     assert StopStringMatcher([]).safe_end("abc") == 3
+
+
+def test_character_cut_by_max_tokens_is_dropped(loaded):
+    tok = loaded.tokenizer
+    ids = tok("程序员", add_special_tokens=False)["input_ids"]
+    assert "\ufffd" in tok.decode(ids[:-1])  # the last character needs its final byte piece
+    d = IncrementalDetokenizer(tok)
+    deltas = [d.add(i) for i in ids[:-1]] + [d.finish()]
+    assert "\ufffd" not in "".join(deltas) and "".join(deltas) == tok.decode(ids[:-1]).rstrip("\ufffd")

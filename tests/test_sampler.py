@@ -85,3 +85,10 @@ def test_non_finite_logits_raise():
         Sampler().sample(torch.tensor([0.0, float("nan")]), SamplingParams(), EMPTY, EMPTY, None)
     with pytest.raises(NonFiniteLogitsError):
         Sampler().sample(torch.tensor([float("inf"), 0.0]), SamplingParams(), EMPTY, EMPTY, None)
+
+
+def test_filtered_tokens_are_not_candidates():
+    logits = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    res = Sampler().sample(logits, SamplingParams(temperature=1.0, top_k=2, seed=0), EMPTY, EMPTY,
+                           torch.Generator().manual_seed(0))
+    assert res.top_ids == [5, 4] and all(p > 0 for p in res.top_probs)
