@@ -215,6 +215,9 @@ def calculator_table(calc: dict) -> str:
                                                    if ctx == calc["max_positions"] else "")
         lines.append(f"| {g['name']} | {fmt_bytes(g['memory_bytes'])} | {'yes' if g['fits'] else 'no'} | "
                      f"{fmt_int(g['max_batch']) if g['max_batch'] else '–'} | {ctx_s} |")
+    if calc["max_positions"] and calc["seq_len"] > calc["max_positions"]:
+        lines.append(f"\n⚠ {fmt_int(calc['seq_len'])} tokens is beyond this model's window of "
+                     f"{fmt_int(calc['max_positions'])} tokens.")
     lines.append("\nNominal memory; the CUDA context and allocator take a little of it.")
     return "\n".join(lines)
 

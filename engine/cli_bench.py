@@ -11,7 +11,7 @@ from pathlib import Path
 from .cli_common import fail
 
 EXPERIMENT_NAMES = ["vs-hf", "kv-cache", "prompt-length", "decode-share", "batch", "roofline",
-                    "llama-cpp"]  # the registry's order, listed here so --help needs no torch
+                    "telemetry-cost", "llama-cpp"]  # the registry's order, listed here so --help needs no torch
 
 
 def register(sub) -> None:
@@ -89,6 +89,16 @@ def _fmt(v) -> str:
     return str(v).replace("|", "\\|")
 
 
+def _engine_line(cfg: dict) -> str:
+    if not cfg:
+        return "unknown"
+    mode = (f"continuous batching (up to {cfg['max_num_seqs']} sequences, "
+            f"{cfg['max_num_batched_tokens']} tokens per step)" if cfg.get("batching")
+            else "one request at a time")
+    return (f"{mode}, prefix caching {'on' if cfg.get('prefix_caching') else 'off'}, "
+            f"telemetry {'on' if cfg.get('telemetry') else 'off'}")
+
+
 def summary_markdown(doc: dict) -> str:
     """``summary.md``: machine, model, command, then one table row per summary metric."""
     m = doc["machine"]
@@ -100,6 +110,7 @@ def summary_markdown(doc: dict) -> str:
              f"- Software: Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}",
              f"- Model: {model.get('name')} ({model.get('dtype')} on {model.get('device')}, "
              f"{model.get('weights_bytes', 0):,} weight bytes)",
+             f"- Engine: {_engine_line(doc.get('engine', {}))}",
              f"- Time: {m['timestamp']}; load average at start {m.get('load_average')}", "",
              "| experiment | metric | value | unit |", "| --- | --- | --- | --- |"]
     for name, res in doc["experiments"].items():
@@ -134,8 +145,8 @@ def run(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    from .engine import LLMEngine
     from .experiments import EXPERIMENTS, run_experiment
+    from .experiments.common import engine_config, private_engine
     from .experiments.machine import describe
     from .loader import ModelLoadError, load_model
 
@@ -146,9 +157,9 @@ def run(args) -> int:
     except ModelLoadError as exc:
         fail(str(exc))
     doc = {"command": command_line(args),
-           "quick": bool(args.quick), "engine_telemetry": False, "machine": describe(loaded),
-           "experiments": {}}
-    engine = LLMEngine(loaded, telemetry=False)
+           "quick": bool(args.quick), "machine": describe(loaded), "experiments": {}}
+    engine = private_engine(loaded)
+    doc["engine"] = engine_config(engine)
     bar = _Bar(len(names))
     try:
         for name in names:

@@ -29,6 +29,7 @@ from .sequence import Sequence, SequenceStatus
 # Llama layout (rotary from position_ids, one attention call per layer): paged attention works.
 PAGED_FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
 DEFAULT_KV_BUDGET_CPU = 512 * 2**20
+_NO_IDS = torch.empty(0, dtype=torch.long)
 
 
 class LLMEngine:
@@ -359,9 +360,12 @@ class LLMEngine:
     def _sample_and_emit(self, seq: Sequence, logits, start: float, num_tokens: int, memory,
                          info: BatchInfo | None) -> None:
         """Sample the next token from ``[V]`` logits, postprocess, and stream the event."""
-        device = logits.device
-        context = torch.tensor(seq.all_ids, dtype=torch.long, device=device)
-        outputs = torch.tensor(seq.output_ids, dtype=torch.long, device=device)
+        p = seq.params
+        if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+            context = torch.tensor(seq.all_ids, dtype=torch.long, device=logits.device)
+            outputs = torch.tensor(seq.output_ids, dtype=torch.long, device=logits.device)
+        else:  # no penalty reads them: skip building two tensors of every id at each step
+            context = outputs = _NO_IDS
         choice = self.sampler.sample(logits, seq.params, context, outputs, seq.generator)
         end = time.perf_counter()
         phase = "decode" if seq.output_ids else "prefill"

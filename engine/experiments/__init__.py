@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
-from . import batch, decode_share, kv_cache, llama_cpp, prompt_length, roofline, vs_hf
+from . import (batch, decode_share, kv_cache, llama_cpp, prompt_length, roofline,
+               telemetry_cost, vs_hf)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def _entry(mod: ModuleType) -> Experiment:
 
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e for e in map(_entry, (vs_hf, kv_cache, prompt_length, decode_share, batch,
-                                    roofline, llama_cpp))
+                                    roofline, telemetry_cost, llama_cpp))
 }
 
 

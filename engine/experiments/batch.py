@@ -1,21 +1,25 @@
 """Experiment ``batch``: latency per token and total throughput as concurrent sequences grow.
 
-Until the engine batches (continuous batching is a later issue), the only backend is Hugging
-Face ``generate`` with left-padded batches; the plot says so. A backend is a function
-``(loaded, prompts, new_tokens) -> row`` in :data:`BACKENDS`, so an engine-batched one can be
-added beside it. Result fields beyond the common ones (see :mod:`.common`):
+Two backends, each a function ``(loaded, engine, prompts, new_tokens) -> row`` in
+:data:`BACKENDS`: ``engine`` submits every sequence at once to our engine (continuous batching
+over the paged KV cache), ``hf-generate-padded`` runs Hugging Face ``generate`` on one
+left-padded batch. Result fields beyond the common ones (see :mod:`.common`):
 
-- ``backend``: the backend's name; ``backend_note``: what it measures.
+- ``backends`` (names run), ``backend_notes`` (name -> what it measures).
 - ``batch_sizes``, ``new_tokens`` (per sequence).
-- ``rows``: one per batch size with ``batch``, ``padded_prompt_tokens``, ``ttft_s``,
-  ``e2e_s``, ``per_token_latency_ms`` (decode time / (new tokens − 1): one step, which gives
-  every sequence a token), ``throughput_tokens_per_s`` (batch × new tokens / e2e) and
-  ``decode_throughput_tokens_per_s`` (batch × (new tokens − 1) / decode time).
+- ``rows``: one per backend and batch size with ``backend``, ``batch``, ``prompt_tokens``
+  (longest prompt; for padded ``generate`` every row is padded to it), ``ttft_s`` (median over
+  sequences), ``e2e_s`` (first submit to last token), ``per_token_latency_ms`` (time between
+  two tokens of one sequence, median), ``throughput_tokens_per_s`` (batch × new tokens / e2e)
+  and ``decode_throughput_tokens_per_s`` (batch × (new tokens − 1) / time from the moment every
+  sequence had its first token to the last token).
 """
 
 from __future__ import annotations
 
-from .common import report, result, row
+import time
+
+from .common import engine_config, engine_for, greedy, median, report, result, row, salted
 from .hf import hf_generate
 
 NAME = "batch"
@@ -32,74 +36,108 @@ PROMPTS = [
 ]
 
 
-def hf_padded(loaded, prompts: list[list[int]], new_tokens: int) -> dict:
+def _rate(n: float, seconds: float) -> float:
+    return n / seconds if seconds > 0 else 0.0
+
+
+def engine_batch(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
+    """Backend ``engine``: submit every prompt at once and wait for all (greedy, EOS ignored)."""
+    t0 = time.perf_counter()
+    handles = [engine.submit(p, greedy(new_tokens)) for p in prompts]
+    outs = [h.result() for h in handles]
+    end = time.perf_counter()
+    bad = [o for o in outs if not o.finished_ok]
+    if bad:
+        raise RuntimeError(f"engine request ended with {bad[0].finish_reason}: {bad[0].error}")
+    firsts = [h.events[0].end_s for h in handles]
+    lasts = [h.events[-1].end_s for h in handles]
+    b = len(prompts)
+    return {"batch": b, "prompt_tokens": max(len(o.prompt_token_ids) for o in outs),
+            "ttft_s": median(o.metrics.ttft_s for o in outs), "e2e_s": end - t0,
+            "per_token_latency_ms": median(o.metrics.tpot_s for o in outs) * 1000,
+            "throughput_tokens_per_s": _rate(b * new_tokens, end - t0),
+            "decode_throughput_tokens_per_s": _rate(b * (new_tokens - 1), max(lasts) - max(firsts))}
+
+
+def hf_padded(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
     """Backend ``hf-generate-padded``: one ``generate`` call on the left-padded batch."""
-    r = hf_generate(loaded, prompts, new_tokens)
+    from ..prompt import encode_prompt
+
+    r = hf_generate(loaded, [encode_prompt(loaded.tokenizer, p) for p in prompts], new_tokens)
     b, steps = len(prompts), len(r["step_times_s"])
-    return {"batch": b, "padded_prompt_tokens": r["padded_len"], "ttft_s": r["ttft_s"],
-            "e2e_s": r["e2e_s"],
+    return {"batch": b, "prompt_tokens": r["padded_len"], "ttft_s": r["ttft_s"], "e2e_s": r["e2e_s"],
             "per_token_latency_ms": r["decode_time_s"] * 1000 / (steps - 1) if steps > 1 else 0.0,
-            "throughput_tokens_per_s": b * steps / r["e2e_s"] if r["e2e_s"] > 0 else 0.0,
-            "decode_throughput_tokens_per_s":
-                b * (steps - 1) / r["decode_time_s"] if r["decode_time_s"] > 0 else 0.0}
+            "throughput_tokens_per_s": _rate(b * steps, r["e2e_s"]),
+            "decode_throughput_tokens_per_s": _rate(b * (steps - 1), r["decode_time_s"])}
 
 
 BACKENDS = {
-    "hf-generate-padded": (hf_padded, "Hugging Face generate, left-padded batches (the engine "
-                                      "runs one sequence at a time until continuous batching)"),
+    "engine": (engine_batch, "our engine: all sequences submitted at once, continuous batching "
+                             "over the paged KV cache"),
+    "hf-generate-padded": (hf_padded, "Hugging Face generate on one left-padded batch"),
 }
 
 
 def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: list[int] | None = None,
-        new_tokens: int | None = None, backend: str = "hf-generate-padded") -> dict:
-    """Run each batch size once (after a warm-up) with one backend.
+        new_tokens: int | None = None, backends: list[str] | None = None) -> dict:
+    """Run each batch size once per backend (after a warm-up of each).
 
     Args:
         loaded: the :class:`engine.loader.LoadedModel`.
-        quick: batches 1, 2, 4 with 12 new tokens instead of 1 to 16 with 64.
+        quick: batches 1, 2, 4 with 12 new tokens instead of 1 to 32 with 64.
         progress: ``progress(fraction, message)`` callback or ``None``.
-        engine: unused by the ``generate`` backend (kept for a uniform signature).
-        batch_sizes, new_tokens, backend: override the sizes or the backend.
+        engine: an ``LLMEngine`` for the ``engine`` backend (a private one when ``None``).
+        batch_sizes, new_tokens, backends: override the sizes or the backends (names of
+            :data:`BACKENDS`).
     """
-    from ..prompt import encode_prompt
-
-    sizes = list(batch_sizes or ([1, 2, 4] if quick else [1, 2, 4, 8, 16]))
+    sizes = list(batch_sizes or ([1, 2, 4] if quick else [1, 2, 4, 8, 16, 32]))
     new_tokens = new_tokens or (12 if quick else 64)
-    fn, note = BACKENDS[backend]
-    ids = [encode_prompt(loaded.tokenizer, p) for p in PROMPTS]
+    names = list(backends or BACKENDS)
     res = result(NAME, TITLE, quick, {"batch_sizes": sizes, "new_tokens": new_tokens},
-                 backend=backend, backend_note=note, batch_sizes=sizes, new_tokens=new_tokens)
-    report(progress, 0.0, "warm-up")
-    fn(loaded, ids[:2], 4)
-    rows, done, total = [], 0, sum(sizes)
-    for b in sizes:
-        report(progress, done / total, f"batch {b}")
-        rows.append(fn(loaded, [ids[i % len(ids)] for i in range(b)], new_tokens))
-        done += b
+                 backends=names, backend_notes={n: BACKENDS[n][1] for n in names},
+                 batch_sizes=sizes, new_tokens=new_tokens)
+    rows, done, total = [], 0, sum(sizes) * len(names)
+    with engine_for(loaded, engine) as eng:
+        res["engine"] = engine_config(eng)
+        for name in names:
+            fn = BACKENDS[name][0]
+            report(progress, done / total, f"{name}: warm-up")
+            fn(loaded, eng, [salted(p) for p in PROMPTS[:2]], 4)
+            for b in sizes:
+                report(progress, done / total, f"{name}: batch {b}")
+                prompts = [salted(PROMPTS[i % len(PROMPTS)]) for i in range(b)]
+                rows.append({"backend": name, **fn(loaded, eng, prompts, new_tokens)})
+                done += b
     report(progress, 1.0, "done")
     res["rows"] = rows
     for r in rows:
-        res["summary"].append(row(f"batch {r['batch']}", r["throughput_tokens_per_s"],
-                                  f"tok/s total, {r['per_token_latency_ms']:.0f} ms per step"))
-    res["notes"].append(f"Backend: {note}.")
+        res["summary"].append(row(f"{r['backend']}, batch {r['batch']}", r["throughput_tokens_per_s"],
+                                  f"tok/s total, {r['per_token_latency_ms']:.0f} ms per token"))
+    for n in names:
+        res["notes"].append(f"Backend {n}: {BACKENDS[n][1]}.")
     return res
 
 
 def plot(res: dict, path: str) -> str:
-    """Per-step latency and total throughput against batch size."""
-    from .plotting import ENGINE, OTHER, figure, save
+    """Per-token latency and total throughput against batch size, one line per backend."""
+    from .plotting import ENGINE, OTHER, THIRD, figure, save
 
     fig, (ax1, ax2) = figure(res["title"], ncols=2, width=5.0)
-    rows = res["rows"]
-    b = [r["batch"] for r in rows]
-    ax1.plot(b, [r["per_token_latency_ms"] for r in rows], "o-", color=OTHER)
+    colors = {"engine": ENGINE, "hf-generate-padded": OTHER}
+    labels = {"engine": "engine (continuous batching)", "hf-generate-padded": "HF generate (padded)"}
+    for name in res["backends"]:
+        rows = [r for r in res["rows"] if r["backend"] == name]
+        b = [r["batch"] for r in rows]
+        style = {"color": colors.get(name, THIRD), "label": labels.get(name, name)}
+        ax1.plot(b, [r["per_token_latency_ms"] for r in rows], "o-", **style)
+        ax2.plot(b, [r["throughput_tokens_per_s"] for r in rows], "o-", **style)
     ax1.set_ylabel("latency per token of each sequence (ms)")
-    ax2.plot(b, [r["throughput_tokens_per_s"] for r in rows], "o-", color=ENGINE)
     ax2.set_ylabel("total throughput (tokens/s)")
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(b, [str(x) for x in b])
-        ax.set_xlabel("batch size (sequences)")
+        ax.set_xticks(res["batch_sizes"], [str(x) for x in res["batch_sizes"]])
+        ax.set_xlabel("concurrent sequences")
         ax.set_ylim(bottom=0)
-    return save(fig, path, f"measured with {res['backend_note']}; {res['new_tokens']} new tokens "
-                           f"per sequence")
+        ax.legend(fontsize=8)
+    return save(fig, path, f"{res['new_tokens']} new tokens per sequence, greedy; generate pads "
+                           "every prompt to the longest")

@@ -8,12 +8,18 @@ returning a plain, JSON-ready dict. The fields every result has:
 - ``params``: the sizes the run used (token counts, repeats, ...),
 - ``summary``: a list of ``{"metric", "value", "unit"}`` rows for ``summary.md``,
 - ``notes``: sentences a reader needs to interpret the numbers (may be empty).
+- ``engine``: :func:`engine_config` of the engine that ran it (experiments that use one).
+
+Timed prompts open with a unique tag (:func:`salted`) so a shared engine's prefix cache cannot
+serve their prefill from an earlier run.
 
 All times are ``time.perf_counter()`` seconds; rates are per second; sizes are bytes.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import statistics
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -31,6 +37,18 @@ _FILLER = (
     "A fisherman rowed past the rocks and waved, and the gulls followed his small boat home. "
     "In winter the storms were long, so he mended nets and read old letters by the lamp. "
 )
+
+
+_SALTS = itertools.count(1)
+
+
+def salted(text: str) -> str:
+    """``text`` behind a tag unique to this call, e.g. ``"[run 3-9f2c] ..."``.
+
+    The engine's prefix cache reuses the KV blocks of any earlier prompt that starts the same
+    way; a unique opening makes every timed prompt compute its own prefill.
+    """
+    return f"[run {next(_SALTS)}-{os.urandom(2).hex()}] {text}"
 
 
 def report(progress: Progress | None, fraction: float, message: str) -> None:
@@ -66,12 +84,14 @@ def row(metric: str, value, unit: str = "") -> dict:
     return {"metric": metric, "value": value, "unit": unit}
 
 
-def prompt_of_length(tokenizer, n_tokens: int) -> tuple[str, int]:
+def prompt_of_length(tokenizer, n_tokens: int, unique: bool = True) -> tuple[str, int]:
     """Raw text whose raw encoding has about ``n_tokens`` tokens.
 
     Args:
         tokenizer: the model's tokenizer.
         n_tokens: wanted prompt length in tokens (``>= 1``).
+        unique: open with a tag unique to this call (see :func:`salted`), so no two prompts
+            share a cached prefix.
 
     Returns:
         ``(text, actual_tokens)``: re-encoding the decoded text can differ by a token or two, so
@@ -79,7 +99,7 @@ def prompt_of_length(tokenizer, n_tokens: int) -> tuple[str, int]:
     """
     from ..prompt import encode_prompt
 
-    text = _FILLER
+    text = salted(_FILLER) if unique else _FILLER
     while len(encode_prompt(tokenizer, text, raw=True)) < n_tokens + 8:
         text += _FILLER
     ids = encode_prompt(tokenizer, text, raw=True)[:n_tokens]
@@ -87,16 +107,34 @@ def prompt_of_length(tokenizer, n_tokens: int) -> tuple[str, int]:
     return cut, len(encode_prompt(tokenizer, cut, raw=True))
 
 
+def private_engine(loaded):
+    """A benchmark engine: the shipped settings, but no telemetry and no prefix caching (a
+    repeated prompt must pay its prefill every time)."""
+    from ..engine import LLMEngine
+
+    return LLMEngine(loaded, telemetry=False, enable_prefix_caching=False)
+
+
+def engine_config(engine) -> dict:
+    """The settings of ``engine`` that change the numbers: batching, prefix caching, the
+    per-step token budget (longer prompts are prefilled in chunks of it) and telemetry."""
+    bm = getattr(engine, "block_manager", None)
+    sched = getattr(engine, "scheduler", None)
+    return {"batching": bool(getattr(engine, "paged", False)),
+            "prefix_caching": bool(bm is not None and bm.enable_prefix_caching),
+            "max_num_seqs": getattr(sched, "max_num_seqs", 1),
+            "max_num_batched_tokens": getattr(sched, "max_num_batched_tokens", None),
+            "telemetry": bool(getattr(engine, "telemetry", False))}
+
+
 @contextmanager
 def engine_for(loaded, engine=None) -> Iterator:
-    """Yield ``engine`` when given (its queue is shared with others), else a private
-    ``LLMEngine(loaded, telemetry=False)`` that is shut down on exit."""
+    """Yield ``engine`` when given (its queue is shared with others), else a
+    :func:`private_engine` that is shut down on exit."""
     if engine is not None:
         yield engine
         return
-    from ..engine import LLMEngine
-
-    own = LLMEngine(loaded, telemetry=False)
+    own = private_engine(loaded)
     try:
         yield own
     finally:

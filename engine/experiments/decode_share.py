@@ -13,7 +13,7 @@ the common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import STORY_PROMPT, engine_for, report, result, row, run_engine
+from .common import STORY_PROMPT, engine_config, engine_for, report, result, row, run_engine, salted
 
 NAME = "decode-share"
 TITLE = "Where the time goes: prefill vs decode"
@@ -33,14 +33,15 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     new_tokens = new_tokens or (48 if quick else 500)
     prompt = prompt or STORY_PROMPT
     with engine_for(loaded, engine) as eng:
+        config = engine_config(eng)
         report(progress, 0.0, "warm-up")
-        run_engine(eng, prompt, 4)
+        run_engine(eng, salted(prompt), 4)
         report(progress, 0.05, f"generating {new_tokens} tokens")
-        out, _ = run_engine(eng, prompt, new_tokens)
+        out, _ = run_engine(eng, salted(prompt), new_tokens)
     report(progress, 1.0, "done")
     m = out.metrics
     busy = m.prefill_time_s + m.decode_time_s
-    res = result(NAME, TITLE, quick, {"new_tokens": new_tokens, "prompt": prompt},
+    res = result(NAME, TITLE, quick, {"new_tokens": new_tokens, "prompt": prompt}, engine=config,
                  prompt_tokens=m.prompt_tokens, new_tokens=m.output_tokens,
                  queue_s=m.queue_time_s, prefill_s=m.prefill_time_s, decode_s=m.decode_time_s,
                  e2e_s=m.e2e_s,

@@ -18,7 +18,8 @@ fields beyond the common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import STORY_PROMPT, engine_for, median, report, result, row, run_engine, step_ms
+from .common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
+                     run_engine, salted, step_ms)
 
 NAME = "kv-cache"
 TITLE = "KV cache on vs off: latency per decode step"
@@ -53,17 +54,19 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         new_tokens, prompt: override the size or the chat prompt.
     """
     new_tokens = new_tokens or (32 if quick else 256)
-    prompt = prompt or STORY_PROMPT
+    base = prompt or STORY_PROMPT
+    prompt = salted(base)
     with engine_for(loaded, engine) as eng:
+        config = engine_config(eng)
         report(progress, 0.0, "warm-up")
-        run_engine(eng, prompt, 4)
+        run_engine(eng, salted(base), 4)
         report(progress, 0.05, f"KV cache on: {new_tokens} tokens")
         on, on_ev = run_engine(eng, prompt, new_tokens, use_kv_cache=True)
         report(progress, 0.3, f"KV cache off: {new_tokens} tokens, recomputing every step")
         off, off_ev = run_engine(eng, prompt, new_tokens, use_kv_cache=False)
     report(progress, 1.0, "done")
     on_ms, off_ms = step_ms(on_ev), step_ms(off_ev)
-    res = result(NAME, TITLE, quick, {"new_tokens": new_tokens, "prompt": prompt},
+    res = result(NAME, TITLE, quick, {"new_tokens": new_tokens, "prompt": base}, engine=config,
                  prompt_tokens=len(on.prompt_token_ids), new_tokens=new_tokens,
                  on_step_ms=on_ms, off_step_ms=off_ms,
                  on_prefill_ms=step_ms(on_ev, "prefill")[0],

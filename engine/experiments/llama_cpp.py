@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from .common import STORY_PROMPT, engine_for, report, result, row, run_engine
+from .common import STORY_PROMPT, engine_config, engine_for, report, result, row, run_engine, salted
 
 NAME = "llama-cpp"
 TITLE = "Peer: llama-cpp-python on the same GGUF file"
@@ -82,7 +82,8 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
 
     from ..prompt import encode_prompt
 
-    ids = encode_prompt(loaded.tokenizer, STORY_PROMPT)
+    prompt = salted(STORY_PROMPT)
+    ids = encode_prompt(loaded.tokenizer, prompt)
     report(progress, 0.0, "loading the GGUF file in llama.cpp")
     llm = Llama(model_path=str(path), n_ctx=len(ids) + new_tokens + 16,
                 n_threads=os.cpu_count() or 1, verbose=False)
@@ -91,13 +92,14 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     theirs, l_ttft, l_tps = _llama_run(llm, ids, new_tokens)
     with engine_for(loaded, engine) as eng:
         report(progress, 0.6, f"engine: {new_tokens} tokens")
-        run_engine(eng, STORY_PROMPT, 4)
-        out, _ = run_engine(eng, STORY_PROMPT, new_tokens)
+        config = engine_config(eng)
+        run_engine(eng, salted(STORY_PROMPT), 4)
+        out, _ = run_engine(eng, prompt, new_tokens)
     report(progress, 1.0, "done")
     mine = out.token_ids
     same = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
     e_tps = out.metrics.decode_tokens_per_s
-    res = result(NAME, TITLE, quick, {"new_tokens": new_tokens},
+    res = result(NAME, TITLE, quick, {"new_tokens": new_tokens}, engine=config,
                  gguf_path=str(path), prompt_tokens=len(ids), new_tokens=new_tokens,
                  llama_cpp_decode_tokens_per_s=l_tps, llama_cpp_ttft_s=l_ttft,
                  engine_decode_tokens_per_s=e_tps, engine_ttft_s=out.metrics.ttft_s,

@@ -14,7 +14,8 @@ common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import engine_for, median, prompt_of_length, report, result, row, run_engine
+from .common import (engine_config, engine_for, median, prompt_of_length, report, result, row,
+                     run_engine)
 
 NAME = "prompt-length"
 TITLE = "Prefill time vs prompt length"
@@ -28,27 +29,27 @@ def run(loaded, quick: bool = False, progress=None, engine=None, lengths: list[i
 
     Args:
         loaded: the :class:`engine.loader.LoadedModel`.
-        quick: lengths 16, 64, 256 once each instead of 16 to 4,096 three times each.
+        quick: lengths 16, 64, 256 once each instead of 16 to 4,096 twice each.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).
         lengths, repeats: override the sizes (lengths beyond the context window are dropped).
     """
     lengths = list(lengths or (QUICK_LENGTHS if quick else FULL_LENGTHS))
     lengths = sorted(n for n in lengths if 1 <= n < loaded.info.context_len)
-    repeats = repeats or (1 if quick else 3)
+    repeats = repeats or (1 if quick else 2)
     res = result(NAME, TITLE, quick, {"lengths": lengths, "repeats": repeats, "max_tokens": 1})
-    prompts = [prompt_of_length(loaded.tokenizer, n) for n in lengths]
     weights = [max(1, n) * repeats for n in lengths]  # progress roughly by work done
     done, total = 0, sum(weights)
     actual, med, runs = [], [], []
     with engine_for(loaded, engine) as eng:
+        res["engine"] = engine_config(eng)
         report(progress, 0.0, "warm-up")
-        run_engine(eng, prompts[0][0], 1, raw=True)
-        for (text, _), n, w in zip(prompts, lengths, weights):
+        run_engine(eng, prompt_of_length(loaded.tokenizer, lengths[0])[0], 1, raw=True)
+        for n, w in zip(lengths, weights):
             report(progress, done / total, f"prompt of {n} tokens")
             times = []
-            for _ in range(repeats):
-                out, _ = run_engine(eng, text, 1, raw=True)
+            for _ in range(repeats):  # a fresh prompt each time: nothing comes from a cache
+                out, _ = run_engine(eng, prompt_of_length(loaded.tokenizer, n)[0], 1, raw=True)
                 times.append(out.metrics.prefill_time_s)
             actual.append(len(out.prompt_token_ids))
             med.append(median(times))
@@ -64,6 +65,10 @@ def run(loaded, quick: bool = False, progress=None, engine=None, lengths: list[i
     for t, s, r in zip(actual, med, res["prefill_tokens_per_s"]):
         res["summary"].append(row(f"prefill {t} tokens", s * 1000, f"ms ({r:,.0f} tok/s)"))
     res["summary"].append(row("prefill at most 2x the shortest up to", cheap, "tokens"))
+    chunk = res["engine"].get("max_num_batched_tokens")
+    if res["engine"].get("batching") and chunk and max(actual, default=0) > chunk:
+        res["notes"].append(f"The engine prefills prompts longer than {chunk} tokens in chunks of "
+                            f"{chunk} (one step each); prefill time covers every chunk.")
     return res
 
 
@@ -79,11 +84,16 @@ def plot(res: dict, path: str) -> str:
     ax2.set_ylabel("prefill tokens/s")
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(x, [str(t) for t in x], rotation=45 if len(x) > 6 else 0)
+        ax.minorticks_off()
         ax.set_xlabel("prompt tokens")
     ax1.set_yscale("log")
     cheap = res["cheap_until_tokens"]
     if cheap:
         ax1.axvline(cheap, color="#888888", ls="--", lw=1)
         ax1.set_title(f"≤ 2x the shortest prompt up to {cheap} tokens", fontsize=10)
+    cfg = res.get("engine", {})
+    chunk = cfg.get("max_num_batched_tokens") if cfg.get("batching") else None
+    chunked = f"; prefill in chunks of {chunk} tokens per step" if chunk else ""
     return save(fig, path, f"one-token requests through the engine, median of "
-                           f"{res['params']['repeats']} run(s) per length")
+                           f"{res['params']['repeats']} run(s) per length{chunked}")

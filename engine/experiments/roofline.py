@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import time
 
-from .common import STORY_PROMPT, engine_for, median, report, result, row, run_engine
+from .common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
+                     run_engine, salted)
 
 NAME = "roofline"
 TITLE = "Decode roofline: achieved vs memory-bandwidth ceiling (batch 1)"
@@ -74,10 +75,11 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     report(progress, 0.0, "measuring memory read bandwidth")
     bw = measure_bandwidth(device, size, repeats)
     with engine_for(loaded, engine) as eng:
+        config = engine_config(eng)
         report(progress, 0.3, "warm-up")
-        run_engine(eng, STORY_PROMPT, 4)
+        run_engine(eng, salted(STORY_PROMPT), 4)
         report(progress, 0.35, f"decoding {new_tokens} tokens at batch 1")
-        out, _ = run_engine(eng, STORY_PROMPT, new_tokens)
+        out, _ = run_engine(eng, salted(STORY_PROMPT), new_tokens)
     report(progress, 1.0, "done")
     p = len(out.prompt_token_ids)
     mean_ctx = p + (new_tokens - 1) / 2
@@ -86,7 +88,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     ceiling = bw["best_gb_per_s"] * 1e9 / per_step
     achieved = out.metrics.decode_tokens_per_s
     res = result(NAME, TITLE, quick, {"new_tokens": new_tokens, "bandwidth_bytes": size,
-                                      "bandwidth_repeats": repeats},
+                                      "bandwidth_repeats": repeats}, engine=config,
                  device=device, bandwidth_gb_per_s=bw["best_gb_per_s"],
                  bandwidth_median_gb_per_s=bw["median_gb_per_s"], bandwidth_bytes=size,
                  bandwidth_repeats=repeats, weights_bytes=loaded.info.weights_bytes,
@@ -118,6 +120,7 @@ def plot(res: dict, path: str) -> str:
         ax.annotate(f"{v:.1f} tok/s", (b.get_x() + b.get_width() / 2, v), ha="center",
                     va="bottom", fontsize=9)
     ax.set_ylabel("decode tokens/s (batch 1)")
+    ax.set_ylim(0, max(vals) * 1.15 if max(vals) > 0 else 1)
     ax.set_title(f"{res['bandwidth_gb_per_s']:.1f} GB/s ÷ {res['bytes_per_step'] / 1e6:.0f} MB per "
                  f"step; achieved {res['achieved_fraction'] * 100:.0f}% of the ceiling", fontsize=10)
     return save(fig, path, f"device {res['device']}; bytes per step = weights + KV cache at the "

@@ -17,7 +17,8 @@ both sides alike. Result fields beyond the common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import (STORY_PROMPT, engine_for, median, report, result, row, run_engine)
+from .common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
+                     run_engine, salted)
 from .hf import hf_generate
 
 NAME = "vs-hf"
@@ -46,19 +47,23 @@ def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | No
     new_tokens = new_tokens or (24 if quick else 128)
     from ..prompt import encode_prompt
 
-    ids = encode_prompt(loaded.tokenizer, STORY_PROMPT)
     out = result(NAME, TITLE, quick, {"pairs": pairs, "new_tokens": new_tokens,
                                       "prompt": STORY_PROMPT, "order": "engine, generate, ..."},
-                 prompt_tokens=len(ids), new_tokens=new_tokens)
-    runs, first_bad = [], None
+                 new_tokens=new_tokens)
+    runs, first_bad, sizes = [], None, []
     with engine_for(loaded, engine) as eng:
+        out["engine"] = engine_config(eng)
         report(progress, 0.0, "warm-up")
-        run_engine(eng, STORY_PROMPT, 8)
-        hf_generate(loaded, [ids], 8)
+        warm = salted(STORY_PROMPT)
+        run_engine(eng, warm, 8)
+        hf_generate(loaded, [encode_prompt(loaded.tokenizer, warm)], 8)
         total = 2 * pairs
         for i in range(pairs):
+            prompt = salted(STORY_PROMPT)  # fresh per pair: no prefix-cache hits
+            ids = encode_prompt(loaded.tokenizer, prompt)
+            sizes.append(len(ids))
             report(progress, (2 * i) / total, f"pair {i + 1}/{pairs}: engine")
-            res, _ = run_engine(eng, STORY_PROMPT, new_tokens)
+            res, _ = run_engine(eng, prompt, new_tokens)
             m = res.metrics
             mine = {"ttft_s": m.ttft_s, "decode_tokens_per_s": m.decode_tokens_per_s,
                     "e2e_s": m.e2e_s}
@@ -73,7 +78,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | No
     eng_tps = [p["engine"]["decode_tokens_per_s"] for p in runs]
     hf_tps = [p["hf"]["decode_tokens_per_s"] for p in runs]
     out.update(
-        pairs=runs,
+        pairs=runs, prompt_tokens=max(sizes),
         engine_decode_tokens_per_s=median(eng_tps), hf_decode_tokens_per_s=median(hf_tps),
         engine_ttft_s=median(p["engine"]["ttft_s"] for p in runs),
         hf_ttft_s=median(p["hf"]["ttft_s"] for p in runs),

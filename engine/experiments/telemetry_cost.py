@@ -1,0 +1,63 @@
+"""Experiment ``telemetry-cost``: decode tokens/s with telemetry on against off.
+
+Telemetry (a memory breakdown per step, NVML on a GPU) must cost under 3% of decode speed.
+The same greedy request runs alternately on an engine with telemetry off and one with it on
+(A B A B ...), after a warm-up; the ratio is the median of the pairs' ratios. Result fields
+beyond the common ones (see :mod:`.common`): ``tokens``, ``pairs``, ``off_tok_s``,
+``on_tok_s`` (lists, tokens/s), ``ratio_median`` (on / off), ``overhead_pct``,
+``identical_tokens``.
+"""
+
+from __future__ import annotations
+
+from .common import report, result, row
+
+NAME = "telemetry-cost"
+TITLE = "What telemetry costs: decode speed with it on vs off"
+
+
+def run(loaded, quick: bool = False, progress=None, engine=None, tokens: int | None = None,
+        pairs: int | None = None) -> dict:
+    """Measure the telemetry overhead (``engine`` is ignored: two private engines are used).
+
+    Args:
+        quick: 24 tokens × 2 pairs instead of 96 tokens × 5 pairs.
+    """
+    from ..telemetry.cost import measure_telemetry_cost
+
+    tokens = tokens or (24 if quick else 96)
+    pairs = pairs or (2 if quick else 5)
+    done = {"n": 0}
+
+    def say(msg: str) -> None:
+        done["n"] += 1
+        report(progress, done["n"] / pairs, msg)
+
+    m = measure_telemetry_cost(loaded, tokens=tokens, pairs=pairs, progress=say)
+    res = result(NAME, TITLE, quick, {"tokens": tokens, "pairs": pairs}, **m)
+    res["summary"] = [
+        row("decode, telemetry off (median)", sorted(m["off_tok_s"])[len(m["off_tok_s"]) // 2],
+            "tok/s"),
+        row("decode, telemetry on (median)", sorted(m["on_tok_s"])[len(m["on_tok_s"]) // 2],
+            "tok/s"),
+        row("on/off ratio (median of pairs)", m["ratio_median"], "x"),
+        row("telemetry overhead", m["overhead_pct"], "%"),
+        row("identical tokens", "yes" if m["identical_tokens"] else "NO"),
+    ]
+    return res
+
+
+def plot(res: dict, path: str) -> str:
+    """Paired bars of decode tokens/s, off and on, one pair per run."""
+    from .plotting import ENGINE, OTHER, figure, save
+
+    fig, (ax,) = figure(res["title"], height=3.2)
+    n = len(res["off_tok_s"])
+    xs = list(range(n))
+    ax.bar([x - 0.2 for x in xs], res["off_tok_s"], width=0.4, color=OTHER, label="telemetry off")
+    ax.bar([x + 0.2 for x in xs], res["on_tok_s"], width=0.4, color=ENGINE, label="telemetry on")
+    ax.set_xticks(xs, [f"pair {i + 1}" for i in xs])
+    ax.set_ylabel("decode tokens/s")
+    ax.legend(fontsize=9, frameon=False)
+    return save(fig, path, f"{res['tokens']} greedy tokens per run; overhead "
+                           f"{res['overhead_pct']:.1f}% (median of pairs)")

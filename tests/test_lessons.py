@@ -1,0 +1,188 @@
+"""The Lessons tab: calculator figures equal the estimator's, the explorer reshapes exactly as the
+sampler does, the handlers produce figures, and the tab builds inside a Blocks."""
+
+import ast
+import pathlib
+
+import gradio as gr
+import pytest
+import torch
+
+from engine.experiments import calculator, explorer
+from engine.sampler import apply_filters
+from engine.telemetry.estimator import estimate, known_models
+
+MODELS = ["meta-llama/Llama-2-7b-hf", "Qwen/Qwen2.5-7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
+          "google/gemma-2-2b", "openai-community/gpt2"]
+
+
+def test_lessons_module_does_not_import_torch():
+    path = pathlib.Path(__file__).resolve().parents[1] / "app" / "lessons.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m == "torch" or m.startswith("torch.") for m in mods)
+
+
+def total(model, dtype, batch, seq):
+    return estimate(model, dtype=dtype, batch=batch, seq_len=seq).total_bytes
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("dtype,batch,seq", [("fp16", 1, 2048), ("bf16", 8, 4096), ("fp32", 2, 512),
+                                             ("int4", 32, 8192)])
+def test_calculator_figures_equal_the_estimator(model, dtype, batch, seq):
+    calc = calculator.calculate(model, seq, batch, dtype)
+    est = estimate(model, dtype=dtype, batch=batch, seq_len=seq)
+    for key in ("weights_bytes", "kv_bytes", "kv_bytes_per_token", "activation_bytes", "total_bytes"):
+        assert calc[key] == getattr(est, key), key
+    assert [g["name"] for g in calc["gpus"]] == [n for n, _ in calculator.GPUS]
+    for g in calc["gpus"]:
+        cap = g["memory_bytes"]
+        assert g["fits"] == (est.total_bytes <= cap)
+        b = g["max_batch"]
+        if b:
+            assert total(model, dtype, b, seq) <= cap < total(model, dtype, b + 1, seq)
+        t = g["max_context"]
+        if t and t < calc["max_positions"]:
+            assert total(model, dtype, batch, t) <= cap < total(model, dtype, batch, t + 1)
+
+
+def test_calculator_gpu_table_and_errors(tmp_path):
+    names = [n for n, _ in calculator.GPUS]
+    assert names == ["T4 16 GB", "L4 24 GB", "A10G 24 GB", "A100 40 GB", "A100 80 GB", "H100 80 GB",
+                     "H200 141 GB"]
+    huge = calculator.calculate("meta-llama/Llama-2-7b-hf", 4096, 1, "fp32")  # 27 GB of weights
+    assert not huge["gpus"][0]["fits"] and huge["gpus"][0]["max_batch"] == 0
+    with pytest.raises(LookupError):
+        calculator.calculate("no/such-model-here", 128, 1, "fp16")
+    with pytest.raises(ValueError):
+        calculator.calculate(known_models()[0], 0, 1, "fp16")
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, '
+                   '"intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 256}')
+    small = calculator.calculate(str(cfg), 64, 1, "fp16")
+    assert small["gpus"][0]["max_context"] == 256  # capped at the model's window
+
+
+def test_calculator_view_and_table():
+    from app.lessons import calculator_view
+
+    fig, md = calculator_view(known_models()[0], "", 4096, 2, "fp16")
+    calc = calculator.calculate(known_models()[0], 4096, 2, "fp16")
+    assert [t.name.split(" ")[0] for t in fig.data] == ["weights", "KV", "activations"]
+    assert fig.data[0].x[0] == pytest.approx(calc["weights_bytes"] / 16e9 * 100)
+    assert "| T4 16 GB |" in md and "H200" in md and calc["kv_formula"] in md
+    assert "beyond this model's window" not in md
+    _, long = calculator_view("meta-llama/Llama-2-7b-hf", "", 8192, 1, "fp16")
+    assert "beyond this model's window of 4,096 tokens" in long
+    fig, md = calculator_view("x", "/no/such/config.json", 128, 1, "fp16")
+    assert "⚠" in md
+
+
+@pytest.fixture(scope="module")
+def answer(engine):
+    from engine import SamplingParams
+
+    out = engine.generate("Name a colour.", SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    return out.prompt_token_ids, out.token_ids
+
+
+@pytest.mark.parametrize("t,k,p,m", [(1.0, 0, 1.0, 0.0), (0.7, 0, 1.0, 0.0), (1.3, 10, 1.0, 0.0),
+                                     (1.0, 0, 0.9, 0.0), (0.8, 40, 0.95, 0.05), (1.0, 0, 1.0, 0.1),
+                                     (0.0, 5, 0.5, 0.0)])
+def test_reshape_equals_the_sampler(loaded, answer, t, k, p, m):
+    prompt, out = answer
+    sl = explorer.step_logits(loaded, prompt, out, 2)
+    from engine.model_runner import ModelRunner
+
+    logits = ModelRunner(loaded.model).recompute(prompt + out[:2]).float()
+    want = apply_filters(logits, t, k, p, m)[torch.tensor(sl.token_ids)].tolist()
+    got = explorer.view(sl, t, k, p, m)
+    assert got["probs"] == pytest.approx(want, abs=1e-5)
+    assert got["kept"] == int((apply_filters(logits, t, k, p, m) > 0).sum())
+
+
+def test_step_logits_of_a_greedy_answer(loaded, answer):
+    prompt, out = answer
+    for step in range(len(out)):
+        sl = explorer.step_logits(loaded, prompt, out, step)
+        assert sl.chosen_rank == 0 and sl.token_ids[0] == out[step] == sl.chosen_id  # greedy = argmax
+        assert len(sl.token_ids) == len(sl.texts) == len(sl.logits) == 20
+        assert sl.logits == sorted(sl.logits, reverse=True)
+        assert sl.sorted_logits.shape == (loaded.info.vocab_size,)
+        assert [t for t, _ in sl.top()] == sl.texts
+    with pytest.raises(ValueError):
+        explorer.step_logits(loaded, prompt, out, len(out))
+
+
+def test_explorer_figure_marks_the_chosen_token(loaded, answer):
+    from app.lessons import explorer_figure, show_token
+
+    prompt, out = answer
+    sl = explorer.step_logits(loaded, prompt, out, 1)
+    fig = explorer_figure(sl, 1.0, 3, 1.0, 0.0)
+    bars = fig.data[1]
+    assert list(bars.marker.color).count("#C0392B") == 1 and bars.marker.color[0] == "#C0392B"
+    assert sum(1 for y in bars.y if y > 0) == 3  # top-k 3 leaves three bars
+    assert list(fig.layout.xaxis.ticktext) == [show_token(t) for t in sl.texts]
+    assert show_token(" a\n") == "␣a↵" and show_token("") == "∅"
+    assert explorer_figure(None, 1, 0, 1, 0).data == ()
+
+
+def test_kv_live_streams_both_curves(engine):
+    from app.lessons import kv_live
+
+    frames = list(kv_live(engine, "Say hello.", 6, poll_s=0.05))
+    fig, status = frames[-1]
+    on, off = fig.data
+    assert len(on.y) == len(off.y) == 5
+    assert "Total time" in status and "the same tokens" in status
+    assert len(frames) >= 2
+
+
+def test_kv_live_reports_a_bad_prompt(engine):
+    from app.lessons import kv_live
+
+    (fig, status), = list(kv_live(engine, "   ", 4))
+    assert "⚠" in status
+
+
+def test_sweep_and_share_handlers(engine):
+    from app.lessons import run_share, run_sweep
+
+    seen = []
+
+    def progress(f, desc=""):
+        seen.append((f, desc))
+
+    fig, md = run_sweep(engine, 64, progress)
+    assert [int(x) for x in fig.data[0].x] == pytest.approx([16, 32, 64], abs=3)
+    assert "tokens" in md and seen
+    fig, md = run_share(engine, 20)
+    assert [t.name.split(":")[0] for t in fig.data] == ["prefill", "decode"] and "%" in md
+
+
+def test_build_lessons_inside_blocks(engine):
+    from app.lessons import build_lessons
+
+    with gr.Blocks() as demo:
+        with gr.Tab("Lessons"):
+            comps = build_lessons(engine)
+    for key in ("kv_run", "kv_plot", "sweep_run", "share_run", "calc_plot", "calc_table", "ex_run",
+                "ex_plot", "ex_step", "ex_temp", "ex_topk", "ex_topp", "ex_minp"):
+        assert key in comps
+    assert "H200" in comps["calc_table"].value
+    assert demo.fns  # events are wired
+
+
+def test_explorer_generate_and_choices(engine):
+    from app.lessons import explorer_generate, step_choices
+
+    ans = explorer_generate(engine, "Name a colour.", 0.8, 0, 1.0, 0.0, 3)
+    assert len(ans["token_ids"]) == len(ans["texts"]) >= 1
+    again = explorer_generate(engine, "Name a colour.", 0.8, 0, 1.0, 0.0, 3)
+    assert again["token_ids"] == ans["token_ids"]  # same seed, same answer
+    choices = step_choices(ans)
+    assert [v for _, v in choices] == list(range(len(ans["texts"])))
+    assert choices[0][0].startswith("0: ")
