@@ -280,15 +280,20 @@ def test_submit_is_thread_safe_and_fifo(engine):
     assert len({o.request_id for o in outs}) == 6
 
 
-def test_requests_run_first_come_first_served(engine):
-    handles = [engine.submit(f"Say {i}.", SamplingParams(temperature=0, max_tokens=3))
-               for i in range(4)]
-    for h in handles:
-        h.result(60)
-    starts = [h.events[0].start_s for h in handles]
-    assert starts == sorted(starts)
-    waits = [h.output.metrics.queue_time_s for h in handles]
-    assert waits[-1] > waits[0]
+def test_requests_run_first_come_first_served(loaded):
+    # one running sequence at a time, so later arrivals visibly wait for earlier ones
+    eng = LLMEngine(loaded, telemetry=False, max_num_seqs=1, kv_cache_bytes=32 * 2**20)
+    try:
+        handles = [eng.submit(f"Say {i}.", SamplingParams(temperature=0, max_tokens=3))
+                   for i in range(4)]
+        for h in handles:
+            h.result(60)
+        starts = [h.events[0].start_s for h in handles]
+        assert starts == sorted(starts)
+        waits = [h.output.metrics.queue_time_s for h in handles]
+        assert waits == sorted(waits) and waits[-1] > waits[0]
+    finally:
+        eng.shutdown()
 
 
 def test_out_of_memory_frees_cache(engine, monkeypatch):
