@@ -161,15 +161,19 @@ def test_closing_handle_aborts(engine):
     assert h.result(30).finish_reason == "abort"
 
 
-def test_abort_while_waiting(engine):
-    long = engine.submit("Write a long essay.", SamplingParams(max_tokens=200, ignore_eos=True))
-    queued = engine.submit("Hello", GREEDY)
-    assert queued.queue_position() >= 1
-    assert engine.abort(queued.request_id)
-    out = queued.result(30)
-    assert out.finish_reason == "abort" and out.token_ids == []
-    long.close()
-    long.result(30)
+def test_abort_while_waiting(loaded):
+    eng = LLMEngine(loaded, telemetry=False, max_num_seqs=1, kv_cache_bytes=32 * 2**20)
+    try:
+        long = eng.submit("Write a long essay.", SamplingParams(max_tokens=200, ignore_eos=True))
+        queued = eng.submit("Hello", GREEDY)
+        assert queued.queue_position() >= 1
+        assert eng.abort(queued.request_id)
+        out = queued.result(30)
+        assert out.finish_reason == "abort" and out.token_ids == []
+        long.close()
+        long.result(30)
+    finally:
+        eng.shutdown()
 
 
 def inject(monkeypatch, engine, request_id, make_bad):
@@ -247,7 +251,8 @@ def test_one_at_a_time_mode_failures(loaded, monkeypatch):
 
 
 def test_queue_full_gives_clear_error(loaded):
-    eng = LLMEngine(loaded, max_queue=1, telemetry=False)
+    eng = LLMEngine(loaded, max_queue=1, telemetry=False, max_num_seqs=1,
+                    kv_cache_bytes=32 * 2**20)
     try:
         a = eng.submit("a long one", SamplingParams(max_tokens=200, ignore_eos=True))
         deadline = time.time() + 10
