@@ -11,14 +11,16 @@ from typing import Callable, Iterator
 
 from engine import QueueFullError, SamplingParams
 
-from . import cards, figures
+from . import batch_view, cards, figures
 from .session import RunState, Throttle
 from .tokens_view import tokens_html
 
 OUTPUTS = ("chat", "completion", "message", "status", "tokens", "cards", "latency", "kv",
-           "kv_formula", "memory", "rolling", "trace", "busy")
+           "kv_formula", "memory", "rolling", "batch_stats", "pool", "tables", "strip", "trace", "busy")
+BATCH_KEYS = ("batch_stats", "pool", "tables", "strip")
 TEXT_EVERY_S = 0.25    # text, token chips and stat cards
 FIGURES_EVERY_S = 0.75  # Plotly panels (heavier to send and draw)
+BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
 
 
 def make_params(temperature: float, top_p: float, top_k: int, min_p: float,
@@ -154,11 +156,13 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
 
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
-    first = {**empty_panels(pg, "Queued…"), **_text_frame(state, mode, chat_base, message), "busy": True}
+    first = {**empty_panels(pg, "Queued…"), **_text_frame(state, mode, chat_base, message),
+             **batch_frame(pg, session_id), "busy": True}
     if mode == "chat":
         first["message"] = ""
     yield first
-    text_due, figs_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S)
+    text_due, figs_due, batch_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S), Throttle(BATCH_EVERY_S)
+    batch_due.due()  # the first frame drew it
     try:
         for batch in pg.follow(handle):
             for ev in batch:
@@ -170,13 +174,16 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
                 frame.update(_text_frame(state, mode, chat_base, message))
             if batch and figs_due.due():
                 frame.update(_figure_frame(pg, state, params.max_tokens))
+            if batch_due.due():  # also while queued: the student sees what fills the engine
+                frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]))
             if frame:
                 yield frame
         output = handle.output
         state.finish(output)
         trace = pg.write_trace(output, handle.events)
         final = {**_text_frame(state, mode, chat_base, message), **_figure_frame(pg, state, params.max_tokens),
-                 "rolling": cards.rolling_table_html(pg.rolling_summary()), "busy": False}
+                 "rolling": cards.rolling_table_html(pg.rolling_summary()),
+                 **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
         kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
         final["status"] = cards.status_html(state.status_line(), kind)
         if trace:
@@ -193,6 +200,30 @@ def stop(pg, session_id: str) -> dict:
     if pg.stop(session_id):
         return {"status": cards.status_html("Stopping: the engine aborts the request before its next step…", "warn")}
     return {}
+
+
+def batch_frame(pg, session_id: str, queue_time_s: float | None = None) -> dict:
+    """The batching section for one session: the block pool, block tables, recent steps and
+    numbers, with the session's own requests marked "you" (keys :data:`BATCH_KEYS`)."""
+    stats, snapshot, steps = pg.batch_data()
+    return batch_view.batch_frame(stats, snapshot, steps, pg.session_request_ids(session_id), queue_time_s)
+
+
+def idle_batch_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tuple | None]:
+    """The timer's refresh of the batching section while the session isn't generating.
+
+    Returns:
+        ``(frame, signature)``; the frame is empty when the session is generating (its own
+        stream redraws the section) or when nothing changed since ``seen``.
+    """
+    if pg.session_busy(session_id):
+        return {}, seen
+    stats, snapshot, steps = pg.batch_data()
+    mine = pg.session_request_ids(session_id)
+    sig = batch_view.signature(stats, steps, mine)
+    if sig == seen:
+        return {}, seen
+    return batch_view.batch_frame(stats, snapshot, steps, mine), sig
 
 
 def device_frame(pg) -> dict:

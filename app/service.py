@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Iterator
 
@@ -19,6 +20,8 @@ from .cards import kv_bytes_per_token
 from .monitor import DeviceMonitor
 
 KEEP_TRACES = 100  # trace file pairs kept on disk
+KEEP_SESSIONS = 1000  # sessions whose recent request ids are remembered (marks "you" after a request ends)
+KEEP_IDS = 16  # recent request ids remembered per session
 
 
 class Playground:
@@ -45,6 +48,7 @@ class Playground:
         if monitor:
             self.device.start()
         self._active: dict[str, set] = {}
+        self._recent: OrderedDict[str, deque] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -65,7 +69,23 @@ class Playground:
         handle = self.engine.submit(prompt, params, raw=raw, use_kv_cache=use_kv_cache)
         with self._lock:
             self._active.setdefault(session_id, set()).add(handle)
+            self._recent.setdefault(session_id, deque(maxlen=KEEP_IDS)).append(str(handle.request_id))
+            self._recent.move_to_end(session_id)
+            while len(self._recent) > KEEP_SESSIONS:
+                self._recent.popitem(last=False)
         return handle
+
+    def session_request_ids(self, session_id: str) -> set[str]:
+        """The engine request ids that belong to a session: its unfinished requests and its last
+        few finished ones (so the page marks "you" in the recent steps after an answer ends)."""
+        with self._lock:
+            return ({str(h.request_id) for h in self._active.get(session_id, ())}
+                    | set(self._recent.get(session_id, ())))
+
+    def session_busy(self, session_id: str) -> bool:
+        """Whether the session has a request the page is following now."""
+        with self._lock:
+            return bool(self._active.get(session_id))
 
     def stop(self, session_id: str) -> bool:
         """Abort every unfinished request of a session in the engine (frees their KV caches).
@@ -137,6 +157,24 @@ class Playground:
         """``engine.rolling.summary()`` (p50/p90/p99 over recent requests of every session)."""
         rolling = getattr(self.engine, "rolling", None)
         return rolling.summary() if rolling is not None else {}
+
+    def batch_data(self) -> tuple[dict, dict, list]:
+        """The engine's batching state for the page: ``(stats, block snapshot, recent steps)``.
+
+        Engines without continuous batching (or fakes) give ``batching`` False, ``{}`` and ``[]``.
+        """
+        stats = dict(self.engine.stats())
+        stats.setdefault("batching", False)
+        snap_fn = getattr(self.engine, "block_snapshot", None)
+        snapshot = (snap_fn() or {}) if callable(snap_fn) else {}
+        recent = getattr(self.engine, "recent_steps", None) or ()
+        for _ in range(3):  # the engine thread appends while we copy
+            try:
+                steps = list(recent)
+                break
+            except RuntimeError:
+                steps = []
+        return stats, snapshot, steps
 
     def stats(self) -> dict:
         """Engine counts (waiting, running, finished, aborted, failed, queue_max) plus the

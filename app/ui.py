@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import cards, figures, handlers
+from . import batch_view, cards, figures, handlers
 from .assets import load_examples
 from .fmt import fmt_int
 from .tokens_view import TOOLTIP_JS, inspector_template
@@ -16,16 +16,24 @@ INTRO = (
     "**decode** then adds one token per step, reusing the **KV cache** (the keys and values of "
     "every earlier token). The panels below are measured on this machine while the answer streams."
 )
+BATCH_INTRO = (
+    "### Continuous batching: your request shares the engine with everyone else's\n"
+    "Each **engine step** is one forward pass for every running request, yours and other users'; new "
+    "requests join between steps and finished ones leave. Their keys and values live in fixed-size "
+    "**blocks** of one shared pool (PagedAttention): a request's **block table** maps its logical blocks "
+    "to physical blocks anywhere in the pool, so memory is taken as tokens arrive instead of being reserved "
+    "for the longest possible answer. Generate in two browser tabs at once to see both requests share steps.")
 PROMPT_HINT = "Write a short poem about a programmer under deadline pressure."
 
 
 def _sidebar(pg) -> dict:
-    """Model badge and the sampling controls."""
+    """Model badge and the sampling controls (and the sidebar itself, closed on the Lessons tab)."""
     cap = max(1, min(2048, pg.max_seq_tokens - 1))
-    with gr.Sidebar(open=True, width=330):
+    with gr.Sidebar(open=True, width=330) as sidebar:
         gr.HTML(cards.model_badge_html(pg.info))
         gr.Markdown("### Sampling")
         return dict(
+            sidebar=sidebar,
             temperature=gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="temperature",
                                   info="0 = greedy: always the most likely token"),
             top_k=gr.Slider(0, 200, value=50, step=1, label="top-k",
@@ -72,12 +80,14 @@ def _conversation(empty: dict) -> dict:
 
 
 def _panels(pg, empty: dict) -> dict:
-    """The live Plotly panels, the KV formula, the rolling table and the trace downloads."""
+    """The live Plotly panels, the KV formula, the batching section, the rolling table and the
+    trace downloads."""
     p = {}
     with gr.Row():
         p["latency"] = gr.Plot(empty["latency"], show_label=False, elem_id="latency-plot")
         p["kv_plot"] = gr.Plot(empty["kv"], show_label=False, elem_id="kv-plot")
     p["kv_formula"] = gr.HTML(empty["kv_formula"], elem_id="kv-formula")
+    p.update(_batching(pg))
     with gr.Row():
         p["memory"] = gr.Plot(empty["memory"], show_label=False, elem_id="memory-plot")
         p["device"] = gr.Plot(figures.device_figure([], False, pg.device.reason), show_label=False,
@@ -97,6 +107,32 @@ def _panels(pg, empty: dict) -> dict:
     return p
 
 
+def _batching(pg) -> dict:
+    """The continuous-batching section: numbers, the live block pool and tables, recent steps."""
+    stats, snapshot, steps = pg.batch_data()
+    first = batch_view.batch_frame(stats, snapshot, steps, set())
+    show = bool(stats.get("batching"))
+    gr.Markdown(BATCH_INTRO, elem_id="batching-intro")
+    b = {"batch_stats": gr.HTML(first["batch_stats"], elem_id="batch-stats")}
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5):
+            b["pool"] = gr.HTML(first["pool"], visible=show, elem_id="block-pool")
+            b["tables"] = gr.HTML(first["tables"], visible=show, elem_id="block-tables")
+        with gr.Column(scale=4):
+            b["strip"] = gr.Plot(first["strip"], show_label=False, visible=show, elem_id="step-strip")
+    return b
+
+
+def _lessons(pg) -> None:
+    """The Lessons tab (``app.lessons``); a note instead when it can't be built."""
+    try:
+        from .lessons import build_lessons
+
+        build_lessons(pg.engine)
+    except Exception as exc:  # noqa: BLE001 - the playground must still load
+        gr.Markdown(f"The lessons are unavailable in this build: `{type(exc).__name__}: {exc}`")
+
+
 def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
     """Build the playground page around a :class:`app.service.Playground`.
 
@@ -114,16 +150,21 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
     with gr.Blocks(title="LLM inference playground", fill_width=True) as demo:
         sidebar = _sidebar(pg)
         gr.Markdown("# LLM inference playground")
-        gr.Markdown(INTRO, elem_classes=["intro"])
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=5):
-                conversation = _conversation(empty)
-            with gr.Column(scale=4):
-                stat_cards = gr.HTML(empty["cards"], elem_id="stat-cards")
-                tokens = gr.HTML(empty["tokens"], html_template=inspector_template(), js_on_load=TOOLTIP_JS,
-                                 elem_id="tokens")
-        panels = _panels(pg, empty)
+        with gr.Tabs(elem_id="main-tabs"):
+            with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
+                gr.Markdown(INTRO, elem_classes=["intro"])
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=5):
+                        conversation = _conversation(empty)
+                    with gr.Column(scale=4):
+                        stat_cards = gr.HTML(empty["cards"], elem_id="stat-cards")
+                        tokens = gr.HTML(empty["tokens"], html_template=inspector_template(),
+                                         js_on_load=TOOLTIP_JS, elem_id="tokens")
+                panels = _panels(pg, empty)
+            with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
+                _lessons(pg)
         page = SimpleNamespace(**sidebar, **conversation, **panels, stat_cards=stat_cards, tokens=tokens,
-                               timer=gr.Timer(2.0))
+                               timer=gr.Timer(2.0), batch_seen=gr.State(None), play_tab=play_tab,
+                               lessons_tab=lessons_tab)
         wire(demo, page, pg, max_concurrency)
     return demo

@@ -1,4 +1,5 @@
-"""The page's events: Generate, Stop, Clear, mode switch, the device timer, tab close, and the API.
+"""The page's events: Generate, Stop, Clear, mode switch, the timer (device, rolling table and the
+batching section), tab close, and the API.
 
 Each listener is a thin adapter from Gradio values to the plain functions of ``app.handlers``.
 """
@@ -22,6 +23,7 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     """
     gen_outputs = [page.chatbot, page.completion, page.message, page.status, page.tokens, page.stat_cards,
                    page.latency, page.kv_plot, page.kv_formula, page.memory, page.rolling,
+                   page.batch_stats, page.pool, page.tables, page.strip,
                    page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn]
 
     def to_updates(frame: dict) -> list:
@@ -69,12 +71,20 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
 
     page.mode.change(on_mode, page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
 
-    def on_tick():
-        frame = handlers.device_frame(pg)
-        return frame["device"], frame["rolling"]
+    batch_outputs = [page.batch_stats, page.pool, page.tables, page.strip]
 
-    page.timer.tick(on_tick, None, [page.device, page.rolling], **PRIVATE)
-    demo.load(on_tick, None, [page.device, page.rolling], **PRIVATE)
+    def on_tick(seen, request: gr.Request):
+        frame = handlers.device_frame(pg)
+        batch, seen = handlers.idle_batch_frame(pg, request.session_hash, seen)
+        return [frame["device"], frame["rolling"], seen] + [batch.get(k, gr.skip()) for k in handlers.BATCH_KEYS]
+
+    tick_outputs = [page.device, page.rolling, page.batch_seen] + batch_outputs
+    page.timer.tick(on_tick, page.batch_seen, tick_outputs, **PRIVATE)
+    demo.load(on_tick, page.batch_seen, tick_outputs, **PRIVATE)
+
+    # the sidebar's sampling controls belong to the Playground: the Lessons have their own
+    page.lessons_tab.select(lambda: gr.Sidebar(open=False), None, page.sidebar, **PRIVATE)
+    page.play_tab.select(lambda: gr.Sidebar(open=True), None, page.sidebar, **PRIVATE)
 
     def on_unload(request: gr.Request):
         pg.stop(request.session_hash)  # tab closed: abort its requests, free their KV cache

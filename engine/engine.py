@@ -344,15 +344,24 @@ class LLMEngine:
 
     def _batch_info(self, batch: SchedulerOutput, entries, start: float) -> BatchInfo:
         b = self.block_manager.stats()
-        used_tokens = sum(e.seq.num_computed + e.num_new for e in entries)
+        # tokens held per physical block (a shared prefix block counts once)
+        held: dict[int, int] = {}
+        bs = self.block_manager.block_size
+        for seq in self.scheduler.running:
+            filled = seq.num_computed + seq.num_inflight
+            for i, blk in enumerate(seq.block_table):
+                held[blk] = max(held.get(blk, 0), min(bs, max(0, filled - i * bs)))
         info = BatchInfo(
             step_id=next(self._steps), start_s=start,
             request_ids=[e.seq.request_id for e in entries],
+            new_tokens=[e.num_new for e in entries],
+            phases=["prefill" if e.num_new > 1 or not e.seq.output_ids else "decode"
+                    for e in entries],
             prefill_tokens=sum(e.num_new for e in entries if e.num_new > 1 or not e.seq.output_ids),
             decode_tokens=sum(1 for e in entries if e.num_new == 1 and e.seq.output_ids),
             running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
             blocks_used=b.used, blocks_free=b.free, blocks_cached=b.cached,
-            kv_utilization=used_tokens / max(1, b.used * b.block_size),
+            kv_utilization=sum(held.values()) / max(1, len(held) * bs),
             preemptions=self.scheduler.num_preemptions, prefix_hit_rate=b.hit_rate)
         self.recent_steps.append(info)
         return info

@@ -1,7 +1,8 @@
 """A real browser on the page: Playwright driving Debian's Chromium (see DESIGN.md).
 
 Loads the page, types a prompt, clicks Generate, checks that text streams and that the latency
-and KV panels hold data points before the answer ends, inspects a token, then clicks Stop.
+and KV panels hold data points before the answer ends, inspects a token, then clicks Stop; two
+browser contexts generating at once see their requests share engine steps, each marked as its own.
 Skipped when /usr/bin/chromium is missing, unless the environment variable CI is set (then the
 missing browser is a failure: CI installs Chromium itself).
 """
@@ -167,3 +168,59 @@ def test_two_tabs_each_see_their_own_answer(page_url, browser):
         text = page.locator("#completion textarea").input_value()
         assert text.startswith(prompt) and len(text) > len(prompt) and other not in text
         page.close()
+
+
+SHARED_STEPS = """(sel) => {
+  const el = document.querySelector(sel + ' .js-plotly-plot');
+  if (!el || !el.data) return null;
+  const mine = new Set(), other = new Set();
+  for (const t of el.data) for (const x of (t.x || [])) (t.name.startsWith('your') ? mine : other).add(x);
+  return [...mine].filter(x => other.has(x)).length;
+}"""
+
+
+def test_two_browsers_share_decode_steps_and_each_sees_its_own_marked(page_url, browser, engine):
+    """Two browser contexts (two sessions) generate at once: both requests share engine steps, and
+    each page marks its own request "you" in the block tables, the block pool and the step strip.
+
+    Greedy counting never stops early, so the two requests overlap however slow the machine is;
+    both are stopped once the pages have shown what we check.
+    """
+    contexts = [browser.new_context(viewport={"width": 1400, "height": 1000}) for _ in range(2)]
+    pages = []
+    for ctx, prompt in zip(contexts, ["1, 2, 3, 4, 5,", "10, 20, 30, 40,"]):
+        page = ctx.new_page()
+        page.goto(page_url)
+        page.wait_for_selector("#generate-btn", timeout=60_000)
+        assert page.get_by_role("tab", name="Lessons").count() == 1
+        page.get_by_text("Raw completion").click()
+        for slider, value in (("#temperature", "0"), ("#rep-penalty", "1"), ("#max-tokens", "200")):
+            page.locator(f"{slider} input[type=number]").fill(value)
+            page.locator(f"{slider} input[type=number]").press("Tab")
+        page.locator("#prompt textarea").fill(prompt)
+        pages.append(page)
+    for page in pages:
+        page.locator("#generate-btn").click()
+
+    def both_rows(page):  # its own request ("you") and the other browser's, while both stream
+        return (page.locator("#block-tables .bt-you").count() == 1
+                and page.locator("#block-tables .bt-other").count() >= 1
+                and page.locator("#block-pool .bp-grid .bp-mine").count() >= 1)
+
+    try:
+        for name, page in zip("AB", pages):
+            assert wait_until(lambda: both_rows(page), 90), f"page {name} never showed its own and another request"
+        # the step strip holds steps where your request and the other one shared a forward pass
+        for name, page in zip("AB", pages):
+            shared = wait_until(lambda: (n := page.evaluate(SHARED_STEPS, "#step-strip")) and n >= 3 and n, 60)
+            assert shared, f"page {name}: no step with both requests in the strip"
+            assert "prefix-cache hits" in page.locator("#batch-stats").inner_text()
+    finally:
+        for page in pages:
+            if page.locator("#stop-btn").is_enabled():
+                page.locator("#stop-btn").click()
+    for page in pages:
+        assert wait_until(lambda: page.locator("#generate-btn").is_enabled(), 60)
+    assert wait_until(lambda: engine.stats()["running"] == 0, 30)
+    for ctx in contexts:
+        ctx.close()

@@ -35,7 +35,8 @@ def test_app_sources_never_import_torch():
 
 
 def test_pure_modules_load_without_torch():
-    code = ("import sys; import app.figures, app.session, app.tokens_view, app.cards, app.fmt, app.assets; "
+    code = ("import sys; import app.figures, app.session, app.tokens_view, app.cards, app.fmt, app.assets, "
+            "app.batch_view; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
