@@ -26,7 +26,7 @@ if not CHROMIUM.exists():
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from test_app_fakes import launch  # noqa: E402
+from test_app_fakes import launch, wait_until  # noqa: E402
 
 PLOT_POINTS = """(sel) => {
   const el = document.querySelector(sel + ' .js-plotly-plot');
@@ -51,16 +51,6 @@ def browser():
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         yield b
         b.close()
-
-
-def wait_until(fn, timeout=60.0, every=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(every)
-    return None
 
 
 def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 from engine.events import Candidate, RequestOutput, StepEvent
@@ -172,3 +173,14 @@ def launch(pg, concurrency: int = 8):
     _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
                             quiet=True, css=read_css())
     return demo, url
+
+
+def wait_until(fn, timeout: float = 60.0, every: float = 0.1):
+    """Poll ``fn()`` until it returns something truthy (returned) or ``timeout`` s pass (None)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(every)
+    return None

@@ -7,10 +7,11 @@ reads the calculator, and moves a sampling slider. Skipped when /usr/bin/chromiu
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
+
+from test_app_fakes import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.browser
 CHROMIUM = Path("/usr/bin/chromium")
@@ -56,16 +57,6 @@ def page(lessons_url):
         pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
         yield pg
         browser.close()
-
-
-def wait_until(fn, timeout=90.0, every=0.1):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(every)
-    return None
 
 
 def set_number(page, elem_id: str, value) -> None:
