@@ -41,7 +41,9 @@ def make_generate(pg):
             Streams the generated text so far (a growing string); the last value is the answer.
             A refused or failed request raises an error naming the cause.
         """
-        if not isinstance(prompt, str) or not prompt.strip():
+        if not isinstance(prompt, str):
+            raise gr.Error(f"prompt must be a string, got {type(prompt).__name__}")
+        if not prompt.strip():
             raise gr.Error("prompt is empty")
         session = request.session_hash if request is not None and request.session_hash else "api"
         try:

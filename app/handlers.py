@@ -99,16 +99,22 @@ def _text_frame(state: RunState, mode: str, chat_base: list, prompt_text: str) -
     return frame
 
 
-def _figure_frame(pg, state: RunState, max_new: int) -> dict:
+def _kv_formula(pg, state: RunState) -> str:
+    """The KV formula line with this request's latest cache length (sent with the text, so it
+    always agrees with the token counts on the cards)."""
     last_tokens = state.kv_tokens[-1] if state.kv_tokens else None
+    return cards.kv_formula_html(pg.info, last_tokens if state.use_kv_cache else None,
+                                 state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token)
+
+
+def _figure_frame(pg, state: RunState, max_new: int) -> dict:
     return {
         "latency": figures.latency_figure(state.token_index, state.step_ms, state.phases,
                                           state.prompt_tokens, state.use_kv_cache, state.batch_sizes,
                                           state.prefill_computed),
         "kv": figures.kv_figure(state.kv_tokens, state.kv_bytes, pg.bytes_per_token, state.use_kv_cache,
                                 max_tokens_hint=(state.prompt_tokens + max_new) if state.prompt_tokens else None),
-        "kv_formula": cards.kv_formula_html(pg.info, last_tokens if state.use_kv_cache else None,
-                                            state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token),
+        "kv_formula": _kv_formula(pg, state),
         "memory": figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None),
     }
 
@@ -172,6 +178,7 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
             frame = {}
             if text_due.due():
                 frame.update(_text_frame(state, mode, chat_base, message))
+                frame["kv_formula"] = _kv_formula(pg, state)
             if batch and figs_due.due():
                 frame.update(_figure_frame(pg, state, params.max_tokens))
             if batch_due.due():  # also while queued: the student sees what fills the engine

@@ -423,7 +423,9 @@ class LLMEngine:
             logits = self.runner.recompute(seq.all_ids)
             num_tokens = seq.num_tokens
         seq.num_computed = seq.num_tokens
-        kv_bytes = seq.kv.nbytes() if seq.kv is not None else 0
+        # process memory holds the paged pool (allocated once) even when this request uses none
+        kv_bytes = self.pool.nbytes if self.pool is not None else (
+            seq.kv.nbytes() if seq.kv is not None else 0)
         memory = self.probe.end_step(kv_bytes, 1, num_tokens) if self.probe is not None else None
         self._sample_and_emit(seq, logits, start, num_tokens, memory, None)
 

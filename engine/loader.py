@@ -220,6 +220,13 @@ def _locate(name: str, progress) -> tuple[str, str, dict]:
         raise ModelLoadError(
             f"model {name!r}: not an embedded name ({', '.join(EMBEDDED)}), not a local folder, "
             "and not a Hub id of the form org/name")
+    from .hub import cached_on_disk, hub_reachable
+
+    if cached_on_disk(name):
+        return name, f"Hugging Face Hub cache: {name}", {}
+    ok, why = hub_reachable()
+    if not ok:
+        raise ModelLoadError(f"model {name!r} is not in the local Hub cache and {why}")
     return name, f"Hugging Face Hub: {name}", {}
 
 

@@ -59,16 +59,16 @@ class SamplingParams:
         self.stop = [s for s in (self.stop or []) if s]
         self.stop_token_ids = list(self.stop_token_ids or [])
         _check_float("temperature", self.temperature, lambda v: v >= 0, ">= 0")
-        _check_float("top_p", self.top_p, lambda v: 0 < v <= 1, "(0, 1]")
-        _check_float("min_p", self.min_p, lambda v: 0 <= v <= 1, "[0, 1]")
+        _check_float("top_p", self.top_p, lambda v: 0 < v <= 1, "in (0, 1]")
+        _check_float("min_p", self.min_p, lambda v: 0 <= v <= 1, "in [0, 1]")
         _check_float("repetition_penalty", self.repetition_penalty, lambda v: v > 0, "> 0")
-        _check_float("presence_penalty", self.presence_penalty, lambda v: -2 <= v <= 2, "[-2, 2]")
-        _check_float("frequency_penalty", self.frequency_penalty, lambda v: -2 <= v <= 2, "[-2, 2]")
+        _check_float("presence_penalty", self.presence_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]")
+        _check_float("frequency_penalty", self.frequency_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]")
         _check_int("top_k", self.top_k, lambda v: v == -1 or v >= 0, "-1 (off), 0 (off) or >= 1")
         if self.max_tokens is not None:
             _check_int("max_tokens", self.max_tokens, lambda v: v >= 1, ">= 1")
         if self.seed is not None:
-            _check_int("seed", self.seed, lambda v: 0 <= v < 2**63, "[0, 2**63)")
+            _check_int("seed", self.seed, lambda v: 0 <= v < 2**63, "in [0, 2**63)")
         for tid in self.stop_token_ids:
             _check_int("stop_token_ids", tid, lambda v: v >= 0, "token ids >= 0")
 
@@ -80,9 +80,9 @@ class SamplingParams:
 
 def _check_float(name: str, value, ok, allowed: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number in {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
     if not math.isfinite(value) or not ok(value):
-        raise ValueError(f"{name} must be in {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be {allowed}, got {value!r}")
 
 
 def _check_int(name: str, value, ok, allowed: str) -> None:

@@ -60,3 +60,19 @@ def test_unknown_model_fails_fast_with_name():
     r = run("generate", "--prompt", "hi", "--model", "no-such-org/no-such-model", timeout=120)
     assert r.returncode != 0 and "no-such-org/no-such-model" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_unreachable_hub_fails_fast(monkeypatch):
+    """With the Hub allowed but unreachable, loading a Hub id fails at once, naming the model."""
+    import time
+
+    from engine.loader import ModelLoadError, load_model
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on loopback:9
+    t0 = time.perf_counter()
+    with pytest.raises(ModelLoadError) as err:
+        load_model("no-such-org/no-such-model", device="cpu", progress=None)
+    assert time.perf_counter() - t0 < 10
+    assert "no-such-org/no-such-model" in str(err.value) and "unreachable" in str(err.value)

@@ -65,6 +65,13 @@ def _hub_config_path(repo_id: str) -> str:
     """Download (or take from the local Hub cache) ``config.json`` of ``repo_id``."""
     from huggingface_hub import hf_hub_download
 
+    from ..hub import cached_on_disk, hub_reachable
+
+    if not cached_on_disk(repo_id):
+        ok, why = hub_reachable()
+        if not ok:
+            raise OSError(why)
+
     return hf_hub_download(repo_id, "config.json")
 
 
