@@ -101,7 +101,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     # write the new tokens' K/V at their slots: pool layout [slots, kv_heads, head_dim]
     k_pool.index_copy_(0, paged.new_slots, key[0].transpose(0, 1))
     v_pool.index_copy_(0, paged.new_slots, value[0].transpose(0, 1))
-    window = getattr(module, "sliding_window", None)
+    # Mistral passes its window as a keyword; Qwen2 sets it on sliding layers' modules
+    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
     out = torch.empty_like(query)
     for s in paged.prefills:
         q = query[:, :, s.q_start:s.q_start + s.q_len]

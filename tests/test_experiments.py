@@ -75,6 +75,19 @@ def test_quick_run_has_documented_fields(quick, name, tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_batch_mixed_lengths_compares_the_same_requests(quick):
+    res, _ = quick("batch")
+    mixed = res["mixed"]
+    assert mixed["useful_tokens"] == sum(mixed["lengths"]) and len(set(mixed["lengths"])) > 1
+    eng, hf = mixed["engine"], mixed["hf-generate-padded"]
+    assert len(eng["request_e2e_s"]) == len(hf["request_e2e_s"]) == len(mixed["lengths"])
+    # padded generate returns every request together; the engine lets short ones leave early
+    assert len(set(hf["request_e2e_s"])) == 1
+    shortest = min(range(len(mixed["lengths"])), key=lambda i: mixed["lengths"][i])
+    longest = max(range(len(mixed["lengths"])), key=lambda i: mixed["lengths"][i])
+    assert eng["request_e2e_s"][shortest] < eng["request_e2e_s"][longest]
+
+
 def test_telemetry_does_not_change_tokens(quick):
     res, _ = quick("telemetry-cost")
     assert res["identical_tokens"] is True

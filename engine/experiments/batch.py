@@ -13,6 +13,9 @@ left-padded batch. Result fields beyond the common ones (see :mod:`.common`):
   two tokens of one sequence, median), ``throughput_tokens_per_s`` (batch × new tokens / e2e)
   and ``decode_throughput_tokens_per_s`` (batch × (new tokens − 1) / time from the moment every
   sequence had its first token to the last token).
+- ``mixed`` (both backends run): the same requests with different answer lengths
+  (:func:`mixed_lengths`): useful tokens/s of each backend, when each request finished, and
+  the throughput ratio engine / padded generate.
 """
 
 from __future__ import annotations
@@ -71,6 +74,42 @@ def hf_padded(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
             "decode_throughput_tokens_per_s": _rate(b * (steps - 1), r["decode_time_s"])}
 
 
+def mixed_lengths(loaded, engine, prompts: list[str], lengths: list[int]) -> dict:
+    """The same requests, each with its own answer length, through both backends.
+
+    Continuous batching lets a request leave as soon as its own answer is done; a static padded
+    batch runs every row until the longest answer is done, so short requests wait for it and
+    the extra steps are wasted. Useful tokens are each request's own ``max_tokens``.
+
+    Returns:
+        ``{"lengths", "useful_tokens", "engine": {...}, "hf-generate-padded": {...},
+        "throughput_ratio"}`` where each backend has ``e2e_s`` (all done), ``useful_tokens_per_s``,
+        ``request_e2e_s`` (per request, seconds from the start) and ``median_request_e2e_s``.
+    """
+    from ..prompt import encode_prompt
+
+    useful = sum(lengths)
+    t0 = time.perf_counter()
+    handles = [engine.submit(p, greedy(n)) for p, n in zip(prompts, lengths)]
+    outs = [h.result() for h in handles]
+    t_engine = time.perf_counter() - t0
+    done_at = [h.events[-1].end_s - t0 for h in handles]
+    bad = [o for o in outs if not o.finished_ok]
+    if bad:
+        raise RuntimeError(f"engine request ended with {bad[0].finish_reason}: {bad[0].error}")
+    r = hf_generate(loaded, [encode_prompt(loaded.tokenizer, p) for p in prompts], max(lengths))
+    eng_row = {"e2e_s": t_engine, "useful_tokens_per_s": _rate(useful, t_engine),
+               "request_e2e_s": done_at, "median_request_e2e_s": median(done_at)}
+    hf_row = {"e2e_s": r["e2e_s"], "useful_tokens_per_s": _rate(useful, r["e2e_s"]),
+              "request_e2e_s": [r["e2e_s"]] * len(prompts), "median_request_e2e_s": r["e2e_s"]}
+    return {"lengths": list(lengths), "useful_tokens": useful, "engine": eng_row,
+            "hf-generate-padded": hf_row,
+            "throughput_ratio": _rate(eng_row["useful_tokens_per_s"], hf_row["useful_tokens_per_s"])}
+
+
+MIXED_LENGTHS = [8, 16, 32, 64, 128]
+
+
 BACKENDS = {
     "engine": (engine_batch, "our engine: all sequences submitted at once, continuous batching "
                              "over the paged KV cache"),
@@ -108,11 +147,31 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
                 prompts = [salted(PROMPTS[i % len(PROMPTS)]) for i in range(b)]
                 rows.append({"backend": name, **fn(loaded, eng, prompts, new_tokens)})
                 done += b
+        if set(names) == set(BACKENDS):
+            n_mixed = 4 if quick else 16
+            lengths = [(MIXED_LENGTHS[:3] if quick else MIXED_LENGTHS)[i % (3 if quick else 5)]
+                       for i in range(n_mixed)]
+            report(progress, 0.97, f"mixed answer lengths: {n_mixed} requests")
+            res["mixed"] = mixed_lengths(loaded, eng, [salted(PROMPTS[i % len(PROMPTS)])
+                                                       for i in range(n_mixed)], lengths)
     report(progress, 1.0, "done")
     res["rows"] = rows
     for r in rows:
         res["summary"].append(row(f"{r['backend']}, batch {r['batch']}", r["throughput_tokens_per_s"],
                                   f"tok/s total, {r['per_token_latency_ms']:.0f} ms per token"))
+    mixed = res.get("mixed")
+    if mixed:
+        n = len(mixed["lengths"])
+        for name in ("engine", "hf-generate-padded"):
+            m = mixed[name]
+            res["summary"].append(row(f"{name}, {n} requests of mixed lengths",
+                                      m["useful_tokens_per_s"],
+                                      f"useful tok/s; median request done after "
+                                      f"{m['median_request_e2e_s']:.1f} s"))
+        res["summary"].append(row("mixed lengths: engine / padded generate throughput",
+                                  mixed["throughput_ratio"], "x"))
+        res["notes"].append(f"Mixed lengths: answers of {sorted(set(mixed['lengths']))} tokens; "
+                            "padded generate runs every row to the longest.")
     for n in names:
         res["notes"].append(f"Backend {n}: {BACKENDS[n][1]}.")
     return res
@@ -122,7 +181,9 @@ def plot(res: dict, path: str) -> str:
     """Per-token latency and total throughput against batch size, one line per backend."""
     from .plotting import ENGINE, OTHER, THIRD, figure, save
 
-    fig, (ax1, ax2) = figure(res["title"], ncols=2, width=5.0)
+    mixed = res.get("mixed")
+    axes = figure(res["title"], ncols=3 if mixed else 2, width=5.0)[1]
+    ax1, ax2 = axes[0], axes[1]
     colors = {"engine": ENGINE, "hf-generate-padded": OTHER}
     labels = {"engine": "engine (continuous batching)", "hf-generate-padded": "HF generate (padded)"}
     for name in res["backends"]:
@@ -139,5 +200,18 @@ def plot(res: dict, path: str) -> str:
         ax.set_xlabel("concurrent sequences")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
+    if mixed:
+        ax3 = axes[2]
+        order = sorted(range(len(mixed["lengths"])), key=lambda i: mixed["lengths"][i])
+        for name in ("engine", "hf-generate-padded"):
+            done = mixed[name]["request_e2e_s"]
+            ax3.plot(range(len(order)), [done[i] for i in order], "o-", color=colors[name],
+                     label=f"{labels[name]}: {mixed[name]['useful_tokens_per_s']:.0f} useful tok/s")
+        ax3.set_xticks(range(len(order)), [str(mixed["lengths"][i]) for i in order], fontsize=7)
+        ax3.set_xlabel("requests by answer length (tokens)")
+        ax3.set_ylabel("request finished after (s)")
+        ax3.set_ylim(bottom=0)
+        ax3.legend(fontsize=8)
+    fig = axes[0].figure
     return save(fig, path, f"{res['new_tokens']} new tokens per sequence, greedy; generate pads "
                            "every prompt to the longest")
