@@ -294,11 +294,11 @@ class LLMEngine:
                 self._guarded(e.seq, self._run_one, e.seq)
             return
         try:
-            self._run_paged(batch, batch.entries)
+            self._run_paged(batch.entries)
         except Exception:  # noqa: BLE001 - isolate the failing request: rerun each alone
             for e in batch.entries:
                 if not e.seq.is_finished:
-                    self._guarded(e.seq, self._run_paged, batch, [e])
+                    self._guarded(e.seq, self._run_paged, [e])
 
     def _guarded(self, seq: Sequence, fn, *args) -> None:
         try:
@@ -306,7 +306,7 @@ class LLMEngine:
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
             self._fail(seq, exc)
 
-    def _run_paged(self, batch: SchedulerOutput, entries: list[ScheduledSeq]) -> None:
+    def _run_paged(self, entries: list[ScheduledSeq]) -> None:
         """One packed forward for ``entries``, then sampling for each that reached its end."""
         if self.probe is not None:
             self.probe.begin_step()
@@ -324,7 +324,7 @@ class LLMEngine:
                 b = self.block_manager.stats()
                 kv.note = (f"paged pool allocated once: {b.num_blocks} blocks x {b.block_size} "
                            f"tokens; {b.used} in use, {b.cached} free but holding a prefix")
-        info = self._batch_info(batch, entries, start)
+        info = self._batch_info(entries, start)
         row = 0
         for e in entries:
             seq = e.seq
@@ -342,7 +342,7 @@ class LLMEngine:
             except Exception as exc:  # noqa: BLE001 - e.g. NaN logits of this request only
                 self._fail(seq, exc)
 
-    def _batch_info(self, batch: SchedulerOutput, entries, start: float) -> BatchInfo:
+    def _batch_info(self, entries: list[ScheduledSeq], start: float) -> BatchInfo:
         b = self.block_manager.stats()
         # tokens held per physical block (a shared prefix block counts once)
         held: dict[int, int] = {}
@@ -355,10 +355,9 @@ class LLMEngine:
             step_id=next(self._steps), start_s=start,
             request_ids=[e.seq.request_id for e in entries],
             new_tokens=[e.num_new for e in entries],
-            phases=["prefill" if e.num_new > 1 or not e.seq.output_ids else "decode"
-                    for e in entries],
-            prefill_tokens=sum(e.num_new for e in entries if e.num_new > 1 or not e.seq.output_ids),
-            decode_tokens=sum(1 for e in entries if e.num_new == 1 and e.seq.output_ids),
+            phases=[e.phase for e in entries],
+            prefill_tokens=sum(e.num_new for e in entries if e.phase == "prefill"),
+            decode_tokens=sum(1 for e in entries if e.phase == "decode"),
             running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
             blocks_used=b.used, blocks_free=b.free, blocks_cached=b.cached,
             kv_utilization=sum(held.values()) / max(1, len(held) * bs),

@@ -28,6 +28,11 @@ class ScheduledSeq:
     num_new: int
 
     @property
+    def phase(self) -> str:
+        """``"prefill"`` for prompt (or recompute) tokens, ``"decode"`` for one new token."""
+        return "prefill" if self.num_new > 1 or not self.seq.output_ids else "decode"
+
+    @property
     def samples(self) -> bool:
         """Whether this step reaches the sequence's last known token (so a token is sampled)."""
         return self.seq.num_computed + self.num_new == self.seq.num_tokens
@@ -46,22 +51,6 @@ class SchedulerOutput:
     entries: list[ScheduledSeq] = field(default_factory=list)
     recompute: list[Sequence] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-
-    @property
-    def seqs(self) -> list[Sequence]:
-        return [e.seq for e in self.entries] + self.recompute
-
-    @property
-    def prefill_tokens(self) -> int:
-        """Prompt (or recompute) tokens in the step."""
-        return sum(e.num_new for e in self.entries if e.seq.num_computed < e.seq.num_tokens - 1
-                   or e.num_new > 1)
-
-    @property
-    def decode_tokens(self) -> int:
-        """Single-token decode feeds in the step."""
-        return sum(1 for e in self.entries if e.num_new == 1
-                   and e.seq.num_computed == e.seq.num_tokens - 1)
 
 
 class Scheduler:
