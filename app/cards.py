@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import html
 
+from engine.model_spec import kv_bytes_per_token  # the one KV formula (no torch)
+
 from .fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
 
 CARDS = (
@@ -58,11 +60,6 @@ def model_badge_html(info) -> str:
         f"{info.head_dim} · context {fmt_int(info.context_len)} tokens"
         f"{' · ' + html.escape(arch) if arch else ''}</div>"
         "</div>")
-
-
-def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
-    """The KV formula per token: 2 (K and V) × layers × kv_heads × head_dim × dtype bytes."""
-    return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 
 def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,

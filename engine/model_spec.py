@@ -9,6 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: float) -> int:
+    """The KV formula per token: 2 (K and V) × layers × kv_heads × head_dim × dtype bytes.
+
+    Source: DESIGN.md, "Memory definitions". Multiply by tokens and batch for a whole cache.
+    """
+    return int(round(2 * layers * kv_heads * head_dim * dtype_bytes))
+
 # Families whose attention projections q/k/v carry a bias without a config flag saying so.
 _QKV_BIAS_TYPES = {"qwen2"}
 # Families with four RMSNorms per block (before/after attention and MLP).
@@ -162,9 +170,9 @@ class ModelSpec:
         )
 
     def kv_bytes_per_token(self, dtype_bytes: float) -> int:
-        """Bytes one token adds to a full-attention KV cache: 2 (K and V) × layers × kv_heads ×
-        head_dim × dtype_bytes (DESIGN.md). Sliding layers stop growing past the window."""
-        return int(round(2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes))
+        """Bytes one token adds to a full-attention KV cache (:func:`kv_bytes_per_token`).
+        Sliding layers stop growing past the window."""
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, dtype_bytes)
 
     def kv_cache_bytes(self, tokens: int, dtype_bytes: float, batch: int = 1) -> int:
         """KV cache bytes for ``batch`` sequences of ``tokens`` tokens each.

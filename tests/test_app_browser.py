@@ -53,17 +53,24 @@ def browser():
         b.close()
 
 
-def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, tmp_path):
-    page = browser.new_page(viewport={"width": 1500, "height": 1000})
-    page.goto(page_url)
+def raw_greedy(page, url, prompt, max_tokens=None):
+    """Open the page, switch to raw completion with greedy settings, and type ``prompt``."""
+    page.goto(url)
     page.wait_for_selector("#generate-btn", timeout=60_000)
-    assert "smollm2" in page.content().lower()
-
     page.get_by_text("Raw completion").click()
-    for slider, value in (("#temperature", "0"), ("#rep-penalty", "1")):  # greedy counting runs long
+    values = [("#temperature", "0"), ("#rep-penalty", "1")]
+    if max_tokens is not None:
+        values.append(("#max-tokens", str(max_tokens)))
+    for slider, value in values:
         page.locator(f"{slider} input[type=number]").fill(value)
         page.locator(f"{slider} input[type=number]").press("Tab")
-    page.locator("#prompt textarea").fill("1, 2, 3, 4, 5,")
+    page.locator("#prompt textarea").fill(prompt)
+
+
+def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, tmp_path):
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    raw_greedy(page, page_url, "1, 2, 3, 4, 5,")  # greedy counting runs long
+    assert "smollm2" in page.content().lower()
     aborted_before = engine.stats()["aborted"]
     page.locator("#generate-btn").click()
 
@@ -123,13 +130,7 @@ def test_empty_prompt_shows_a_message_and_the_page_recovers(page_url, browser):
 
 def test_closing_the_tab_aborts_its_request(page_url, browser, engine):
     page = browser.new_page()
-    page.goto(page_url)
-    page.wait_for_selector("#generate-btn", timeout=60_000)
-    page.get_by_text("Raw completion").click()
-    for slider, value in (("#temperature", "0"), ("#rep-penalty", "1")):
-        page.locator(f"{slider} input[type=number]").fill(value)
-        page.locator(f"{slider} input[type=number]").press("Tab")
-    page.locator("#prompt textarea").fill("1, 2, 3, 4, 5,")
+    raw_greedy(page, page_url, "1, 2, 3, 4, 5,")
     before = engine.stats()["aborted"]
     page.locator("#generate-btn").click()
     assert wait_until(lambda: page.locator("#tokens .tok").count() >= 3, 120, every=0.02)
@@ -143,13 +144,7 @@ def test_two_tabs_each_see_their_own_answer(page_url, browser):
     pages = []
     for prompt in prompts:
         page = browser.new_page()
-        page.goto(page_url)
-        page.wait_for_selector("#generate-btn", timeout=60_000)
-        page.get_by_text("Raw completion").click()
-        for slider, value in (("#temperature", "0"), ("#rep-penalty", "1"), ("#max-tokens", "12")):
-            page.locator(f"{slider} input[type=number]").fill(value)
-            page.locator(f"{slider} input[type=number]").press("Tab")
-        page.locator("#prompt textarea").fill(prompt)
+        raw_greedy(page, page_url, prompt, max_tokens=12)
         pages.append(page)
     for page in pages:
         page.locator("#generate-btn").click()
@@ -180,14 +175,8 @@ def test_two_browsers_share_decode_steps_and_each_sees_its_own_marked(page_url, 
     pages = []
     for ctx, prompt in zip(contexts, ["1, 2, 3, 4, 5,", "10, 20, 30, 40,"]):
         page = ctx.new_page()
-        page.goto(page_url)
-        page.wait_for_selector("#generate-btn", timeout=60_000)
+        raw_greedy(page, page_url, prompt, max_tokens=200)
         assert page.get_by_role("tab", name="Lessons").count() == 1
-        page.get_by_text("Raw completion").click()
-        for slider, value in (("#temperature", "0"), ("#rep-penalty", "1"), ("#max-tokens", "200")):
-            page.locator(f"{slider} input[type=number]").fill(value)
-            page.locator(f"{slider} input[type=number]").press("Tab")
-        page.locator("#prompt textarea").fill(prompt)
         pages.append(page)
     for page in pages:
         page.locator("#generate-btn").click()
