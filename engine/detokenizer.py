@@ -84,3 +84,22 @@ class StopStringMatcher:
             if any(s.startswith(tail) for s in self.stops):
                 return len(text) - k
         return len(text)
+
+
+class TokenTexts:
+    """The text of single tokens (``tokenizer.decode([id])``), remembered once computed.
+
+    Every step shows the chosen token and its top candidates for every running request; most
+    of those ids repeat, and a dictionary lookup is far cheaper than a decode. At most one
+    entry per vocabulary id.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._texts: dict[int, str] = {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self._texts.get(token_id)
+        if text is None:
+            text = self._texts[token_id] = self.tokenizer.decode([token_id])
+        return text

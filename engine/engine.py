@@ -12,7 +12,7 @@ import torch
 
 from .batch_info import BatchInfo
 from .block_manager import BlockManager
-from .detokenizer import IncrementalDetokenizer, StopStringMatcher
+from .detokenizer import IncrementalDetokenizer, StopStringMatcher, TokenTexts
 from .events import Candidate, RequestOutput, StepEvent
 from .kv_pool import KVPool
 from .handle import RequestHandle
@@ -53,6 +53,7 @@ class LLMEngine:
         self.info = loaded.info
         self.spec = loaded.spec
         self.tokenizer = loaded.tokenizer
+        self.token_text = TokenTexts(loaded.tokenizer)
         self.sampler = Sampler()
         self.telemetry = telemetry
         model_type = getattr(loaded.model.config, "model_type", "")
@@ -325,22 +326,29 @@ class LLMEngine:
                 kv.note = (f"paged pool allocated once: {b.num_blocks} blocks x {b.block_size} "
                            f"tokens; {b.used} in use, {b.cached} free but holding a prefix")
         info = self._batch_info(entries, start)
-        row = 0
+        sampling = []
         for e in entries:
             seq = e.seq
-            samples = e.samples
+            if e.samples:  # read before num_computed moves on
+                sampling.append(e)
             seq.num_computed += e.num_new
             seq.num_inflight = 0
             seq.first_unkeyed = self.block_manager.register_full_blocks(
                 seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed)
-            if not samples:
+        if not sampling:
+            return
+        seqs = [e.seq for e in sampling]
+        choices = self.sampler.sample_many(logits, [q.params for q in seqs],
+                                           [q.generator for q in seqs],
+                                           lambda i: _penalty_ids(seqs[i], logits.device))
+        for e, choice in zip(sampling, choices):
+            if isinstance(choice, Exception):  # e.g. NaN logits of this request only
+                self._fail(e.seq, choice)
                 continue
-            seq_logits = logits[row]
-            row += 1
             try:
-                self._sample_and_emit(seq, seq_logits, start, e.num_new, memory, info)
-            except Exception as exc:  # noqa: BLE001 - e.g. NaN logits of this request only
-                self._fail(seq, exc)
+                self._emit(e.seq, choice, start, e.num_new, memory, info)
+            except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
+                self._fail(e.seq, exc)
 
     def _batch_info(self, entries: list[ScheduledSeq], start: float) -> BatchInfo:
         b = self.block_manager.stats()
@@ -368,13 +376,13 @@ class LLMEngine:
     def _sample_and_emit(self, seq: Sequence, logits, start: float, num_tokens: int, memory,
                          info: BatchInfo | None) -> None:
         """Sample the next token from ``[V]`` logits, postprocess, and stream the event."""
-        p = seq.params
-        if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-            context = torch.tensor(seq.all_ids, dtype=torch.long, device=logits.device)
-            outputs = torch.tensor(seq.output_ids, dtype=torch.long, device=logits.device)
-        else:  # no penalty reads them: skip building two tensors of every id at each step
-            context = outputs = _NO_IDS
+        context, outputs = _penalty_ids(seq, logits.device)
         choice = self.sampler.sample(logits, seq.params, context, outputs, seq.generator)
+        self._emit(seq, choice, start, num_tokens, memory, info)
+
+    def _emit(self, seq: Sequence, choice, start: float, num_tokens: int, memory,
+              info: BatchInfo | None) -> None:
+        """Append the sampled token, postprocess (detokenize, stops), and stream the event."""
         end = time.perf_counter()
         phase = "decode" if seq.output_ids else "prefill"
         if phase == "prefill":  # a chunked prefill spans several steps: it began when scheduled
@@ -383,12 +391,12 @@ class LLMEngine:
         seq.output_ids.append(choice.token_id)
         seq.times.token_times.append(end)
         delta = self._postprocess(seq, choice.token_id)
-        tok = self.tokenizer
+        text = self.token_text
         event = StepEvent(
             request_id=seq.request_id, phase=phase, step=len(seq.output_ids) - 1,
-            token_id=choice.token_id, token_text=tok.decode([choice.token_id]), text_delta=delta,
+            token_id=choice.token_id, token_text=text(choice.token_id), text_delta=delta,
             token_prob=choice.prob,
-            top_candidates=[Candidate(i, tok.decode([i]), p, _log(p))
+            top_candidates=[Candidate(i, text(i), p, _log(p))
                             for i, p in zip(choice.top_ids, choice.top_probs)],
             start_s=start, end_s=end, num_tokens=num_tokens,
             kv_tokens=seq.kv.num_tokens if seq.kv is not None else seq.num_computed
@@ -510,6 +518,16 @@ def release_free_memory(device: str) -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def _penalty_ids(seq: Sequence, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(context_ids [N], output_ids [M])`` int64 for the penalties; empty when none is set
+    (no need to build two tensors of every id at each step)."""
+    p = seq.params
+    if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+        return (torch.tensor(seq.all_ids, dtype=torch.long, device=device),
+                torch.tensor(seq.output_ids, dtype=torch.long, device=device))
+    return _NO_IDS, _NO_IDS
 
 
 def _log(p: float) -> float:

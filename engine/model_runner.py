@@ -88,6 +88,9 @@ class ModelRunner:
 def build_paged_context(entries, pool, block_size: int, device):
     """Pack a step's sequences into one row and describe where their K/V live.
 
+    Everything is assembled in Python lists and turned into a handful of tensors, so the
+    cost per sequence stays a few microseconds.
+
     Args:
         entries: :class:`engine.scheduler.ScheduledSeq` items (sequence, new-token count).
         pool: the :class:`engine.kv_pool.KVPool`.
@@ -101,39 +104,42 @@ def build_paged_context(entries, pool, block_size: int, device):
     from .paged_attention import PagedContext, SeqSlice
 
     ids, pos, new_slots, keep, prefills = [], [], [], [], []
-    decode_q, decode_slot_rows = [], []
-    offsets = torch.arange(block_size, device=device)
+    decode_q, decode_tables, decode_lens = [], [], []
     q_start = 0
     for e in entries:
         seq, n = e.seq, e.num_new
         ctx = seq.num_computed
         total = ctx + n
-        table = torch.tensor(seq.block_table, dtype=torch.long, device=device)
-        slots = (table[:, None] * block_size + offsets[None, :]).reshape(-1)[:total]
+        table = seq.block_table[:-(-total // block_size)]
         ids.extend(seq.all_ids[ctx:total])
         pos.extend(range(ctx, total))
-        new_slots.append(slots[ctx:total])
+        new_slots.extend(table[p // block_size] * block_size + p % block_size
+                         for p in range(ctx, total))
         if n == 1:
             decode_q.append(q_start)
-            decode_slot_rows.append(slots)
+            decode_tables.append(table)
+            decode_lens.append(total)
         else:
-            prefills.append(SeqSlice(q_start, n, ctx, slots))
+            blocks = torch.tensor(table, dtype=torch.long, device=device)
+            prefills.append(SeqSlice(q_start, n, ctx, blocks))
         if e.samples:
             keep.append(q_start + n - 1)
         q_start += n
-    dq = ds = dm = dl = None
+    dq = db = dm = dl = None
+    smax = 0
     if decode_q:
         dq = torch.tensor(decode_q, dtype=torch.long, device=device)
-        lens = [len(r) for r in decode_slot_rows]
-        smax = max(lens)
-        ds = torch.zeros((len(lens), smax), dtype=torch.long, device=device)
-        for i, r in enumerate(decode_slot_rows):
-            ds[i, :len(r)] = r
-        dl = torch.tensor(lens, dtype=torch.long, device=device)
-        if len(lens) > 1 and min(lens) != smax:
+        width = max(len(t) for t in decode_tables)
+        db = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables], dtype=torch.long,
+                          device=device)
+        dl = torch.tensor(decode_lens, dtype=torch.long, device=device)
+        smax = max(decode_lens)
+        if min(decode_lens) != smax:
             dm = (torch.arange(smax, device=device)[None, :] < dl[:, None])[:, None, None, :]
-    ctx = PagedContext(pool=pool, new_slots=torch.cat(new_slots), prefills=prefills,
-                       decode_q=dq, decode_slots=ds, decode_mask=dm, decode_lens=dl)
+    ctx = PagedContext(pool=pool, new_slots=torch.tensor(new_slots, dtype=torch.long, device=device),
+                       prefills=prefills, decode_q=dq, decode_blocks=db, decode_mask=dm,
+                       decode_lens=dl, decode_max_len=smax,
+                       decode_only=bool(decode_q) and not prefills)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     position_ids = torch.tensor([pos], dtype=torch.long, device=device)
     return input_ids, position_ids, torch.tensor(keep, dtype=torch.long, device=device), ctx

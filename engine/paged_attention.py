@@ -3,8 +3,9 @@
 The engine packs every sequence of a step into one row of ``T`` tokens and passes a
 :class:`PagedContext` as the extra keyword ``paged`` to the model's forward; transformers hands
 it to every attention call. There the new keys and values are written into the block pool at
-their slots, each sequence's past keys and values are gathered through its block table, and
-attention runs per sequence (prefill chunks) or as one padded batch (decode tokens).
+their slots, each sequence's past keys and values are gathered block by block through its
+block table, and attention runs per sequence (prefill chunks) or as one padded batch (decode
+tokens).
 
 Without a ``paged`` context the function is plain SDPA (transformers' own), so Hugging Face
 ``generate`` on the same model is unchanged.
@@ -27,13 +28,14 @@ class SeqSlice:
         q_start: index of its first new token in the packed row.
         q_len: new tokens this step (a prefill chunk, or 1 for decode).
         context_len: tokens whose K/V were already in the pool before this step.
-        slots: ``[context_len + q_len]`` int64 pool slots of all its tokens, in order.
+        blocks: ``[ceil((context_len + q_len) / block_size)]`` int64 block ids holding its
+            tokens, in order (the first entries of its block table).
     """
 
     q_start: int
     q_len: int
     context_len: int
-    slots: torch.Tensor
+    blocks: torch.Tensor
 
 
 @dataclass
@@ -45,18 +47,44 @@ class PagedContext:
         new_slots: ``[T]`` int64 pool slot of every new token of the packed row.
         prefills: sequences with more than one new token (or a past to mask), run one by one.
         decode_q: ``[B]`` int64 packed indices of single-token decode queries.
-        decode_slots: ``[B, S_max]`` int64 slots of each decode sequence (padded with slot 0).
-        decode_mask: ``[B, 1, 1, S_max]`` bool, True where a slot is real; ``None`` at B == 1.
+        decode_blocks: ``[B, N_max]`` int64 block tables of the decode sequences, padded with
+            block 0 (its slots are masked out).
+        decode_mask: ``[B, 1, 1, S_max]`` bool, True where a key is real; ``None`` when every
+            decode sequence has ``S_max`` tokens.
         decode_lens: ``[B]`` int64 tokens of each decode sequence (for sliding windows).
+        decode_max_len: ``S_max``, the longest decode sequence in tokens.
+        decode_only: the step is ``B`` decode tokens and nothing else, in packed order.
     """
 
     pool: object
     new_slots: torch.Tensor
     prefills: list[SeqSlice]
     decode_q: torch.Tensor | None
-    decode_slots: torch.Tensor | None
+    decode_blocks: torch.Tensor | None
     decode_mask: torch.Tensor | None
     decode_lens: torch.Tensor | None = None
+    decode_max_len: int = 0
+    decode_only: bool = False
+
+
+def gather_blocks(pool_tensor: torch.Tensor, blocks: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Copy whole blocks out of one layer's K or V pool.
+
+    One ``index_select`` over rows of ``block_size`` slots moves each block as one contiguous
+    piece (``block_size × kv_heads × head_dim`` values), several times faster on CPU than
+    indexing slot by slot.
+
+    Args:
+        pool_tensor: ``[num_blocks × block_size, kv_heads, head_dim]``.
+        blocks: ``[N]`` int64 block ids (any shape; flattened in order).
+        block_size: slots per block.
+
+    Returns:
+        ``[N × block_size, kv_heads, head_dim]``, block after block.
+    """
+    slots, kv_heads, head_dim = pool_tensor.shape
+    rows = pool_tensor.view(slots // block_size, block_size * kv_heads * head_dim)
+    return rows.index_select(0, blocks.reshape(-1)).view(-1, kv_heads, head_dim)
 
 
 def _sdpa():
@@ -103,27 +131,37 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     v_pool.index_copy_(0, paged.new_slots, value[0].transpose(0, 1))
     # Mistral passes its window as a keyword; Qwen2 sets it on sliding layers' modules
     window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
-    out = torch.empty_like(query)
+    out = None if paged.decode_only else torch.empty_like(query)
+    bs = paged.pool.block_size
     for s in paged.prefills:
         q = query[:, :, s.q_start:s.q_start + s.q_len]
-        k = k_pool[s.slots].transpose(0, 1)[None]
-        v = v_pool[s.slots].transpose(0, 1)[None]
+        total = s.context_len + s.q_len
+        k = gather_blocks(k_pool, s.blocks, bs)[:total].transpose(0, 1)[None]
+        v = gather_blocks(v_pool, s.blocks, bs)[:total].transpose(0, 1)[None]
         mask = None
         if s.context_len or (window and s.q_len > window):
             mask = _prefix_mask(s.q_len, s.context_len, window, query.device)
         o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)
         out[:, :, s.q_start:s.q_start + s.q_len] = o.transpose(1, 2)
     if paged.decode_q is not None:
-        q = query[0][:, paged.decode_q].transpose(0, 1)[:, :, None]    # [B, heads, 1, d]
-        k = k_pool[paged.decode_slots].permute(0, 2, 1, 3)              # [B, kv_heads, S, d]
-        v = v_pool[paged.decode_slots].permute(0, 2, 1, 3)
+        if paged.decode_only:  # the row is the B decode tokens in order: views, no copies
+            q = query[0].transpose(0, 1)[:, :, None]                     # [B, heads, 1, d]
+        else:
+            q = query[0][:, paged.decode_q].transpose(0, 1)[:, :, None]
+        b, smax = paged.decode_blocks.shape[0], paged.decode_max_len
+        k = gather_blocks(k_pool, paged.decode_blocks, bs).view(b, -1, *k_pool.shape[1:])
+        v = gather_blocks(v_pool, paged.decode_blocks, bs).view(b, -1, *v_pool.shape[1:])
+        k = k[:, :smax].permute(0, 2, 1, 3)                              # [B, kv_heads, S, d]
+        v = v[:, :smax].permute(0, 2, 1, 3)
         mask = paged.decode_mask
-        if window and paged.decode_lens is not None and int(paged.decode_lens.max()) > window:
+        if window and smax > window:
             k_pos = torch.arange(k.shape[2], device=k.device)[None, :]
             recent = k_pos >= (paged.decode_lens[:, None] - window)
             mask = recent[:, None, None] if mask is None else mask & recent[:, None, None]
-        o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)
-        out[0][:, paged.decode_q] = o[:, 0].transpose(0, 1)             # o: [B, 1, heads, d]
+        o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)  # [B, 1, heads, d]
+        if paged.decode_only:
+            return o.reshape(1, b, *o.shape[2:]), None
+        out[0][:, paged.decode_q] = o[:, 0].transpose(0, 1)
     return out.transpose(1, 2), None
 
 

@@ -8,6 +8,7 @@ softmax -> argmax (temperature 0) or a draw from the request's own ``torch.Gener
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -105,8 +106,26 @@ def apply_filters(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     return probs
 
 
+def _check_finite(x: torch.Tensor) -> None:
+    """Raise :class:`NonFiniteLogitsError` if the ``[V]`` logits hold NaN or inf."""
+    # one vectorised sum is much cheaper than an element-wise isfinite over the vocabulary:
+    # any NaN or inf makes the sum non-finite; a finite row whose sum overflows is re-checked.
+    if bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all()):
+        return
+    bad = int((~torch.isfinite(x)).sum())
+    raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
+
+
+def _is_plain(params: SamplingParams, vocab: int) -> bool:
+    """Whether only temperature applies (no penalty, top-k, top-p or min-p): such rows of a
+    step are sampled together in :meth:`Sampler.sample_many`."""
+    return (params.repetition_penalty == 1.0 and not params.presence_penalty
+            and not params.frequency_penalty and not 0 < params.top_k < vocab
+            and params.top_p >= 1.0 and params.min_p <= 0)
+
+
 class Sampler:
-    """Picks the next token of one sequence from its last-position logits."""
+    """Picks the next token of each sequence from its last-position logits."""
 
     def sample(self, logits: torch.Tensor, params: SamplingParams, context_ids: torch.Tensor,
                output_ids: torch.Tensor, generator: torch.Generator | None) -> SampleResult:
@@ -126,9 +145,7 @@ class Sampler:
             NonFiniteLogitsError: the logits hold NaN or inf.
         """
         x = logits.float()
-        if not bool(torch.isfinite(x).all()):
-            bad = int((~torch.isfinite(x)).sum())
-            raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
+        _check_finite(x)
         x = apply_penalties(x, params, context_ids, output_ids)
         probs = apply_filters(x, params.temperature, params.top_k, params.top_p, params.min_p)
         if params.greedy:
@@ -137,6 +154,67 @@ class Sampler:
             token = int(torch.multinomial(probs, 1, generator=generator))
         k = min(TOP_CANDIDATES, probs.shape[-1])
         top = torch.topk(probs, k)
-        pairs = [(i, p) for i, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0]
-        return SampleResult(token_id=token, prob=float(probs[token]),
-                            top_ids=[i for i, _ in pairs], top_probs=[p for _, p in pairs])
+        return _result(token, float(probs[token]), top.indices.tolist(), top.values.tolist())
+
+    def sample_many(self, logits: torch.Tensor, params: list[SamplingParams],
+                    generators: list[torch.Generator | None],
+                    context: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+                    ) -> list[SampleResult | Exception]:
+        """Choose the next token of every sequence of a step.
+
+        Rows that only use a temperature (the common case, and every greedy benchmark row) go
+        through one softmax, one top-k and one argmax over ``[n, V]``; the others, and any row
+        that fails, go through :meth:`sample` one by one. Each row gets the same token and
+        probabilities as :meth:`sample` would give it alone (same kernels, same generator).
+
+        Args:
+            logits: ``[N, V]`` logits, one row per sequence.
+            params: ``N`` sampling settings.
+            generators: ``N`` generators (``None`` for torch's global one).
+            context: ``context(i)`` returns row ``i``'s ``(context_ids, output_ids)`` for the
+                penalties; called only for rows that need it.
+
+        Returns:
+            ``N`` items: a :class:`SampleResult`, or the exception that row raised
+            (:class:`NonFiniteLogitsError` for NaN/inf logits) so one bad row fails alone.
+        """
+        x = logits.float()
+        vocab = x.shape[-1]
+        finite = torch.isfinite(x.sum(-1)).tolist()
+        out: list[SampleResult | Exception | None] = [None] * len(params)
+        plain = [i for i, p in enumerate(params) if finite[i] and _is_plain(p, vocab)]
+        if plain:
+            try:
+                rows = x if len(plain) == len(params) else x[plain]
+                temps = [params[i].temperature if params[i].temperature > 0 else 1.0 for i in plain]
+                scaled = rows
+                if any(t != 1.0 for t in temps):
+                    scaled = rows / torch.tensor(temps, dtype=rows.dtype, device=rows.device)[:, None]
+                probs = torch.softmax(scaled, dim=-1)
+                top = torch.topk(probs, min(TOP_CANDIDATES, vocab), dim=-1)
+                argmax = torch.argmax(rows, dim=-1).tolist()
+                top_ids, top_probs = top.indices.tolist(), top.values.tolist()
+            except Exception:  # noqa: BLE001 - leave these rows to the one-by-one path below
+                plain = []
+            for j, i in enumerate(plain):
+                try:
+                    tid = argmax[j] if params[i].greedy else int(
+                        torch.multinomial(probs[j], 1, generator=generators[i]))
+                    out[i] = _result(tid, float(probs[j, tid]), top_ids[j], top_probs[j])
+                except Exception as exc:  # noqa: BLE001 - returned, so the row fails alone
+                    out[i] = exc
+        for i, p in enumerate(params):
+            if out[i] is None:
+                try:
+                    ctx, outs = context(i)
+                    out[i] = self.sample(logits[i], p, ctx, outs, generators[i])
+                except Exception as exc:  # noqa: BLE001 - returned, so the row fails alone
+                    out[i] = exc
+        return out
+
+
+def _result(token: int, prob: float, top_ids: list[int], top_probs: list[float]) -> SampleResult:
+    """A :class:`SampleResult` whose candidates leave out filtered tokens (probability 0)."""
+    pairs = [(i, p) for i, p in zip(top_ids, top_probs) if p > 0]
+    return SampleResult(token_id=token, prob=prob, top_ids=[i for i, _ in pairs],
+                        top_probs=[p for _, p in pairs])

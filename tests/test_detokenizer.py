@@ -49,3 +49,12 @@ def test_character_cut_by_max_tokens_is_dropped(loaded):
     d = IncrementalDetokenizer(tok)
     deltas = [d.add(i) for i in ids[:-1]] + [d.finish()]
     assert "\ufffd" not in "".join(deltas) and "".join(deltas) == tok.decode(ids[:-1]).rstrip("\ufffd")
+
+
+def test_token_texts_equal_single_token_decodes(loaded):
+    from engine.detokenizer import TokenTexts
+
+    tokenizer = loaded.tokenizer
+    texts = TokenTexts(tokenizer)
+    ids = list(range(0, 2000, 37)) + [0, 37]
+    assert [texts(i) for i in ids] == [tokenizer.decode([i]) for i in ids]

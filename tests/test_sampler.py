@@ -92,3 +92,51 @@ def test_filtered_tokens_are_not_candidates():
     res = Sampler().sample(logits, SamplingParams(temperature=1.0, top_k=2, seed=0), EMPTY, EMPTY,
                            torch.Generator().manual_seed(0))
     assert res.top_ids == [5, 4] and all(p > 0 for p in res.top_probs)
+
+
+def test_finite_rows_whose_sum_overflows_are_not_errors():
+    big = torch.full((8,), 3e38)  # every logit finite, their sum overflows to inf
+    res = Sampler().sample(big, SamplingParams(temperature=0), EMPTY, EMPTY, None)
+    assert res.token_id == 0
+
+
+def _many_vs_one(params, logits, seeds):
+    """Tokens and probabilities of sample_many against sample, row by row, same seeds."""
+    s = Sampler()
+    gens = [torch.Generator().manual_seed(x) if x is not None else None for x in seeds]
+    ctx = torch.tensor([3, 3, 5]), torch.tensor([5])
+    many = s.sample_many(logits, params, gens, lambda i: ctx)
+    gens = [torch.Generator().manual_seed(x) if x is not None else None for x in seeds]
+    alone = []
+    for i, p in enumerate(params):
+        try:
+            alone.append(s.sample(logits[i], p, *ctx, gens[i]))
+        except NonFiniteLogitsError as exc:
+            alone.append(exc)
+    return many, alone
+
+
+def test_sample_many_gives_each_row_what_sampling_it_alone_gives():
+    torch.manual_seed(0)
+    logits = torch.randn(7, 300) * 3
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, seed=1),
+              SamplingParams(temperature=1.0, seed=2), SamplingParams(temperature=1.3, seed=3),
+              SamplingParams(temperature=0.8, top_p=0.9, seed=4),  # filters: one-by-one path
+              SamplingParams(temperature=0, repetition_penalty=1.5),  # penalty: one-by-one
+              SamplingParams(temperature=2.0, seed=5, top_k=20, min_p=0.05)]
+    for _ in range(5):  # several draws: the generators must advance the same way
+        many, alone = _many_vs_one(params, logits, [None, 1, 2, 3, 4, None, 5])
+        for m, a in zip(many, alone):
+            assert m.token_id == a.token_id
+            assert m.prob == a.prob  # bit-identical, not approximately equal
+            assert m.top_ids == a.top_ids and m.top_probs == a.top_probs
+        logits = logits.roll(1, dims=1)
+
+
+def test_sample_many_fails_only_the_row_with_non_finite_logits():
+    logits = torch.randn(3, 50)
+    logits[1, 7] = float("nan")
+    params = [SamplingParams(temperature=0)] * 3
+    out = Sampler().sample_many(logits, params, [None] * 3, lambda i: (EMPTY, EMPTY))
+    assert isinstance(out[1], NonFiniteLogitsError)
+    assert out[0].token_id == int(logits[0].argmax()) and out[2].token_id == int(logits[2].argmax())
