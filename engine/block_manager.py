@@ -74,6 +74,7 @@ class BlockManager:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._by_key: dict[int, int] = {}
+        self._cached_free = 0  # free blocks that still hold a prefix key (kept, not recounted)
         self.hit_tokens = 0
         self.queried_tokens = 0
 
@@ -88,15 +89,16 @@ class BlockManager:
 
     def stats(self) -> BlockStats:
         """Current occupancy; ``cached`` counts free blocks that still hold a prefix key."""
-        cached = sum(1 for i in self._free if self.blocks[i].key is not None)
         return BlockStats(len(self.blocks), self.block_size, len(self.blocks) - len(self._free),
-                          len(self._free), cached, self.hit_tokens, self.queried_tokens)
+                          len(self._free), self._cached_free, self.hit_tokens,
+                          self.queried_tokens)
 
     # allocation ---------------------------------------------------------------------------
     def _take_free(self) -> int:
         block_id, _ = self._free.popitem(last=False)
         block = self.blocks[block_id]
         if block.key is not None:  # evict its prefix-cache entry
+            self._cached_free -= 1
             if self._by_key.get(block.key) == block_id:
                 del self._by_key[block.key]
             block.key, block.tokens = None, ()
@@ -158,6 +160,7 @@ class BlockManager:
             block = self.blocks[b]
             if block.ref_count == 0:
                 del self._free[b]
+                self._cached_free -= 1
             block.ref_count += 1
             table.append(b)
         table.extend(self._take_free() for _ in range(fresh))
@@ -209,4 +212,5 @@ class BlockManager:
                     self._free.move_to_end(b, last=False)  # no cached content: reuse soonest
                 else:
                     self._free[b] = None
+                    self._cached_free += 1
         table.clear()

@@ -78,3 +78,28 @@ def test_can_allocate_counts_revived_cached_blocks():
 def test_invalid_sizes():
     with pytest.raises(ValueError):
         BlockManager(0, 16)
+
+
+def test_cached_count_matches_a_recount_through_random_traffic():
+    import random
+
+    rng = random.Random(0)
+    bm = BlockManager(num_blocks=24, block_size=4)
+    prefixes = [[rng.randrange(50) for _ in range(8)] for _ in range(3)]
+    live: list[tuple[list[int], list[int]]] = []
+    for _ in range(400):
+        if live and (rng.random() < 0.45 or bm.num_free < 6):
+            table, _ = live.pop(rng.randrange(len(live)))
+            bm.free(table)
+        else:
+            ids = rng.choice(prefixes) + [rng.randrange(50) for _ in range(rng.randrange(1, 9))]
+            if not bm.can_allocate(ids, 100):
+                continue
+            table, _, new = bm.allocate(ids, 100)
+            bm.register_full_blocks(table, ids, len(ids), 0)
+            live.append((table, ids))
+        recount = sum(1 for b in bm.blocks if b.ref_count == 0 and b.key is not None)
+        stats = bm.stats()
+        assert stats.cached == recount
+        assert stats.used + stats.free == 24
+    assert bm.stats().cached > 0  # the traffic did leave prefixes cached
