@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import torch
 
 from .kv_cache import KVCache
+from .weight_stationary import WeightStationaryLinear, use_weight_stationary
 
 
 class ModelRunner:
@@ -148,6 +150,9 @@ def build_paged_context(entries, pool, block_size: int, device):
 class PagedModelRunner(ModelRunner):
     """Runs packed steps of many sequences over the paged KV pool (continuous batching).
 
+    Decode-only steps of 2 or more sequences on CPU run their linear layers in the
+    weight-stationary layout (:mod:`engine.weight_stationary`).
+
     Args:
         model: a transformers ``*ForCausalLM`` whose attention goes through transformers'
             attention interface (Llama, Qwen2, Mistral families).
@@ -177,7 +182,10 @@ class PagedModelRunner(ModelRunner):
             drop = True
         else:
             drop = False
-        with torch.inference_mode():
+        layout = contextlib.nullcontext()
+        if use_weight_stationary(self.device, input_ids.shape[1], ctx.decode_only):
+            layout = WeightStationaryLinear()
+        with torch.inference_mode(), layout:
             out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                              logits_to_keep=keep, paged=ctx)
         return out.logits[0, :0] if drop else out.logits[0]
