@@ -71,6 +71,12 @@ def kv_live_figure(on_ms: list[float], off_ms: list[float], new_tokens: int = 0)
     fig.update_yaxes(rangemode="tozero")
     if new_tokens:
         fig.update_xaxes(range=[0, new_tokens + 1])
+    if not on_ms and not off_ms:  # before the first run: real axes, not Plotly's -1..6 default
+        fig.update_xaxes(range=[0, (new_tokens or 64) + 1])
+        fig.update_yaxes(range=[0, 100])
+        fig.add_annotation(text="Run the two requests to draw their step times", xref="paper",
+                           yref="paper", x=0.5, y=0.5, showarrow=False,
+                           font={"size": 14, "color": "#888"})
     return fig
 
 

@@ -186,3 +186,12 @@ def test_explorer_generate_and_choices(engine):
     choices = step_choices(ans)
     assert [v for _, v in choices] == list(range(len(ans["texts"])))
     assert choices[0][0].startswith("0: ")
+
+
+def test_kv_figure_before_any_run_has_real_axes_and_a_hint():
+    from app.lessons import kv_live_figure
+
+    fig = kv_live_figure([], [], 32)
+    assert list(fig.layout.xaxis.range) == [0, 33] and list(fig.layout.yaxis.range) == [0, 100]
+    assert "Run" in fig.layout.annotations[0].text
+    assert not kv_live_figure([12.0], [30.0], 32).layout.annotations  # data: no hint

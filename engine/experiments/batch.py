@@ -6,16 +6,18 @@ over the paged KV cache), ``hf-generate-padded`` runs Hugging Face ``generate`` 
 left-padded batch. Result fields beyond the common ones (see :mod:`.common`):
 
 - ``backends`` (names run), ``backend_notes`` (name -> what it measures).
-- ``batch_sizes``, ``new_tokens`` (per sequence).
+- ``batch_sizes``, ``new_tokens`` (per sequence), ``repeats`` (runs per size and backend).
 - ``rows``: one per backend and batch size with ``backend``, ``batch``, ``prompt_tokens``
   (longest prompt; for padded ``generate`` every row is padded to it), ``ttft_s`` (median over
   sequences), ``e2e_s`` (first submit to last token), ``per_token_latency_ms`` (time between
   two tokens of one sequence, median), ``throughput_tokens_per_s`` (batch × new tokens / e2e)
   and ``decode_throughput_tokens_per_s`` (batch × (new tokens − 1) / time from the moment every
-  sequence had its first token to the last token).
+  sequence had its first token to the last token), all from the run with the median
+  throughput; ``throughput_runs`` holds every run's throughput.
 - ``mixed`` (both backends run): the same requests with different answer lengths
   (:func:`mixed_lengths`): useful tokens/s of each backend, when each request finished, and
-  the throughput ratio engine / padded generate.
+  the throughput ratio engine / padded generate (the run with the median ratio;
+  ``ratio_runs`` holds every run's).
 """
 
 from __future__ import annotations
@@ -117,48 +119,86 @@ BACKENDS = {
 }
 
 
+def _median_run(runs: list[dict], key: str) -> dict:
+    """The run whose ``key`` is the median (the lower middle one for an even count), so
+    every field of the row comes from one and the same run."""
+    return sorted(runs, key=lambda r: r[key])[(len(runs) - 1) // 2]
+
+
 def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: list[int] | None = None,
-        new_tokens: int | None = None, backends: list[str] | None = None) -> dict:
-    """Run each batch size once per backend (after a warm-up of each).
+        new_tokens: int | None = None, backends: list[str] | None = None,
+        repeats: int | None = None) -> dict:
+    """Run each batch size on every backend, alternating backends (after a warm-up of each).
+
+    Timings on a shared machine drift by ±15% over a minute, so each size is run ``repeats``
+    times with the backends taking turns, and each row is the run with the median throughput;
+    ``throughput_runs`` keeps every run's figure.
 
     Args:
         loaded: the :class:`engine.loader.LoadedModel`.
-        quick: batches 1, 2, 4 with 12 new tokens instead of 1 to 32 with 64.
+        quick: batches 1, 2, 4 with 12 new tokens, once each, instead of 1 to 32 with 64
+            new tokens, three times each.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` for the ``engine`` backend (a private one when ``None``).
-        batch_sizes, new_tokens, backends: override the sizes or the backends (names of
-            :data:`BACKENDS`).
+        batch_sizes, new_tokens, backends, repeats: override the sizes, the answer length,
+            the backends (names of :data:`BACKENDS`) or the runs per size.
     """
     sizes = list(batch_sizes or ([1, 2, 4] if quick else [1, 2, 4, 8, 16, 32]))
     new_tokens = new_tokens or (12 if quick else 64)
+    repeats = repeats or (1 if quick else 3)
     names = list(backends or BACKENDS)
-    res = result(NAME, TITLE, quick, {"batch_sizes": sizes, "new_tokens": new_tokens},
+    res = result(NAME, TITLE, quick, {"batch_sizes": sizes, "new_tokens": new_tokens,
+                                      "repeats": repeats},
                  backends=names, backend_notes={n: BACKENDS[n][1] for n in names},
-                 batch_sizes=sizes, new_tokens=new_tokens)
-    rows, done, total = [], 0, sum(sizes) * len(names)
+                 batch_sizes=sizes, new_tokens=new_tokens, repeats=repeats)
+    rows, done, total = [], 0, sum(sizes) * len(names) * repeats
     with engine_for(loaded, engine) as eng:
         res["engine"] = engine_config(eng)
         for name in names:
-            fn = BACKENDS[name][0]
-            report(progress, done / total, f"{name}: warm-up")
-            fn(loaded, eng, [salted(p) for p in PROMPTS[:2]], 4)
-            for b in sizes:
-                report(progress, done / total, f"{name}: batch {b}")
-                prompts = [salted(PROMPTS[i % len(PROMPTS)]) for i in range(b)]
-                rows.append({"backend": name, **fn(loaded, eng, prompts, new_tokens)})
-                done += b
+            report(progress, 0.0, f"{name}: warm-up")
+            BACKENDS[name][0](loaded, eng, [salted(p) for p in PROMPTS[:2]], 4)
+        for b in sizes:
+            runs: dict[str, list[dict]] = {n: [] for n in names}
+            for i in range(repeats):
+                for name in names:
+                    report(progress, done / total, f"{name}: batch {b} ({i + 1}/{repeats})")
+                    prompts = [salted(PROMPTS[j % len(PROMPTS)]) for j in range(b)]
+                    runs[name].append(BACKENDS[name][0](loaded, eng, prompts, new_tokens))
+                    done += b
+            for name in names:
+                rows.append({"backend": name,
+                             **_median_run(runs[name], "throughput_tokens_per_s"),
+                             "throughput_runs": [r["throughput_tokens_per_s"] for r in runs[name]]})
+        rows.sort(key=lambda r: names.index(r["backend"]))  # stable: sizes stay in order
         if set(names) == set(BACKENDS):
             n_mixed = 4 if quick else 16
             lengths = [(MIXED_LENGTHS[:3] if quick else MIXED_LENGTHS)[i % (3 if quick else 5)]
                        for i in range(n_mixed)]
-            report(progress, 0.97, f"mixed answer lengths: {n_mixed} requests")
-            res["mixed"] = mixed_lengths(loaded, eng, [salted(PROMPTS[i % len(PROMPTS)])
-                                                       for i in range(n_mixed)], lengths)
+            mixed_runs = []
+            for i in range(repeats):
+                report(progress, 0.97, f"mixed answer lengths: {n_mixed} requests ({i + 1}/{repeats})")
+                mixed_runs.append(mixed_lengths(
+                    loaded, eng, [salted(PROMPTS[j % len(PROMPTS)]) for j in range(n_mixed)],
+                    lengths))
+            res["mixed"] = {**_median_run(mixed_runs, "throughput_ratio"),
+                            "ratio_runs": [m["throughput_ratio"] for m in mixed_runs]}
     report(progress, 1.0, "done")
     res["rows"] = rows
     for r in rows:
         res["summary"].append(row(f"{r['backend']}, batch {r['batch']}", r["throughput_tokens_per_s"],
                                   f"tok/s total, {r['per_token_latency_ms']:.0f} ms per token"))
+    by = {(r["backend"], r["batch"]): r["throughput_tokens_per_s"] for r in rows}
+    if set(names) == set(BACKENDS):
+        for b in sizes:
+            res["summary"].append(row(f"engine / padded generate, batch {b}",
+                                      _rate(by[("engine", b)], by[("hf-generate-padded", b)]), "x"))
+    if "engine" in names and 1 in sizes:
+        for b in (b for b in sizes if b > 1):
+            res["summary"].append(row(f"engine, batch {b} / batch 1 throughput",
+                                      _rate(by[("engine", b)], by[("engine", 1)]), "x"))
+    if repeats > 1:
+        res["notes"].append(f"Each size ran {repeats} times with the backends taking turns; each "
+                            "row is the run with the median throughput.")
     mixed = res.get("mixed")
     if mixed:
         n = len(mixed["lengths"])
