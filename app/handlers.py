@@ -169,6 +169,7 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     yield first
     text_due, figs_due, batch_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S), Throttle(BATCH_EVERY_S)
     batch_due.due()  # the first frame drew it
+    stopping_shown = False
     try:
         for batch in pg.follow(handle):
             for ev in batch:
@@ -183,6 +184,9 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
                 frame.update(_figure_frame(pg, state, params.max_tokens))
             if batch_due.due():  # also while queued: the student sees what fills the engine
                 frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]))
+            if handle.abort_requested and ("status" in frame or not stopping_shown):
+                frame["status"] = cards.status_html(STOPPING, "warn")
+                stopping_shown = True
             if frame:
                 yield frame
         output = handle.output
@@ -202,11 +206,17 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         pg.release(session_id, handle)
 
 
-def stop(pg, session_id: str) -> dict:
-    """Stop this session's request in the engine (not only the page's display)."""
-    if pg.stop(session_id):
-        return {"status": cards.status_html("Stopping: the engine aborts the request before its next step…", "warn")}
-    return {}
+STOPPING = "Stopping: the engine aborts the request before its next step…"
+
+
+def stop(pg, session_id: str) -> bool:
+    """Stop this session's request in the engine (not only the page's display).
+
+    The page's status is left to the request's own stream (:func:`generate` shows
+    :data:`STOPPING`, then the final line), so a late reply to the click can never overwrite
+    the finished status. Returns True if a request was still running or waiting.
+    """
+    return pg.stop(session_id)
 
 
 def batch_frame(pg, session_id: str, queue_time_s: float | None = None) -> dict:

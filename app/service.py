@@ -95,7 +95,7 @@ class Playground:
         """
         with self._lock:
             handles = list(self._active.get(session_id, ()))
-        return any([self.engine.abort(h.request_id) for h in handles if not h.finished])
+        return any([h.abort() for h in handles])
 
     def release(self, session_id: str, handle) -> None:
         """Forget a request; abort it first if it is unfinished (the page went away)."""

@@ -50,10 +50,10 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     page.gen_btn.click(**run)
     page.message.submit(**run)
 
-    def on_stop(request: gr.Request):
-        return handlers.stop(pg, request.session_hash).get("status", gr.skip())
+    def on_stop(request: gr.Request):  # the request's own stream shows "Stopping…"
+        handlers.stop(pg, request.session_hash)
 
-    page.stop_btn.click(on_stop, None, page.status, **PRIVATE)
+    page.stop_btn.click(on_stop, None, None, **PRIVATE)
 
     clear_keys = ("status", "tokens", "cards", "latency", "kv", "kv_formula", "memory")
 

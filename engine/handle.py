@@ -28,6 +28,7 @@ class RequestHandle:
         self._abort = abort
         self._position = position
         self._done = threading.Event()
+        self.abort_requested = False  # set once abort() reached the engine in time
 
     # engine side -------------------------------------------------------------------------
     def _push(self, event: StepEvent) -> None:
@@ -67,8 +68,12 @@ class RequestHandle:
         return 0 if self.finished else self._position(self.request_id)
 
     def abort(self) -> bool:
-        """Ask the engine to stop this request; True if it was still running or waiting."""
-        return False if self.finished else self._abort(self.request_id)
+        """Ask the engine to stop this request; True if it was still running or waiting
+        (then :attr:`abort_requested` is True until the request ends as ``abort``)."""
+        if self.finished or not self._abort(self.request_id):
+            return False
+        self.abort_requested = True
+        return True
 
     def close(self) -> None:
         """Abort if unfinished (call when the consumer goes away)."""

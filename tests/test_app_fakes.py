@@ -87,6 +87,7 @@ class FakeHandle:
         self.finished = True
         self._engine = engine
         self.closed = False
+        self.abort_requested = False
 
     def result(self, timeout=None):
         return self.output
@@ -94,8 +95,41 @@ class FakeHandle:
     def queue_position(self):
         return 0
 
+    def abort(self):
+        return False  # already finished
+
     def close(self):
         self.closed = True
+
+
+class SlowHandle(FakeHandle):
+    """A handle that releases one prepared event per wait and ends as ``abort`` on the wait
+    after :meth:`abort` (what the engine does one step after an abort)."""
+
+    def __init__(self, rid, events, output, engine):
+        super().__init__(rid, [], None, engine)
+        self.finished = False
+        self._pending = list(events)
+
+    def result(self, timeout=None):
+        if self.abort_requested:
+            self.output, self.finished = make_output(self.events, reason="abort"), True
+        elif self._pending:
+            self.events.append(self._pending.pop(0))
+            if not self._pending:
+                self.output, self.finished = make_output(self.events), True
+        if not self.finished and timeout is None:
+            return self.result()
+        if not self.finished:
+            raise TimeoutError("still running")
+        return self.output
+
+    def abort(self):
+        if self.finished:
+            return False
+        self._engine.aborted.append(self.request_id)
+        self.abort_requested = True
+        return True
 
 
 class FakeRolling:
@@ -111,7 +145,8 @@ class FakeRolling:
 class FakeEngine:
     """Answers every request with a canned stream; ``script`` picks what happens next.
 
-    script values: ``"ok"`` (stream and stop), ``"error"`` (engine error after two tokens),
+    script values: ``"ok"`` (stream and stop), ``"slow"`` (one event per wait, abortable),
+    ``"error"`` (engine error after two tokens),
     ``"queue_full"`` (``QueueFullError`` from submit), ``"too_long"`` (``ValueError``).
     """
 
@@ -145,6 +180,8 @@ class FakeEngine:
             events = make_events(rid=rid)
             out = make_output(events)
         self.rolling.outputs.append(out)
+        if self.script == "slow":
+            return SlowHandle(rid, make_events(rid=rid, texts=tuple("abcdefgh")), out, self)
         return FakeHandle(rid, events, out, self)
 
     def abort(self, request_id):

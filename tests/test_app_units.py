@@ -327,18 +327,32 @@ def test_engine_error_mid_stream_is_shown(tmp_path):
 
 
 def test_stop_aborts_in_the_engine(tmp_path):
-    class Running:
-        request_id, finished = "req-9", False
-
-        def close(self):
-            pass
+    from engine.handle import RequestHandle
 
     eng = FakeEngine()
     pg = Playground(eng, trace_dir=tmp_path, monitor=False)
-    assert handlers.stop(pg, "sess") == {}
-    pg._active["sess"] = {Running()}
-    assert "Stopping" in handlers.stop(pg, "sess")["status"]
-    assert eng.aborted == ["req-9"]
+    assert handlers.stop(pg, "sess") is False
+    running = RequestHandle("req-9", eng.abort, lambda rid: 0)
+    pg._active["sess"] = {running}
+    assert handlers.stop(pg, "sess") is True
+    assert eng.aborted == ["req-9"] and running.abort_requested
+
+
+def test_stop_status_comes_from_the_stream_so_the_final_line_is_last(tmp_path):
+    """Stop's click handler writes nothing to the page: the request's stream says
+    "Stopping…" and then its final line, in that order, whatever the timing."""
+    eng = FakeEngine("slow")
+    pg = Playground(eng, trace_dir=tmp_path, monitor=False)
+    gen = handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
+    next(gen)  # queued frame
+    next(gen)  # the first token
+    assert handlers.stop(pg, "sess") is True
+    rest = list(gen)
+    statuses = [f["status"] for f in rest if "status" in f]
+    assert "Stopping" in statuses[0]
+    assert "stopped by you" in statuses[-1] and rest[-1]["busy"] is False
+    assert eng.aborted == ["req-0"]
+    assert not any("Stopping" in x for x in statuses[1:])
 
 
 def test_make_params_ranges():
