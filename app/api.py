@@ -42,9 +42,9 @@ def make_generate(pg):
             A refused or failed request raises an error naming the cause.
         """
         if not isinstance(prompt, str):
-            raise gr.Error(f"prompt must be a string, got {type(prompt).__name__}")
+            raise _refused(f"prompt must be a string, got {type(prompt).__name__}")
         if not prompt.strip():
-            raise gr.Error("prompt is empty")
+            raise _refused("prompt is empty")
         session = request.session_hash if request is not None and request.session_hash else "api"
         try:
             params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
@@ -55,7 +55,7 @@ def make_generate(pg):
                           [{"role": "user", "content": prompt}]
             handle = pg.submit(session, message, params, raw=bool(raw), use_kv_cache=bool(use_kv_cache))
         except (ValueError, QueueFullError) as exc:
-            raise gr.Error(str(exc)) from None
+            raise _refused(str(exc)) from None
         text = ""
         try:
             for batch in pg.follow(handle):
@@ -74,6 +74,12 @@ def make_generate(pg):
             pg.release(session, handle)
 
     return generate
+
+
+def _refused(message: str) -> gr.Error:
+    """The client's error for a refused request (bad value, full queue): the message goes back
+    to the client; the server log gets no traceback, since nothing failed on the server."""
+    return gr.Error(message, print_exception=False)
 
 
 def make_stats(pg):

@@ -103,11 +103,13 @@ def test_stop_endpoint_ends_the_request_early(served, engine):
     ({"prompt": "Hi", "max_tokens": 9000}, "context window"),
     ({"prompt": "word " * 9000, "max_tokens": 8}, "context window"),
 ])
-def test_bad_input_errors_then_a_normal_request_works(served, engine, kwargs, message):
+def test_bad_input_errors_then_a_normal_request_works(served, engine, kwargs, message, capfd):
     _, url = served
     client = Client(url, verbose=False)
+    capfd.readouterr()
     with pytest.raises(AppError, match=message):
         client.predict(api_name="/generate", **kwargs)
+    assert "Traceback" not in capfd.readouterr().err  # a refusal is not a server failure
     assert client.predict(prompt="Say hello.", temperature=0, max_tokens=4, api_name="/generate")
 
 
