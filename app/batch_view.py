@@ -98,7 +98,9 @@ def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> go.Fi
             hovertemplate="%{hovertext}<extra></extra>"))
     title = "Recent engine steps: who shared each forward pass" + (" (engine idle now)" if idle and steps else "")
     _layout(fig, title, "engine step (newest on the right)", "requests in the step")
-    fig.update_layout(barmode="overlay", bargap=0.1)
+    # always show the key: Plotly hides a legend with a single non-empty trace, which is the
+    # usual picture once a lone request's prefill has scrolled out of the strip
+    fig.update_layout(barmode="overlay", bargap=0.1, showlegend=True)
     top = max([len(s["request_ids"]) for s in steps] + [2])
     fig.update_yaxes(range=[0, top + 0.2], dtick=1 if top <= 10 else None)
     if not steps:

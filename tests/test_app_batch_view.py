@@ -104,6 +104,15 @@ def test_strip_marks_your_cells_in_shared_steps():
     assert batch_view.strip_figure([], set()).layout.annotations  # the empty hint
 
 
+def test_strip_keeps_its_legend_with_a_single_kind_of_cell():
+    # a lone request whose prefill scrolled out: one non-empty trace, which Plotly would
+    # show without any legend unless asked
+    steps = batch_view.plain_steps([step(i, ["req-1"]) for i in range(20, 30)])
+    fig = batch_view.strip_figure(steps, {"req-1"}, idle=True)
+    assert sum(1 for t in fig.data if len(t.x)) == 1
+    assert fig.layout.showlegend is True
+
+
 # ---- numbers and the whole section -----------------------------------------------------------------
 STATS = {"batching": True, "batching_note": "", "running": 2, "waiting": 1, "blocks_total": 728,
          "blocks_used": 5, "blocks_free": 720, "blocks_cached": 3, "preemptions": 0, "prefix_hit_rate": 0.25}
