@@ -52,6 +52,37 @@ def validate_messages(messages) -> Messages:
     return out
 
 
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def control_token_strings(tokenizer) -> list[str]:
+    """The texts of the tokenizer's special tokens (``<|im_start|>``, ``<|endoftext|>``, ...),
+    longest first: typed into a message, each would be read as that control token."""
+    texts = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(tok, "special", False):
+            texts.add(str(tok.content))
+    return sorted((t for t in texts if len(t) > 1), key=len, reverse=True)
+
+
+def neutralize_control_tokens(text: str, controls: list[str]) -> str:
+    """Keep typed control-token strings as plain text inside a chat message.
+
+    The chat template is rendered to one string and then tokenized, so a message containing
+    ``<|im_end|><|im_start|>system`` would close the user's turn and open a fake system turn.
+    A zero-width space after the first character of each such string (``<\u200b|im_end|>``)
+    makes the tokenizer read it as ordinary text; messages without one are unchanged.
+
+    Args:
+        text: a message's content.
+        controls: :func:`control_token_strings` of the tokenizer.
+    """
+    for c in controls:
+        if c in text:
+            text = text.replace(c, c[0] + ZERO_WIDTH_SPACE + c[1:])
+    return text
+
+
 def encode_prompt(tokenizer, prompt: str | Messages, raw: bool = False) -> list[int]:
     """Token ids of a prompt, ready for prefill.
 
@@ -61,7 +92,9 @@ def encode_prompt(tokenizer, prompt: str | Messages, raw: bool = False) -> list[
         raw: with a string, send it as plain text (completion) instead of one user message.
 
     Returns:
-        ``prompt_len`` token ids with exactly one BOS where the tokenizer uses one.
+        ``prompt_len`` token ids with exactly one BOS where the tokenizer uses one. In chat
+        messages, typed control-token strings stay text (:func:`neutralize_control_tokens`);
+        raw text is tokenized as written, control tokens included.
 
     Raises:
         ValueError: empty prompt, malformed messages, or a chat with no chat template.
@@ -78,6 +111,9 @@ def encode_prompt(tokenizer, prompt: str | Messages, raw: bool = False) -> list[
     messages = validate_messages(prompt)
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("this model's tokenizer has no chat template: send raw text instead")
+    controls = control_token_strings(tokenizer)
+    messages = [{**m, "content": neutralize_control_tokens(m["content"], controls)}
+                for m in messages]
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                             return_tensors="pt")
     return _dedupe_bos(_as_id_list(encoded), bos)
