@@ -43,12 +43,24 @@ class LLMEngine:
         max_queue: most requests waiting at once (a full queue raises ``QueueFullError``).
         telemetry: attach a memory breakdown to every step, keep rolling latency stats, and
             read NVML when a GPU is present.
+        batching: continuous batching over the paged KV cache (Llama, Qwen2, Mistral
+            families); False, or another architecture, serves one request at a time.
+        max_num_seqs: most requests running at once.
+        max_num_batched_tokens: the per-step token budget (longer prompts prefill in chunks).
+        block_size: tokens per KV block.
+        kv_cache_bytes: bytes of the KV block pool (default: 512 MiB on CPU, half the free
+            memory on a GPU).
+        enable_prefix_caching: reuse full blocks of a shared prompt prefix.
+        weight_stationary: on CPU, run decode steps of 2-4 sequences with the
+            weight-stationary linear layout (:mod:`engine.weight_stationary`); False keeps
+            ``F.linear`` everywhere.
     """
 
     def __init__(self, loaded: LoadedModel, max_queue: int = 32, telemetry: bool = True,
                  batching: bool = True, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, block_size: int = 16,
-                 kv_cache_bytes: int | None = None, enable_prefix_caching: bool = True):
+                 kv_cache_bytes: int | None = None, enable_prefix_caching: bool = True,
+                 weight_stationary: bool = True):
         self.loaded = loaded
         self.info = loaded.info
         self.spec = loaded.spec
@@ -73,7 +85,7 @@ class LLMEngine:
                                num_blocks, block_size, next(loaded.model.parameters()).dtype,
                                self.info.device)
             self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
-            self.runner = PagedModelRunner(loaded.model, self.pool, block_size)
+            self.runner = PagedModelRunner(loaded.model, self.pool, block_size, weight_stationary)
         else:
             self.runner = ModelRunner(loaded.model)
         self.scheduler = Scheduler(self.block_manager, max_queue=max_queue,

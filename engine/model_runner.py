@@ -158,14 +158,16 @@ class PagedModelRunner(ModelRunner):
             attention interface (Llama, Qwen2, Mistral families).
         pool: the :class:`engine.kv_pool.KVPool`.
         block_size: tokens per block.
+        weight_stationary: allow that layout (False keeps ``F.linear`` for every step).
     """
 
-    def __init__(self, model, pool, block_size: int):
+    def __init__(self, model, pool, block_size: int, weight_stationary: bool = True):
         super().__init__(model)
         from .paged_attention import register
 
         self.pool = pool
         self.block_size = block_size
+        self.weight_stationary = weight_stationary
         model.set_attn_implementation(register())
 
     def run(self, entries) -> torch.Tensor:
@@ -183,7 +185,8 @@ class PagedModelRunner(ModelRunner):
         else:
             drop = False
         layout = contextlib.nullcontext()
-        if use_weight_stationary(self.device, input_ids.shape[1], ctx.decode_only):
+        if self.weight_stationary and use_weight_stationary(self.device, input_ids.shape[1],
+                                                            ctx.decode_only):
             layout = WeightStationaryLinear()
         with torch.inference_mode(), layout:
             out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,

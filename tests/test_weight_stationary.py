@@ -41,3 +41,35 @@ def test_used_only_for_batched_decode_steps_on_cpu():
     assert not use_weight_stationary(cpu, 3, decode_only=False)          # prefill in the step
     assert not use_weight_stationary(cpu, MAX_ROWS + 1, decode_only=True)
     assert not use_weight_stationary(torch.device("cuda", 0), 2, decode_only=True)
+
+
+def test_engine_runner_uses_the_layout_only_when_allowed(loaded):
+    """A decode step of two sequences goes through the layout; with the option off it doesn't."""
+    from engine import LLMEngine, SamplingParams
+    import engine.model_runner as mr
+
+    seen = []
+    real = mr.WeightStationaryLinear
+
+    class Counting(real):
+        def __exit__(self, *exc):
+            seen.append(self.calls)
+            return super().__exit__(*exc)
+
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    outs = {}
+    for allowed in (True, False):
+        mr.WeightStationaryLinear = Counting
+        try:
+            eng = LLMEngine(loaded, telemetry=False, weight_stationary=allowed)
+            hs = [eng.submit(p, params) for p in ("Name a colour.", "Name a fruit.")]
+            outs[allowed] = [h.result().token_ids for h in hs]
+            eng.shutdown()
+        finally:
+            mr.WeightStationaryLinear = real
+        if allowed:
+            assert seen and all(n > 0 for n in seen)  # every linear of those steps took it
+            seen.clear()
+        else:
+            assert not seen
+    assert outs[True] == outs[False]  # same greedy tokens either way
