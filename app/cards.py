@@ -51,13 +51,14 @@ def status_html(text: str, kind: str = "info") -> str:
 def model_badge_html(info) -> str:
     """The model in use and its size, from the engine's ``ModelInfo``."""
     arch = getattr(info, "architecture", "") or ""
+    spec = info.spec
     return (
         "<div class='model-badge'>"
         f"<div class='model-name'>{html.escape(info.name)}</div>"
         f"<div>{fmt_params(info.num_params)} parameters · weights {fmt_bytes(info.weights_bytes)} "
         f"({html.escape(info.dtype)}) on <b>{html.escape(info.device)}</b></div>"
-        f"<div>{info.layers} layers · {info.heads} query heads / {info.kv_heads} KV heads · head_dim "
-        f"{info.head_dim} · context {fmt_int(info.context_len)} tokens"
+        f"<div>{spec.layers} layers · {spec.heads} query heads / {spec.kv_heads} KV heads · head_dim "
+        f"{spec.head_dim} · context {fmt_int(info.context_len)} tokens"
         f"{' · ' + html.escape(arch) if arch else ''}</div>"
         "</div>")
 
@@ -67,20 +68,22 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
     """The KV cache formula written out with this model's numbers, and checked against the cache.
 
     Args:
-        info: ``ModelInfo`` (layers, kv_heads, heads, head_dim, dtype, dtype_bytes).
+        info: ``ModelInfo`` (dtype, dtype_bytes, and the shape in ``info.spec``).
         tokens: tokens in the cache now (``None`` before a request).
         measured_bytes: the measured cache size now.
         bytes_per_token: the engine's own per-token figure when it differs from the plain formula
             (sliding-window models); defaults to the plain formula.
     """
-    per_tok = bytes_per_token or kv_bytes_per_token(info.layers, info.kv_heads, info.head_dim, info.dtype_bytes)
+    spec = info.spec
+    per_tok = bytes_per_token or kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim,
+                                                    info.dtype_bytes)
     gqa = ""
-    if info.kv_heads != info.heads:
-        gqa = (f" ({info.heads} query heads share {info.kv_heads} KV heads: grouped-query attention "
-               f"stores {info.heads // max(1, info.kv_heads)}× less than one KV head per query head)")
+    if spec.kv_heads != spec.heads:
+        gqa = (f" ({spec.heads} query heads share {spec.kv_heads} KV heads: grouped-query attention "
+               f"stores {spec.heads // max(1, spec.kv_heads)}× less than one KV head per query head)")
     lines = [
-        f"<div class='kv-formula'><b>KV cache bytes</b> = 2 (K and V) × {info.layers} layers × "
-        f"{info.kv_heads} KV heads × {info.head_dim} head_dim × {info.dtype_bytes} bytes "
+        f"<div class='kv-formula'><b>KV cache bytes</b> = 2 (K and V) × {spec.layers} layers × "
+        f"{spec.kv_heads} KV heads × {spec.head_dim} head_dim × {info.dtype_bytes} bytes "
         f"({html.escape(info.dtype)}) × tokens = <b>{fmt_int(per_tok)} B per token</b>{gqa}.</div>"]
     if tokens:
         predicted = per_tok * tokens

@@ -18,6 +18,7 @@ from engine import SamplingParams
 from engine.experiments import calculator, decode_share, explorer, prompt_length
 from engine.telemetry.estimator import DTYPE_BYTES, known_models
 
+from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
 
 ON, OFF, PREFILL, DECODE = "#2E86AB", "#E4572E", "#E4572E", "#2E86AB"
@@ -74,9 +75,7 @@ def kv_live_figure(on_ms: list[float], off_ms: list[float], new_tokens: int = 0)
     if not on_ms and not off_ms:  # before the first run: real axes, not Plotly's -1..6 default
         fig.update_xaxes(range=[0, (new_tokens or 64) + 1])
         fig.update_yaxes(range=[0, 100])
-        fig.add_annotation(text="Run the two requests to draw their step times", xref="paper",
-                           yref="paper", x=0.5, y=0.5, showarrow=False,
-                           font={"size": 14, "color": "#888"})
+        _hint(fig, "Run the two requests to draw their step times")
     return fig
 
 

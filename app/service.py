@@ -16,7 +16,6 @@ from typing import Iterator
 
 from engine import SamplingParams
 
-from .cards import kv_bytes_per_token
 from .monitor import DeviceMonitor
 
 KEEP_TRACES = 100  # trace file pairs kept on disk
@@ -36,12 +35,7 @@ class Playground:
     def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True) -> None:
         self.engine = engine
         self.info = engine.info
-        spec = getattr(engine, "spec", None)
-        if spec is not None and hasattr(spec, "kv_bytes_per_token"):
-            self.bytes_per_token = int(spec.kv_bytes_per_token(self.info.dtype_bytes))
-        else:
-            self.bytes_per_token = kv_bytes_per_token(self.info.layers, self.info.kv_heads,
-                                                      self.info.head_dim, self.info.dtype_bytes)
+        self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(self.info.dtype_bytes))
         self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-"))
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         self.device = DeviceMonitor(getattr(engine, "gpu", None), self.info.device)

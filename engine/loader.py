@@ -57,7 +57,8 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class ModelInfo:
-    """What the page and CLI show about the loaded model (sizes in bytes)."""
+    """What the page and CLI show about the loaded model (sizes in bytes); its shape (layers,
+    heads, KV heads, head_dim, sizes) is ``spec``, the :class:`engine.model_spec.ModelSpec`."""
 
     name: str
     source: str
@@ -67,14 +68,8 @@ class ModelInfo:
     dtype_bytes: int
     num_params: int
     weights_bytes: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    hidden_size: int
-    intermediate_size: int
-    vocab_size: int
     context_len: int
+    spec: ModelSpec
     load_seconds: float = 0.0
 
 
@@ -277,9 +272,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
         name=name, source=source, architecture=type(model).__name__, device=dev,
         dtype=str(first.dtype).replace("torch.", ""), dtype_bytes=first.element_size(),
         num_params=parameter_count(model), weights_bytes=weight_bytes(model),
-        layers=spec.layers, heads=spec.heads, kv_heads=spec.kv_heads, head_dim=spec.head_dim,
-        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-        vocab_size=spec.vocab_size, context_len=_context_len(model.config, tokenizer),
+        context_len=_context_len(model.config, tokenizer), spec=spec,
         load_seconds=time.perf_counter() - t0,
     )
     _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "

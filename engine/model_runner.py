@@ -140,8 +140,7 @@ def build_paged_context(entries, pool, block_size: int, device):
             dm = (torch.arange(smax, device=device)[None, :] < dl[:, None])[:, None, None, :]
     ctx = PagedContext(pool=pool, new_slots=torch.tensor(new_slots, dtype=torch.long, device=device),
                        prefills=prefills, decode_q=dq, decode_blocks=db, decode_mask=dm,
-                       decode_lens=dl, decode_max_len=smax,
-                       decode_only=bool(decode_q) and not prefills)
+                       decode_lens=dl, decode_max_len=smax)
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
     position_ids = torch.tensor([pos], dtype=torch.long, device=device)
     return input_ids, position_ids, torch.tensor(keep, dtype=torch.long, device=device), ctx

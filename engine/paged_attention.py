@@ -53,7 +53,6 @@ class PagedContext:
             decode sequence has ``S_max`` tokens.
         decode_lens: ``[B]`` int64 tokens of each decode sequence (for sliding windows).
         decode_max_len: ``S_max``, the longest decode sequence in tokens.
-        decode_only: the step is ``B`` decode tokens and nothing else, in packed order.
     """
 
     pool: object
@@ -64,7 +63,11 @@ class PagedContext:
     decode_mask: torch.Tensor | None
     decode_lens: torch.Tensor | None = None
     decode_max_len: int = 0
-    decode_only: bool = False
+
+    @property
+    def decode_only(self) -> bool:
+        """The step is ``B`` decode tokens and nothing else, in packed order."""
+        return self.decode_q is not None and not self.prefills
 
 
 def gather_blocks(pool_tensor: torch.Tensor, blocks: torch.Tensor, block_size: int) -> torch.Tensor:

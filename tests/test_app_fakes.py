@@ -5,10 +5,11 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.events import Candidate, RequestOutput, StepEvent
 from engine.metrics import RequestMetrics, RequestTimes
+from engine.model_spec import ModelSpec
 
 BPT = 46_080  # KV bytes per token of the embedded model in fp32: 2 × 30 × 3 × 64 × 4
 
@@ -23,14 +24,12 @@ class FakeInfo:
     dtype_bytes: int = 4
     num_params: int = 134_515_008
     weights_bytes: int = 538_060_288
-    layers: int = 30
-    heads: int = 9
-    kv_heads: int = 3
-    head_dim: int = 64
-    hidden_size: int = 576
-    intermediate_size: int = 1536
-    vocab_size: int = 49152
     context_len: int = 8192
+    spec: ModelSpec = field(default_factory=lambda: ModelSpec(
+        name="smollm2-135m", architecture="LlamaForCausalLM", layers=30, heads=9, kv_heads=3,
+        head_dim=64, hidden_size=576, intermediate_size=1536, vocab_size=49152,
+        max_positions=8192, tie_word_embeddings=True, sliding_window=None, sliding_layers=0,
+        num_params=134_515_008, source="test"))
 
 
 def memory(kv: int, device: str = "cpu") -> dict:
@@ -152,7 +151,7 @@ class FakeEngine:
 
     def __init__(self, script: str = "ok"):
         self.info = FakeInfo()
-        self.spec = None
+        self.spec = self.info.spec
         self.gpu = None
         self.rolling = FakeRolling()
         self.script = script

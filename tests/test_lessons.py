@@ -110,7 +110,7 @@ def test_step_logits_of_a_greedy_answer(loaded, answer):
         assert sl.chosen_rank == 0 and sl.token_ids[0] == out[step] == sl.chosen_id  # greedy = argmax
         assert len(sl.token_ids) == len(sl.texts) == len(sl.logits) == 20
         assert sl.logits == sorted(sl.logits, reverse=True)
-        assert sl.sorted_logits.shape == (loaded.info.vocab_size,)
+        assert sl.sorted_logits.shape == (loaded.spec.vocab_size,)
         assert [t for t, _ in sl.top()] == sl.texts
     with pytest.raises(ValueError):
         explorer.step_logits(loaded, prompt, out, len(out))

@@ -164,6 +164,27 @@ def run_engine(engine, prompt, max_tokens: int, raw: bool = False, use_kv_cache:
     return out, list(handle.events)
 
 
+def warm_then_run(loaded, engine, prompt: str, max_tokens: int, progress, start: float,
+                  message: str):
+    """One untimed 4-token warm-up, then the request the experiment measures (both salted).
+
+    Args:
+        loaded, engine: as for :func:`engine_for`.
+        prompt: the chat prompt; max_tokens: the measured request's length.
+        progress, start, message: reported at ``start`` and just after the warm-up.
+
+    Returns:
+        ``(engine_config, output)`` of the measured request.
+    """
+    with engine_for(loaded, engine) as eng:
+        config = engine_config(eng)
+        report(progress, start, "warm-up")
+        run_engine(eng, salted(prompt), 4)
+        report(progress, start + 0.05, message)
+        out, _ = run_engine(eng, salted(prompt), max_tokens)
+    return config, out
+
+
 def step_ms(events, phase: str = "decode") -> list[float]:
     """Durations of the events of one phase, in milliseconds, in step order."""
     return [e.duration_s * 1000.0 for e in events if e.phase == phase]

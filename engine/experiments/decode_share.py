@@ -13,7 +13,7 @@ the common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import STORY_PROMPT, engine_config, engine_for, report, result, row, run_engine, salted
+from .common import STORY_PROMPT, report, result, row, warm_then_run
 
 NAME = "decode-share"
 TITLE = "Where the time goes: prefill vs decode"
@@ -32,12 +32,8 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """
     new_tokens = new_tokens or (48 if quick else 500)
     prompt = prompt or STORY_PROMPT
-    with engine_for(loaded, engine) as eng:
-        config = engine_config(eng)
-        report(progress, 0.0, "warm-up")
-        run_engine(eng, salted(prompt), 4)
-        report(progress, 0.05, f"generating {new_tokens} tokens")
-        out, _ = run_engine(eng, salted(prompt), new_tokens)
+    config, out = warm_then_run(loaded, engine, prompt, new_tokens, progress, 0.0,
+                                f"generating {new_tokens} tokens")
     report(progress, 1.0, "done")
     m = out.metrics
     busy = m.prefill_time_s + m.decode_time_s

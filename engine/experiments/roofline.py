@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import time
 
-from .common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
-                     run_engine, salted)
+from .common import STORY_PROMPT, median, report, result, row, warm_then_run
 
 NAME = "roofline"
 TITLE = "Decode roofline: achieved vs memory-bandwidth ceiling (batch 1)"
@@ -74,12 +73,8 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     device = loaded.info.device
     report(progress, 0.0, "measuring memory read bandwidth")
     bw = measure_bandwidth(device, size, repeats)
-    with engine_for(loaded, engine) as eng:
-        config = engine_config(eng)
-        report(progress, 0.3, "warm-up")
-        run_engine(eng, salted(STORY_PROMPT), 4)
-        report(progress, 0.35, f"decoding {new_tokens} tokens at batch 1")
-        out, _ = run_engine(eng, salted(STORY_PROMPT), new_tokens)
+    config, out = warm_then_run(loaded, engine, STORY_PROMPT, new_tokens, progress, 0.3,
+                                f"decoding {new_tokens} tokens at batch 1")
     report(progress, 1.0, "done")
     p = len(out.prompt_token_ids)
     mean_ctx = p + (new_tokens - 1) / 2
