@@ -60,7 +60,16 @@ def model_badge_html(info) -> str:
         f"<div>{spec.layers} layers · {spec.heads} query heads / {spec.kv_heads} KV heads · head_dim "
         f"{spec.head_dim} · context {fmt_int(info.context_len)} tokens"
         f"{' · ' + html.escape(arch) if arch else ''}</div>"
-        "</div>")
+        f"{_eos_line(info)}</div>")
+
+
+def _eos_line(info) -> str:
+    """The tokens that end generation (EOS set), e.g. ``<|endoftext|> (0), <|im_end|> (2)``."""
+    eos = getattr(info, "eos_tokens", ()) or ()
+    if not eos:
+        return ""
+    names = ", ".join(f"{html.escape(str(t))} ({i})" for i, t in eos)
+    return f"<div>ends on: {names}</div>"
 
 
 def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,

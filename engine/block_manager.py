@@ -9,6 +9,10 @@ Prefix caching (as in vLLM's automatic prefix caching): a *full* block is keyed 
 all the tokens up to its end, so requests sharing a prefix (a system prompt, a lesson's
 preamble) reuse its blocks. Freed blocks keep their key until the pool reuses them, least
 recently freed last.
+
+Isolation (vLLM's ``cache_salt``): a request may carry a salt that is mixed into its first
+block's key, so only requests with the same salt share cached blocks. Without it, one user could
+confirm another's prompt prefix by timing a request (a hit prefills far faster).
 """
 
 from __future__ import annotations
@@ -52,9 +56,13 @@ class BlockStats:
         return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
 
 
-def block_key(parent: int | None, tokens: tuple[int, ...]) -> int:
-    """Prefix-cache key of a full block: a hash of the parent block's key and its own tokens."""
-    return hash((parent, tokens))
+def block_key(parent: int | None, tokens: tuple[int, ...], salt: str | None = None) -> int:
+    """Prefix-cache key of a full block: a hash of the parent block's key and its own tokens.
+
+    The first block (``parent`` None) also hashes the request's ``salt``, so every later key
+    depends on it too.
+    """
+    return hash((parent, tokens)) if parent is not None else hash((salt, tokens))
 
 
 class BlockManager:
@@ -105,14 +113,14 @@ class BlockManager:
         block.ref_count = 1
         return block_id
 
-    def _cached_prefix(self, token_ids: list[int], max_tokens: int) -> list[int]:
+    def _cached_prefix(self, token_ids: list[int], max_tokens: int, salt: str | None) -> list[int]:
         """Block ids of the longest run of cached full blocks covering at most ``max_tokens``."""
         hits: list[int] = []
         parent = None
         bs = self.block_size
         for start in range(0, max_tokens - bs + 1, bs):
             tokens = tuple(token_ids[start:start + bs])
-            key = block_key(parent, tokens)
+            key = block_key(parent, tokens, salt)
             block_id = self._by_key.get(key)
             if block_id is None or self.blocks[block_id].tokens != tokens:
                 break
@@ -120,26 +128,30 @@ class BlockManager:
             parent = key
         return hits
 
-    def _plan(self, token_ids: list[int], max_new: int) -> tuple[list[int], int, int, int]:
+    def _plan(self, token_ids: list[int], max_new: int,
+              salt: str | None) -> tuple[list[int], int, int, int]:
         """(hit blocks, cached tokens, new tokens, fresh blocks needed) for a fresh start."""
-        hits = self._cached_prefix(token_ids, len(token_ids) - 1) if self.enable_prefix_caching else []
+        hits = (self._cached_prefix(token_ids, len(token_ids) - 1, salt)
+                if self.enable_prefix_caching else [])
         cached = len(hits) * self.block_size
         new = min(len(token_ids) - cached, max_new)
         fresh = self.blocks_needed(cached + new) - len(hits)
         return hits, cached, new, fresh
 
-    def can_allocate(self, token_ids: list[int], max_new: int) -> bool:
+    def can_allocate(self, token_ids: list[int], max_new: int, salt: str | None = None) -> bool:
         """Whether the sequence can start with up to ``max_new`` computed tokens this step."""
-        hits, _, new, fresh = self._plan(token_ids, max_new)
+        hits, _, new, fresh = self._plan(token_ids, max_new, salt)
         revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)
         return new > 0 and fresh <= self.num_free - revived
 
-    def allocate(self, token_ids: list[int], max_new: int) -> tuple[list[int], int, int]:
+    def allocate(self, token_ids: list[int], max_new: int,
+                 salt: str | None = None) -> tuple[list[int], int, int]:
         """Build a block table for a sequence that starts (or restarts after preemption).
 
         Args:
             token_ids: the sequence's tokens (prompt, plus output when recomputing).
             max_new: most tokens it may compute this step (the step's remaining token budget).
+            salt: the request's cache salt (only blocks cached under the same salt are reused).
 
         Returns:
             ``(block_table, cached_tokens, new_tokens)``: the table; how many leading tokens
@@ -149,7 +161,7 @@ class BlockManager:
         Raises:
             RuntimeError: not enough free blocks (call :meth:`can_allocate` first).
         """
-        hits, cached, new, fresh = self._plan(token_ids, max_new)
+        hits, cached, new, fresh = self._plan(token_ids, max_new, salt)
         revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)
         if fresh > self.num_free - revived:
             raise RuntimeError(f"out of KV blocks: need {fresh}, {self.num_free - revived} free")
@@ -175,13 +187,14 @@ class BlockManager:
         return True
 
     def register_full_blocks(self, table: list[int], token_ids: list[int], num_computed: int,
-                             first_unkeyed: int) -> int:
+                             first_unkeyed: int, salt: str | None = None) -> int:
         """Give a prefix-cache key to each block that is now full of computed tokens.
 
         Args:
             table: the sequence's block table.
             token_ids: its tokens; the first ``num_computed`` have KV in the pool.
             first_unkeyed: index of the first block of ``table`` not yet keyed.
+            salt: the request's cache salt (mixed into the first block's key).
 
         Returns:
             The new ``first_unkeyed``.
@@ -193,7 +206,7 @@ class BlockManager:
         parent = self.blocks[table[first_unkeyed - 1]].key if first_unkeyed > 0 else None
         for i in range(first_unkeyed, full):
             tokens = tuple(token_ids[i * bs:(i + 1) * bs])
-            key = block_key(parent, tokens)
+            key = block_key(parent, tokens, salt)
             block = self.blocks[table[i]]
             if block.key is None:
                 block.key, block.tokens = key, tokens

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+import logging
 import time
-import traceback
 
 import torch
 
@@ -16,7 +16,7 @@ from .detokenizer import IncrementalDetokenizer, StopStringMatcher, TokenTexts
 from .events import Candidate, RequestOutput, StepEvent
 from .kv_pool import KVPool
 from .handle import RequestHandle
-from .loader import LoadedModel
+from .loader import LoadedModel, special_token_ids
 from .metrics import RequestMetrics, RequestTimes
 from .model_runner import ModelRunner, PagedModelRunner
 from .params import SamplingParams
@@ -29,6 +29,7 @@ from .sequence import Sequence, SequenceStatus
 # Llama layout (rotary from position_ids, one attention call per layer): paged attention works.
 PAGED_FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
 DEFAULT_KV_BUDGET_CPU = 512 * 2**20
+log = logging.getLogger("engine")
 _NO_IDS = torch.empty(0, dtype=torch.long)
 
 
@@ -66,7 +67,7 @@ class LLMEngine:
         self.spec = loaded.spec
         self.tokenizer = loaded.tokenizer
         self.token_text = TokenTexts(loaded.tokenizer)
-        self.sampler = Sampler()
+        self.sampler = Sampler(exempt_ids=loaded.eos_token_ids | special_token_ids(loaded.tokenizer))
         self.telemetry = telemetry
         model_type = getattr(loaded.model.config, "model_type", "")
         self.batching_note = ""
@@ -132,7 +133,8 @@ class LLMEngine:
 
     # public API ---------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
-               use_kv_cache: bool = True, request_id: str | None = None) -> RequestHandle:
+               use_kv_cache: bool = True, request_id: str | None = None,
+               cache_salt: str | None = None) -> RequestHandle:
         """Queue a request.
 
         Args:
@@ -142,6 +144,10 @@ class LLMEngine:
             raw: send a text prompt as is, without the chat template.
             use_kv_cache: False recomputes the whole sequence at every decode step.
             request_id: optional id; one is made when omitted.
+            cache_salt: requests share cached prefix blocks only with requests of the same
+                salt (vLLM's ``cache_salt``); ``None`` shares the cache with every unsalted
+                request. A web server gives each user its own, so no one can probe another's
+                prompt by timing.
 
         Returns:
             A :class:`RequestHandle` streaming :class:`StepEvent` objects.
@@ -172,7 +178,10 @@ class LLMEngine:
         seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
                        use_kv_cache=use_kv_cache, detok=IncrementalDetokenizer(self.tokenizer),
                        times=RequestTimes(arrival=time.perf_counter()), context_len=ctx,
-                       generator=gen, stop_matcher=StopStringMatcher(params.stop))
+                       generator=gen, stop_matcher=StopStringMatcher(params.stop),
+                       cache_salt=cache_salt)
+        if cache_salt is not None and not isinstance(cache_salt, str):
+            raise ValueError(f"cache_salt must be a string, got {type(cache_salt).__name__}")
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         with self._wake:
             if self._stopped:
@@ -346,7 +355,8 @@ class LLMEngine:
             seq.num_computed += e.num_new
             seq.num_inflight = 0
             seq.first_unkeyed = self.block_manager.register_full_blocks(
-                seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed)
+                seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed,
+                seq.cache_salt)
         if not sampling:
             return
         seqs = [e.seq for e in sampling]
@@ -475,15 +485,20 @@ class LLMEngine:
         return delta
 
     def _fail(self, seq: Sequence, exc: BaseException) -> None:
-        msg = f"{type(exc).__name__}: {exc}"
-        seq.error = msg
+        """End a request with ``error``. Its message is short and safe to show a client: an
+        unexpected exception gives only its type and the request id, while the traceback goes
+        to the server log (logger ``engine``) under that id."""
+        seq.error = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, torch.OutOfMemoryError):
             seq.release_cache()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-            seq.error = f"out of memory: {exc}"
+            seq.error = "out of memory: the request did not fit in the device's memory"
         elif not isinstance(exc, (ValueError, RuntimeError)):
-            seq.error = msg + "\n" + traceback.format_exc(limit=3)
+            seq.error = (f"internal error ({type(exc).__name__}) in request {seq.request_id}; "
+                         "details are in the server log")
+        log.error("request %s failed: %s", seq.request_id, type(exc).__name__,
+                  exc_info=(type(exc), exc, exc.__traceback__))
         with self._lock:
             self._finish(seq, "error")
 

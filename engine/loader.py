@@ -58,7 +58,8 @@ class ModelLoadError(RuntimeError):
 @dataclass
 class ModelInfo:
     """What the page and CLI show about the loaded model (sizes in bytes); its shape (layers,
-    heads, KV heads, head_dim, sizes) is ``spec``, the :class:`engine.model_spec.ModelSpec`."""
+    heads, KV heads, head_dim, sizes) is ``spec``, the :class:`engine.model_spec.ModelSpec`.
+    ``eos_tokens`` lists ``(id, token text)`` of every token that ends generation."""
 
     name: str
     source: str
@@ -71,6 +72,7 @@ class ModelInfo:
     context_len: int
     spec: ModelSpec
     load_seconds: float = 0.0
+    eos_tokens: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass
@@ -274,6 +276,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
         num_params=parameter_count(model), weights_bytes=weight_bytes(model),
         context_len=_context_len(model.config, tokenizer), spec=spec,
         load_seconds=time.perf_counter() - t0,
+        eos_tokens=tuple((i, tokenizer.convert_ids_to_tokens(i)) for i in sorted(eos)),
     )
     _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "
                    f"{info.weights_bytes / 2**20:.1f} MiB of weights, in {info.load_seconds:.1f} s")
@@ -289,8 +292,18 @@ def _context_len(config, tokenizer) -> int:
     return int(val) if isinstance(val, int) and 0 < val < 10**7 else 2048
 
 
+END_TOKEN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|end|>",
+                   "<|endoftext|>", "</s>", "<|end_of_text|>")
+
+
 def _eos_ids(tokenizer, gen_cfg, config) -> set[int]:
-    """Union of generation config EOS (int or list), tokenizer EOS and end-of-turn tokens."""
+    """Every id that ends generation.
+
+    The union of the generation config's EOS (an int or a list), the model config's, the
+    tokenizer's ``eos_token_id``, and each end-of-text / end-of-turn special token the
+    tokenizer declares (:data:`END_TOKEN_TEXTS`, e.g. ``<|im_end|>`` and ``<|endoftext|>``):
+    a model that emits any of them has ended its text, whatever the template uses.
+    """
     ids: set[int] = set()
     for src in (getattr(gen_cfg, "eos_token_id", None), getattr(config, "eos_token_id", None),
                 getattr(tokenizer, "eos_token_id", None)):
@@ -299,8 +312,24 @@ def _eos_ids(tokenizer, gen_cfg, config) -> set[int]:
         elif isinstance(src, (list, tuple)):
             ids.update(int(i) for i in src if i is not None)
     vocab = tokenizer.get_vocab()
-    for tok in ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|end|>",
-                "<|endoftext|>"):
-        if tok in vocab and tok in (tokenizer.chat_template or "") + str(tokenizer.eos_token):
+    declared = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(tok, "special", False):
+            declared.add(str(tok.content))
+    for tok in END_TOKEN_TEXTS:
+        if tok in vocab and tok in declared:
             ids.add(vocab[tok])
     return ids
+
+
+def special_token_ids(tokenizer) -> set[int]:
+    """Ids of the tokenizer's special tokens (BOS, EOS, the chat template's control tokens).
+
+    The sampler never penalises these: a repetition penalty on ``<|im_end|>`` (which every
+    earlier turn of a chat contains) would keep a reply from ending.
+    """
+    ids = set(getattr(tokenizer, "all_special_ids", None) or [])
+    for tid, tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(tok, "special", False):
+            ids.add(int(tid))
+    return {int(i) for i in ids if i is not None}

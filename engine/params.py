@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+SAMPLING_EPS = 1e-5
+"""Temperatures below this are greedy (as in vLLM): dividing logits by 1e-37 overflows fp32."""
+
 
 @dataclass
 class SamplingParams:
@@ -13,7 +16,8 @@ class SamplingParams:
     Field names and meanings follow vLLM so that numbers and settings compare with the field.
 
     Attributes:
-        temperature: divides the logits before softmax; ``0`` means greedy (argmax). Range ``>= 0``.
+        temperature: divides the logits before softmax; ``0`` (or anything below
+            :data:`SAMPLING_EPS` = 1e-5) means greedy (argmax). Range ``>= 0``.
         top_p: nucleus sampling; keep the smallest set of tokens whose probability mass reaches
             ``top_p``. ``1.0`` is off. Range ``(0, 1]``. At least one token always survives.
         top_k: keep the ``top_k`` most likely tokens. ``0`` or ``-1`` is off; a value larger than
@@ -23,7 +27,8 @@ class SamplingParams:
         repetition_penalty: CTRL-style penalty (Keskar et al., 2019, as in Hugging Face's
             ``RepetitionPenaltyLogitsProcessor``) over every token of the prompt and the output:
             a positive logit is divided by it, a negative logit is multiplied by it. ``1.0`` is off.
-            Range ``> 0``.
+            Range ``> 0``. Prompt tokens count (Hugging Face's rule); EOS, stop tokens and the
+            tokenizer's special tokens (chat-template markers) are never penalised.
         presence_penalty: subtracted once from the logit of every token already generated
             (OpenAI / vLLM definition, output tokens only). Range ``[-2, 2]``.
         frequency_penalty: subtracted from a token's logit once per time it was generated.
@@ -33,6 +38,7 @@ class SamplingParams:
         seed: seed of this request's own ``torch.Generator``; the same seed and inputs give the
             same tokens. ``None`` draws from the global generator.
         stop: strings that end generation; the stop string itself is not part of the output text.
+            A single string is taken as a list of one.
         stop_token_ids: extra token ids that end generation (besides the model's EOS ids).
         ignore_eos: keep generating past EOS (for benchmarks that need a fixed token count).
 
@@ -56,7 +62,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if self.stop is not None and not isinstance(self.stop, (list, tuple)):
+            raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
+        for s in self.stop or []:
+            if not isinstance(s, str):
+                raise ValueError(f"stop must be a list of strings, got {s!r} in it")
         self.stop = [s for s in (self.stop or []) if s]
+        if self.stop_token_ids is not None and not isinstance(self.stop_token_ids, (list, tuple)):
+            raise ValueError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         self.stop_token_ids = list(self.stop_token_ids or [])
         _check_float("temperature", self.temperature, lambda v: v >= 0, ">= 0")
         _check_float("top_p", self.top_p, lambda v: 0 < v <= 1, "in (0, 1]")
@@ -74,19 +87,29 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        """True when the next token is the argmax (temperature 0)."""
-        return self.temperature == 0
+        """True when the next token is the argmax (temperature below :data:`SAMPLING_EPS`)."""
+        return self.temperature < SAMPLING_EPS
 
 
 def _check_float(name: str, value, ok, allowed: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number {allowed}, got {value!r}")
-    if not math.isfinite(value) or not ok(value):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be a number {allowed}, got {_short(value)}")
+    try:
+        fine = math.isfinite(float(value)) and ok(value)
+    except OverflowError:  # an integer too large for a float
+        fine = False
+    if not fine:
+        raise ValueError(f"{name} must be {allowed}, got {_short(value)}")
+
+
+def _short(value) -> str:
+    """``repr`` of a refused value, cut to 40 characters (a 400-digit number stays readable)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _check_int(name: str, value, ok, allowed: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer ({allowed}), got {value!r}")
+        raise ValueError(f"{name} must be an integer ({allowed}), got {_short(value)}")
     if not ok(value):
-        raise ValueError(f"{name} must be {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be {allowed}, got {_short(value)}")

@@ -41,11 +41,14 @@ def validate_messages(messages) -> Messages:
         raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
     out = []
     for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) \
-                or not isinstance(m.get("content"), str):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
             raise ValueError(f"message {i} must be a dict with string 'role' and 'content'")
         if m["role"] not in ("system", "user", "assistant"):
             raise ValueError(f"message {i} has role {m['role']!r}; use system, user or assistant")
+        if not isinstance(m.get("content"), str):
+            what = "system_prompt" if m["role"] == "system" else f"message {i} ({m['role']}) content"
+            raise ValueError(f"{what} must be a string, got {type(m.get('content')).__name__}")
+        check_text(m["content"], "system_prompt" if m["role"] == "system" else "prompt")
         out.append({"role": m["role"], "content": m["content"]})
     if not any(m["content"].strip() for m in out if m["role"] == "user"):
         raise ValueError("prompt is empty: the chat has no user message with text")
@@ -53,6 +56,21 @@ def validate_messages(messages) -> Messages:
 
 
 ZERO_WIDTH_SPACE = "\u200b"
+
+
+def check_text(text: str, field: str = "prompt") -> None:
+    """Refuse text that is not valid Unicode for the tokenizer.
+
+    A lone surrogate (``"\\ud800"``, which JSON can carry) cannot be encoded as UTF-8.
+
+    Raises:
+        ValueError: naming ``field`` and the first bad character's position.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{field} holds an invalid character (a lone surrogate, "
+                         f"U+{ord(text[exc.start]):04X} at position {exc.start})") from None
 
 
 def control_token_strings(tokenizer) -> list[str]:
@@ -103,6 +121,7 @@ def encode_prompt(tokenizer, prompt: str | Messages, raw: bool = False) -> list[
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError("prompt is empty: type some text")
+        check_text(prompt)
         if raw or not getattr(tokenizer, "chat_template", None):
             if not raw:
                 raw = True  # a base model without a chat template: plain completion

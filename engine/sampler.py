@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from .params import SamplingParams
+from .params import SAMPLING_EPS, SamplingParams
 
 TOP_CANDIDATES = 5
 
@@ -39,14 +39,18 @@ class SampleResult:
 
 
 def apply_penalties(logits: torch.Tensor, params: SamplingParams, context_ids: torch.Tensor,
-                    output_ids: torch.Tensor) -> torch.Tensor:
+                    output_ids: torch.Tensor, exempt: torch.Tensor | None = None) -> torch.Tensor:
     """Penalise tokens already seen.
 
     Args:
         logits: ``[V]`` fp32 logits (not modified).
         params: the request's settings.
-        context_ids: ``[N]`` int64 ids of the prompt and the output so far (repetition penalty).
+        context_ids: ``[N]`` int64 ids of the prompt and the output so far (repetition penalty;
+            prompt tokens count, as in Hugging Face's ``RepetitionPenaltyLogitsProcessor``).
         output_ids: ``[M]`` int64 ids generated so far (presence and frequency penalties).
+        exempt: ``[V]`` bool, True for ids never penalised: EOS and stop tokens and the chat
+            template's special tokens (penalising ``<|im_end|>``, present in every earlier turn,
+            would keep a reply from ending). The request's ``stop_token_ids`` are added here.
 
     Returns:
         ``[V]`` fp32 logits. Repetition penalty (CTRL, Keskar et al. 2019; Hugging Face rule):
@@ -55,14 +59,22 @@ def apply_penalties(logits: torch.Tensor, params: SamplingParams, context_ids: t
         frequency penalty subtracts ``frequency_penalty`` × its count (OpenAI/vLLM definition).
     """
     out = logits
+    if params.stop_token_ids:
+        extra = torch.zeros(out.shape[-1], dtype=torch.bool, device=out.device)
+        extra[[i for i in params.stop_token_ids if i < out.shape[-1]]] = True
+        exempt = extra if exempt is None else exempt | extra
     if params.repetition_penalty != 1.0 and context_ids.numel():
         ids = torch.unique(context_ids)
+        if exempt is not None:
+            ids = ids[~exempt[ids]]
         seen = out[ids]
         seen = torch.where(seen > 0, seen / params.repetition_penalty, seen * params.repetition_penalty)
         out = out.clone()
         out[ids] = seen
     if (params.presence_penalty or params.frequency_penalty) and output_ids.numel():
         counts = torch.bincount(output_ids, minlength=out.shape[-1]).to(out.dtype)
+        if exempt is not None:
+            counts = counts.masked_fill(exempt, 0)
         out = out - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(out.dtype)
     return out
 
@@ -73,8 +85,9 @@ def apply_filters(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
 
     Args:
         logits: ``[V]`` fp32 logits (after penalties).
-        temperature: ``> 0`` divides the logits; ``0`` is treated as 1 here (the greedy pick is
-            the argmax either way, and the shown probabilities are those at temperature 1).
+        temperature: at least :data:`engine.params.SAMPLING_EPS` divides the logits; below it
+            (greedy) it is treated as 1 here (the greedy pick is the argmax either way, and the
+            shown probabilities are those at temperature 1).
         top_k: keep the ``top_k`` largest; ``<= 0`` or ``>= V`` keeps all.
         top_p: keep the smallest most-likely set whose mass reaches ``top_p``; the top token
             always survives (Holtzman et al., 2020).
@@ -85,7 +98,7 @@ def apply_filters(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
         ``[V]`` fp32 probabilities summing to 1; filtered tokens have probability 0.
     """
     x = logits.float()
-    if temperature > 0:
+    if temperature >= SAMPLING_EPS:
         x = x / temperature
     vocab = x.shape[-1]
     if 0 < top_k < vocab:
@@ -125,7 +138,27 @@ def _is_plain(params: SamplingParams, vocab: int) -> bool:
 
 
 class Sampler:
-    """Picks the next token of each sequence from its last-position logits."""
+    """Picks the next token of each sequence from its last-position logits.
+
+    Args:
+        exempt_ids: token ids the penalties never touch (the model's EOS set and the
+            tokenizer's special tokens; see :func:`apply_penalties`).
+    """
+
+    def __init__(self, exempt_ids=()):
+        self.exempt_ids = sorted({int(i) for i in exempt_ids})
+        self._exempt: torch.Tensor | None = None
+
+    def _exempt_mask(self, vocab: int, device) -> torch.Tensor | None:
+        """``[vocab]`` bool mask of :attr:`exempt_ids` on ``device`` (built once, then reused)."""
+        if not self.exempt_ids:
+            return None
+        m = self._exempt
+        if m is None or m.shape[0] != vocab or m.device != torch.device(device):
+            m = torch.zeros(vocab, dtype=torch.bool, device=device)
+            m[[i for i in self.exempt_ids if i < vocab]] = True
+            self._exempt = m
+        return m
 
     def sample(self, logits: torch.Tensor, params: SamplingParams, context_ids: torch.Tensor,
                output_ids: torch.Tensor, generator: torch.Generator | None) -> SampleResult:
@@ -146,7 +179,8 @@ class Sampler:
         """
         x = logits.float()
         _check_finite(x)
-        x = apply_penalties(x, params, context_ids, output_ids)
+        x = apply_penalties(x, params, context_ids, output_ids,
+                            self._exempt_mask(x.shape[-1], x.device))
         probs = apply_filters(x, params.temperature, params.top_k, params.top_p, params.min_p)
         if params.greedy:
             token = int(torch.argmax(x))
@@ -186,7 +220,7 @@ class Sampler:
         if plain:
             try:
                 rows = x if len(plain) == len(params) else x[plain]
-                temps = [params[i].temperature if params[i].temperature > 0 else 1.0 for i in plain]
+                temps = [1.0 if params[i].greedy else params[i].temperature for i in plain]
                 scaled = rows
                 if any(t != 1.0 for t in temps):
                     scaled = rows / torch.tensor(temps, dtype=rows.dtype, device=rows.device)[:, None]

@@ -154,7 +154,7 @@ class Scheduler:
             elif self.bm is None:
                 if budget < seq.num_tokens and out.entries:
                     break
-            elif budget <= 0 or not self.bm.can_allocate(seq.all_ids, budget):
+            elif budget <= 0 or not self.bm.can_allocate(seq.all_ids, budget, seq.cache_salt):
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
@@ -165,7 +165,7 @@ class Scheduler:
                 out.entries.append(ScheduledSeq(seq, seq.num_tokens))
                 budget -= seq.num_tokens
             else:
-                seq.block_table, seq.num_computed, n = self.bm.allocate(seq.all_ids, budget)
+                seq.block_table, seq.num_computed, n = self.bm.allocate(seq.all_ids, budget, seq.cache_salt)
                 seq.first_unkeyed = seq.num_computed // self.bm.block_size
                 seq.num_inflight = n
                 out.entries.append(ScheduledSeq(seq, n))

@@ -62,6 +62,7 @@ class Sequence:
     num_inflight: int = 0
     first_unkeyed: int = 0
     preemptions: int = 0
+    cache_salt: str | None = None
 
     @property
     def num_tokens(self) -> int:
