@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from engine.model_spec import kv_bytes_per_token  # the one KV formula (no torch)
+from engine.model.model_spec import kv_bytes_per_token  # the one KV formula (no torch)
 
 from .fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
 

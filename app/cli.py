@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from engine import LLMEngine, load_model
-    from engine.loader import ModelLoadError
+    from engine.model.loader import ModelLoadError
 
     t0 = time.perf_counter()
     print(f"Loading {args.model} ...", flush=True)

@@ -399,14 +399,14 @@ def _wire(engine, c: dict, answer, logits) -> None:
 
     def on_generate(prompt, seed, t, k, p, m):
         ans = explorer_generate(engine, prompt, t, k, p, m, seed)
-        sl = explorer.step_logits(engine.loaded, ans["prompt_ids"], ans["token_ids"], 0)
+        sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], 0)
         return (ans, sl, gr.Dropdown(choices=step_choices(ans), value=0),
                 explorer_figure(sl, t, k, p, m))
 
     def on_step(ans, step, t, k, p, m):
         if not ans or step is None:
             return None, explorer_figure(None, t, k, p, m)
-        sl = explorer.step_logits(engine.loaded, ans["prompt_ids"], ans["token_ids"], int(step))
+        sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], int(step))
         return sl, explorer_figure(sl, t, k, p, m)
 
     c["ex_run"].click(on_generate, [c["ex_prompt"], c["ex_seed"], *sliders],

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.output.metrics import RequestMetrics, RequestTimes
+
 
 @dataclass
 class TokenView:
@@ -186,22 +188,26 @@ class RunState:
             return out
         now = time.perf_counter() if now is None else now
         n = len(self.token_times)
-        out = {"queue_time_s": None, "ttft_s": None, "tpot_s": None, "e2e_s": now - self.submitted_s,
-               "prefill_tokens_per_s": None, "decode_tokens_per_s": None,
-               "prompt_tokens": self.prompt_tokens, "output_tokens": n, "final": False}
-        if self.first_start_s is not None:
-            out["queue_time_s"] = max(0.0, self.first_start_s - self.submitted_s)
-        if n:
-            first = self.token_times[0]
-            out["ttft_s"] = first - self.submitted_s
-            prefill_s = first - self.first_start_s
-            if prefill_s > 0 and self.prompt_tokens:
-                out["prefill_tokens_per_s"] = self.prompt_tokens / prefill_s
-        if n > 1:
-            decode_s = self.token_times[-1] - self.token_times[0]
-            if decode_s > 0:
-                out["tpot_s"] = decode_s / (n - 1)
-                out["decode_tokens_per_s"] = (n - 1) / decode_s
+        started = self.first_start_s is not None
+        m = RequestMetrics.from_times(
+            RequestTimes(arrival=self.submitted_s, scheduled=self.first_start_s,
+                         token_times=list(self.token_times), finished=now),
+            self.prompt_tokens).to_dict()
+        out = {k: m[k] for k in ("queue_time_s", "ttft_s", "tpot_s", "e2e_s",
+                                 "prefill_tokens_per_s", "decode_tokens_per_s",
+                                 "prompt_tokens", "output_tokens")}
+        out["final"] = False
+        # the engine's formulas give 0 where a figure is not defined yet: show a dash instead
+        if not started:
+            out["queue_time_s"] = None
+        else:
+            out["queue_time_s"] = max(0.0, out["queue_time_s"])
+        if not n:
+            out["ttft_s"] = None
+        if not (n and m["prefill_time_s"] > 0 and self.prompt_tokens):
+            out["prefill_tokens_per_s"] = None
+        if not (n > 1 and m["decode_time_s"] > 0):
+            out["tpot_s"] = out["decode_tokens_per_s"] = None
         return out
 
     def status_line(self) -> str:

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import sys
 
-from .cli_common import OneLineParser
+from engine.cli.common import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run one subcommand; returns the exit code."""
     parser = OneLineParser(prog="python -m engine", description="LLM inference engine tools")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    from . import cli_generate, cli_kvsize
+    from engine.cli import generate, kvsize
 
-    cli_generate.register(sub)
-    cli_kvsize.register(sub)
+    generate.register(sub)
+    kvsize.register(sub)
     try:
-        from . import cli_bench
+        from engine.cli import bench
     except ImportError:
-        cli_bench = None
-    if cli_bench is not None:
-        cli_bench.register(sub)
+        bench = None
+    if bench is not None:
+        bench.register(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

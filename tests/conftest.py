@@ -25,8 +25,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def loaded():
-    """The embedded model loaded once: a ``engine.loader.LoadedModel`` (fp32 on CPU)."""
-    from engine.loader import load_model
+    """The embedded model loaded once: a ``engine.model.loader.LoadedModel`` (fp32 on CPU)."""
+    from engine.model.loader import load_model
 
     return load_model("smollm2-135m", device="cpu", dtype="float32")
 

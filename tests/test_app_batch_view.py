@@ -6,7 +6,7 @@ import re
 
 from app import batch_view, handlers
 from app.service import Playground
-from engine.batch_info import BatchInfo
+from engine.core.batch_info import BatchInfo
 from test_app_fakes import FakeEngine
 
 SNAP = {"block_size": 16, "num_blocks": 8,

@@ -7,9 +7,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from engine.events import Candidate, RequestOutput, StepEvent
-from engine.metrics import RequestMetrics, RequestTimes
-from engine.model_spec import ModelSpec
+from engine.output.events import Candidate, RequestOutput, StepEvent
+from engine.output.metrics import RequestMetrics, RequestTimes
+from engine.model.model_spec import ModelSpec
 
 BPT = 46_080  # KV bytes per token of the embedded model in fp32: 2 × 30 × 3 × 64 × 4
 
@@ -161,7 +161,7 @@ class FakeEngine:
         self._lock = threading.Lock()
 
     def submit(self, prompt, params, raw=False, use_kv_cache=True):
-        from engine.scheduler import QueueFullError
+        from engine.core.scheduler import QueueFullError
 
         if self.script == "queue_full":
             raise QueueFullError("the queue is full (32 requests waiting); try again in a moment")

@@ -327,7 +327,7 @@ def test_engine_error_mid_stream_is_shown(tmp_path):
 
 
 def test_stop_aborts_in_the_engine(tmp_path):
-    from engine.handle import RequestHandle
+    from engine.output.handle import RequestHandle
 
     eng = FakeEngine()
     pg = Playground(eng, trace_dir=tmp_path, monitor=False)

@@ -8,7 +8,7 @@ import torch
 
 from engine import SamplingParams
 from engine.engine import LLMEngine
-from engine.prompt import encode_prompt
+from engine.model.prompt import encode_prompt
 
 GREEDY = SamplingParams(temperature=0, max_tokens=32)
 TOPICS = ["the ocean", "volcanoes", "GPUs", "bread", "chess", "rivers", "owls", "comets"]
@@ -90,7 +90,7 @@ def cached_tokens(out):
 @pytest.fixture(autouse=True)
 def _record_prefill_tokens(monkeypatch):
     """Let tests read how many prompt tokens a request's prefill actually computed."""
-    from engine import handle as handle_mod
+    from engine.output import handle as handle_mod
 
     real = handle_mod.RequestHandle._finish
 

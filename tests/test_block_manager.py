@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.block_manager import BlockManager
+from engine.core.block_manager import BlockManager
 
 
 def test_allocate_grow_and_free_returns_every_block():

@@ -66,7 +66,7 @@ def test_unreachable_hub_fails_fast(monkeypatch):
     """With the Hub allowed but unreachable, loading a Hub id fails at once, naming the model."""
     import time
 
-    from engine.loader import ModelLoadError, load_model
+    from engine.model.loader import ModelLoadError, load_model
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)

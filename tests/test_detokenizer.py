@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher
 
 
 @pytest.mark.parametrize("text", [
@@ -52,7 +52,7 @@ def test_character_cut_by_max_tokens_is_dropped(loaded):
 
 
 def test_token_texts_equal_single_token_decodes(loaded):
-    from engine.detokenizer import TokenTexts
+    from engine.output.detokenizer import TokenTexts
 
     tokenizer = loaded.tokenizer
     texts = TokenTexts(tokenizer)

@@ -8,7 +8,7 @@ import torch
 
 from engine import SamplingParams
 from engine.engine import LLMEngine
-from engine.scheduler import QueueFullError
+from engine.core.scheduler import QueueFullError
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 
@@ -93,7 +93,7 @@ def test_stop_token_ids_and_eos(engine, loaded):
 
 
 def test_eos_list_from_generation_config(loaded):
-    from engine.loader import _eos_ids
+    from engine.model.special_tokens import eos_token_ids
 
     class Gen:
         eos_token_id = [2, 0]
@@ -101,7 +101,7 @@ def test_eos_list_from_generation_config(loaded):
     class Cfg:
         eos_token_id = None
 
-    assert {0, 2} <= _eos_ids(loaded.tokenizer, Gen(), Cfg())
+    assert {0, 2} <= eos_token_ids(loaded.tokenizer, Gen(), Cfg())
 
 
 def test_max_tokens_gives_length(engine):
@@ -177,11 +177,12 @@ def test_abort_while_waiting(loaded):
 
 
 def inject(monkeypatch, engine, request_id, make_bad):
-    """Wrap the runner so steps holding ``request_id`` go wrong (``make_bad(logits, row)``)."""
+    """Wrap the runner's forward pass so steps holding ``request_id`` go wrong
+    (``make_bad(logits, row)``)."""
     runner = engine.runner
-    real = runner.run
+    real = runner.forward
 
-    def run(entries):
+    def forward(entries):
         logits = real(entries)
         sampled = [e for e in entries if e.samples]
         for row, e in enumerate(sampled):
@@ -189,7 +190,7 @@ def inject(monkeypatch, engine, request_id, make_bad):
                 logits = make_bad(logits, row)
         return logits
 
-    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(runner, "forward", forward)
 
 
 def test_injected_exception_fails_one_request_others_in_batch_unharmed(engine, monkeypatch):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from engine.prompt import encode_prompt
+from engine.model.prompt import encode_prompt
 
 LONG = " ".join(
     f"Paragraph {i}: the scheduler admits requests, the model runner executes prefill and "

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from engine.model_spec import ModelSpec
+from engine.model.model_spec import ModelSpec
 from engine.telemetry import estimator
 from engine.telemetry.estimator import (DTYPE_BYTES, activation_estimate, dtype_bytes, estimate,
                                         known_models, load_spec)

@@ -55,7 +55,7 @@ def quick(loaded, engine):
 
 
 def test_registry_matches_the_cli_list():
-    from engine.cli_bench import EXPERIMENT_NAMES
+    from engine.cli.bench import EXPERIMENT_NAMES
 
     assert names() == EXPERIMENT_NAMES
     assert set(FIELDS) == set(names())
@@ -154,7 +154,7 @@ def test_private_engine_has_no_prefix_cache(loaded):
     from engine.experiments.common import engine_config, engine_for
 
     with engine_for(loaded) as eng:
-        assert engine_config(eng)["prefix_caching"] is False and eng.telemetry is False
+        assert engine_config(eng)["prefix_caching"] is False and eng.config.telemetry is False
 
 
 def test_salted_prompts_differ_at_the_start():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.experiments import calculator, explorer
-from engine.sampler import apply_filters
+from engine.worker.sampler import apply_filters
 from engine.telemetry.estimator import estimate, known_models
 
 MODELS = ["meta-llama/Llama-2-7b-hf", "Qwen/Qwen2.5-7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -91,10 +91,10 @@ def answer(engine):
 @pytest.mark.parametrize("t,k,p,m", [(1.0, 0, 1.0, 0.0), (0.7, 0, 1.0, 0.0), (1.3, 10, 1.0, 0.0),
                                      (1.0, 0, 0.9, 0.0), (0.8, 40, 0.95, 0.05), (1.0, 0, 1.0, 0.1),
                                      (0.0, 5, 0.5, 0.0)])
-def test_reshape_equals_the_sampler(loaded, answer, t, k, p, m):
+def test_reshape_equals_the_sampler(loaded, engine, answer, t, k, p, m):
     prompt, out = answer
-    sl = explorer.step_logits(loaded, prompt, out, 2)
-    from engine.model_runner import ModelRunner
+    sl = explorer.step_logits(engine, prompt, out, 2)
+    from engine.worker.model_runner import ModelRunner
 
     logits = ModelRunner(loaded.model).recompute(prompt + out[:2]).float()
     want = apply_filters(logits, t, k, p, m)[torch.tensor(sl.token_ids)].tolist()
@@ -103,24 +103,24 @@ def test_reshape_equals_the_sampler(loaded, answer, t, k, p, m):
     assert got["kept"] == int((apply_filters(logits, t, k, p, m) > 0).sum())
 
 
-def test_step_logits_of_a_greedy_answer(loaded, answer):
+def test_step_logits_of_a_greedy_answer(loaded, engine, answer):
     prompt, out = answer
     for step in range(len(out)):
-        sl = explorer.step_logits(loaded, prompt, out, step)
+        sl = explorer.step_logits(engine, prompt, out, step)
         assert sl.chosen_rank == 0 and sl.token_ids[0] == out[step] == sl.chosen_id  # greedy = argmax
         assert len(sl.token_ids) == len(sl.texts) == len(sl.logits) == 20
         assert sl.logits == sorted(sl.logits, reverse=True)
         assert sl.sorted_logits.shape == (loaded.spec.vocab_size,)
         assert [t for t, _ in sl.top()] == sl.texts
     with pytest.raises(ValueError):
-        explorer.step_logits(loaded, prompt, out, len(out))
+        explorer.step_logits(engine, prompt, out, len(out))
 
 
-def test_explorer_figure_marks_the_chosen_token(loaded, answer):
+def test_explorer_figure_marks_the_chosen_token(engine, answer):
     from app.lessons import explorer_figure, show_token
 
     prompt, out = answer
-    sl = explorer.step_logits(loaded, prompt, out, 1)
+    sl = explorer.step_logits(engine, prompt, out, 1)
     fig = explorer_figure(sl, 1.0, 3, 1.0, 0.0)
     bars = fig.data[1]
     assert list(bars.marker.color).count("#C0392B") == 1 and bars.marker.color[0] == "#C0392B"

@@ -12,7 +12,7 @@ import torch
 
 from engine import SamplingParams
 from engine.engine import LLMEngine
-from engine.loader import load_model
+from engine.model.loader import load_model
 
 PROMPTS = ["one two three", "the cat sat on the mat and then", "a", "prefill and decode steps"]
 NEW = 24

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.params import SamplingParams
-from engine.sampler import NonFiniteLogitsError, Sampler, apply_filters, apply_penalties
+from engine.worker.sampler import NonFiniteLogitsError, Sampler, apply_filters, apply_penalties
 
 EMPTY = torch.tensor([], dtype=torch.long)
 

@@ -6,8 +6,8 @@ import logging
 import pytest
 
 from engine import SamplingParams
-from engine.block_manager import BlockManager
-from engine.prompt import encode_prompt
+from engine.core.block_manager import BlockManager
+from engine.model.prompt import encode_prompt
 
 
 # ---- end tokens ----------------------------------------------------------------------------
@@ -20,7 +20,7 @@ def test_endoftext_and_im_end_both_end_generation(loaded):
 
 def test_id_0_ends_generation(engine):
     # the model rarely picks id 0 by itself: make the sampler return it, as a model could
-    import engine.sampler as sampler_mod
+    import engine.worker.sampler as sampler_mod
 
     real = sampler_mod.Sampler.sample_many
 
@@ -57,7 +57,7 @@ def test_three_turn_chat_with_penalty_1_3_ends_by_itself(engine, loaded):
 def test_penalty_spares_exempt_ids():
     import torch
 
-    from engine.sampler import apply_penalties
+    from engine.worker.sampler import apply_penalties
 
     logits = torch.tensor([2.0, 2.0, -1.0, 3.0])
     exempt = torch.tensor([True, False, False, False])
@@ -155,7 +155,7 @@ def test_cache_salt_must_be_a_string(engine):
 
 # ---- unexpected errors: a short message for the client, the traceback in the log ------------
 def test_unexpected_exception_reaches_client_without_traceback(engine, caplog, monkeypatch):
-    import engine.sampler as sampler_mod
+    import engine.worker.sampler as sampler_mod
 
     def boom(*a, **k):
         raise KeyError("/secret/server/path.py")

@@ -10,8 +10,8 @@ import psutil
 import pytest
 import torch
 
-from engine.accounting import cache_tensor_bytes, parameter_count, weight_bytes
-from engine.model_spec import ModelSpec
+from engine.model.accounting import cache_tensor_bytes, parameter_count, weight_bytes
+from engine.model.model_spec import ModelSpec
 from engine.telemetry.estimator import activation_estimate, load_spec
 from engine.telemetry.memory import MemoryProbe
 from engine.telemetry.nvml import NOT_IN_LIST, GpuMonitor

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from engine.events import Candidate, RequestOutput, StepEvent
-from engine.metrics import RequestMetrics
+from engine.output.events import Candidate, RequestOutput, StepEvent
+from engine.output.metrics import RequestMetrics
 from engine.telemetry.estimator import load_spec
 from engine.telemetry.memory import MemoryBreakdown, MemoryPart
 from engine.telemetry.rolling import RollingStats, percentiles

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import time
 
-from .common import engine_config, engine_for, greedy, median, report, result, row, salted
-from .hf import hf_generate
+from engine.experiments.common import engine_config, engine_for, greedy, median, report, result, row, salted
+from engine.experiments.hf import hf_generate
 
 NAME = "batch"
 TITLE = "Batch size: latency per token vs total throughput"
@@ -66,7 +66,7 @@ def engine_batch(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
 
 def hf_padded(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
     """Backend ``hf-generate-padded``: one ``generate`` call on the left-padded batch."""
-    from ..prompt import encode_prompt
+    from engine.model.prompt import encode_prompt
 
     r = hf_generate(loaded, [encode_prompt(loaded.tokenizer, p) for p in prompts], new_tokens)
     b, steps = len(prompts), len(r["step_times_s"])
@@ -88,7 +88,7 @@ def mixed_lengths(loaded, engine, prompts: list[str], lengths: list[int]) -> dic
         "throughput_ratio"}`` where each backend has ``e2e_s`` (all done), ``useful_tokens_per_s``,
         ``request_e2e_s`` (per request, seconds from the start) and ``median_request_e2e_s``.
     """
-    from ..prompt import encode_prompt
+    from engine.model.prompt import encode_prompt
 
     useful = sum(lengths)
     t0 = time.perf_counter()
@@ -135,7 +135,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
     ``throughput_runs`` keeps every run's figure.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: batches 1, 2, 4 with 12 new tokens, once each, instead of 1 to 32 with 64
             new tokens, three times each.
         progress: ``progress(fraction, message)`` callback or ``None``.
@@ -221,7 +221,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
 
 def plot(res: dict, path: str) -> str:
     """Per-token latency and total throughput against batch size, one line per backend."""
-    from .plotting import ENGINE, OTHER, THIRD, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, THIRD, figure, save
 
     mixed = res.get("mixed")
     axes = figure(res["title"], ncols=3 if mixed else 2, width=5.0)[1]

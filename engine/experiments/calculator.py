@@ -6,7 +6,7 @@ the GPU table and searches for the largest batch and context that fit each card.
 
 from __future__ import annotations
 
-from ..telemetry.estimator import estimate, load_spec
+from engine.telemetry.estimator import estimate, load_spec
 
 # Nominal memory of common data-centre GPUs, in decimal bytes (1 GB = 1e9 B). Usable memory is
 # a little less: the CUDA context and the allocator take some.
@@ -52,7 +52,7 @@ def calculate(model, seq_len: int = 2048, batch: int = 1, dtype: str = "fp16") -
 
     Args:
         model: a table id or alias from ``known_models()``, a ``config.json`` path or folder, or
-            a :class:`engine.model_spec.ModelSpec`.
+            a :class:`engine.model.model_spec.ModelSpec`.
         seq_len: tokens per sequence (prompt + output).
         batch: sequences at once.
         dtype: a name from ``DTYPE_BYTES`` (weights, KV cache and activations).

@@ -97,7 +97,7 @@ def prompt_of_length(tokenizer, n_tokens: int, unique: bool = True) -> tuple[str
         ``(text, actual_tokens)``: re-encoding the decoded text can differ by a token or two, so
         the actual count is measured and returned.
     """
-    from ..prompt import encode_prompt
+    from engine.model.prompt import encode_prompt
 
     text = salted(_FILLER) if unique else _FILLER
     while len(encode_prompt(tokenizer, text, raw=True)) < n_tokens + 8:
@@ -110,7 +110,7 @@ def prompt_of_length(tokenizer, n_tokens: int, unique: bool = True) -> tuple[str
 def private_engine(loaded):
     """A benchmark engine: the shipped settings, but no telemetry and no prefix caching (a
     repeated prompt must pay its prefill every time)."""
-    from ..engine import LLMEngine
+    from engine.engine import LLMEngine
 
     return LLMEngine(loaded, telemetry=False, enable_prefix_caching=False)
 
@@ -118,13 +118,13 @@ def private_engine(loaded):
 def engine_config(engine) -> dict:
     """The settings of ``engine`` that change the numbers: batching, prefix caching, the
     per-step token budget (longer prompts are prefilled in chunks of it) and telemetry."""
-    bm = getattr(engine, "block_manager", None)
-    sched = getattr(engine, "scheduler", None)
-    return {"batching": bool(getattr(engine, "paged", False)),
-            "prefix_caching": bool(bm is not None and bm.enable_prefix_caching),
-            "max_num_seqs": getattr(sched, "max_num_seqs", 1),
-            "max_num_batched_tokens": getattr(sched, "max_num_batched_tokens", None),
-            "telemetry": bool(getattr(engine, "telemetry", False))}
+    paged = bool(getattr(engine, "paged", False))
+    cfg = engine.config
+    return {"batching": paged,
+            "prefix_caching": paged and cfg.enable_prefix_caching,
+            "max_num_seqs": cfg.max_num_seqs if paged else 1,
+            "max_num_batched_tokens": cfg.max_num_batched_tokens,
+            "telemetry": cfg.telemetry}
 
 
 @contextmanager
@@ -143,7 +143,7 @@ def engine_for(loaded, engine=None) -> Iterator:
 
 def greedy(max_tokens: int):
     """``SamplingParams`` for benchmarks: greedy, exactly ``max_tokens`` tokens (EOS ignored)."""
-    from ..params import SamplingParams
+    from engine.params import SamplingParams
 
     return SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
 

@@ -13,7 +13,7 @@ the common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import STORY_PROMPT, report, result, row, warm_then_run
+from engine.experiments.common import STORY_PROMPT, report, result, row, warm_then_run
 
 NAME = "decode-share"
 TITLE = "Where the time goes: prefill vs decode"
@@ -24,7 +24,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Time one request and split it into its phases.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: 48 new tokens instead of 500.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).
@@ -56,7 +56,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
 
 def plot(res: dict, path: str) -> str:
     """One horizontal stacked bar: prefill and decode, with their shares."""
-    from .plotting import ENGINE, OTHER, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, figure, save
 
     fig, (ax,) = figure(res["title"], height=2.6)
     pre, dec = res["prefill_s"], res["decode_s"]

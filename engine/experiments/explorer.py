@@ -1,8 +1,9 @@
 """The sampling explorer's engine side: one step's logits again, and reshaping them.
 
 :func:`step_logits` recomputes the logits of one step of a finished answer (one forward pass
-over the prompt and the answer's tokens before that step). :func:`reshape` applies temperature,
-top-k, top-p and min-p to them exactly as :func:`engine.sampler.apply_filters` does, but with
+over the prompt and the answer's tokens before that step), on the engine's own thread, the
+model's only user. :func:`reshape` applies temperature,
+top-k, top-p and min-p to them exactly as :func:`engine.worker.sampler.apply_filters` does, but with
 numpy, so a page can redraw the bars on every slider move without torch or the model.
 Penalties (repetition, presence, frequency) are not applied: the bars show the model's own
 distribution shaped by the four filters.
@@ -43,12 +44,13 @@ class StepLogits:
         return list(zip(self.texts, self.logits))
 
 
-def step_logits(loaded, prompt_ids: list[int], output_ids: list[int], step: int,
+def step_logits(engine, prompt_ids: list[int], output_ids: list[int], step: int,
                 k: int = TOP) -> StepLogits:
     """Recompute the logits the model produced at ``step`` of an answer.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        engine: the running :class:`engine.LLMEngine` (its thread runs the forward pass
+            between two steps, through :meth:`engine.LLMEngine.call`).
         prompt_ids: the answer's prompt token ids.
         output_ids: the answer's generated token ids.
         step: ``0 <= step < len(output_ids)``.
@@ -62,15 +64,14 @@ def step_logits(loaded, prompt_ids: list[int], output_ids: list[int], step: int,
     """
     import torch
 
-    from ..model_runner import ModelRunner
-
     if not 0 <= step < len(output_ids):
         raise ValueError(f"step must be in [0, {len(output_ids) - 1}], got {step}")
-    logits = ModelRunner(loaded.model).recompute(list(prompt_ids) + list(output_ids[:step]))
-    values, order = torch.sort(logits.float().cpu(), descending=True)
+    ids = list(prompt_ids) + list(output_ids[:step])
+    logits = engine.call(lambda runner: runner.recompute(ids).float().cpu()).result()
+    values, order = torch.sort(logits, descending=True)
     order_list = order.tolist()
     chosen = int(output_ids[step])
-    tok = loaded.tokenizer
+    tok = engine.tokenizer
     top = order_list[:k]
     return StepLogits(step=step, token_ids=top, texts=[tok.decode([i]) for i in top],
                       logits=values[:k].tolist(), chosen_id=chosen, chosen_text=tok.decode([chosen]),

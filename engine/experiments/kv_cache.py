@@ -18,7 +18,7 @@ fields beyond the common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
+from engine.experiments.common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
                      run_engine, salted, step_ms)
 
 NAME = "kv-cache"
@@ -47,7 +47,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Generate the same greedy answer with the cache on, then off.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: 32 new tokens instead of 256.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).
@@ -87,7 +87,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
 
 def plot(res: dict, path: str) -> str:
     """The two per-step latency curves over the output position."""
-    from .plotting import ENGINE, OTHER, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, figure, save
 
     fig, (ax,) = figure(res["title"])
     on, off = res["on_step_ms"], res["off_step_ms"]

@@ -20,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from .common import STORY_PROMPT, engine_config, engine_for, report, result, row, run_engine, salted
+from engine.experiments.common import STORY_PROMPT, engine_config, engine_for, report, result, row, run_engine, salted
 
 NAME = "llama-cpp"
 TITLE = "Peer: llama-cpp-python on the same GGUF file"
@@ -28,7 +28,7 @@ TITLE = "Peer: llama-cpp-python on the same GGUF file"
 
 def gguf_path(loaded) -> Path | None:
     """The GGUF file behind an embedded model, or ``None`` (not embedded, package missing)."""
-    from ..loader import EMBEDDED
+    from engine.model.loader import EMBEDDED
 
     emb = EMBEDDED.get(str(loaded.info.name).lower())
     if emb is None:
@@ -65,7 +65,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Compare llama.cpp and the engine on the same prompt ids, greedy, the same token count.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: 24 new tokens instead of 128.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).
@@ -80,7 +80,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     new_tokens = new_tokens or (24 if quick else 128)
     from llama_cpp import Llama
 
-    from ..prompt import encode_prompt
+    from engine.model.prompt import encode_prompt
 
     prompt = salted(STORY_PROMPT)
     ids = encode_prompt(loaded.tokenizer, prompt)
@@ -114,7 +114,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
 
 def plot(res: dict, path: str) -> str:
     """Bars of decode tokens/s: llama.cpp and the engine."""
-    from .plotting import ENGINE, OTHER, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, figure, save
 
     fig, (ax,) = figure(res["title"], height=3.6)
     vals = [res["llama_cpp_decode_tokens_per_s"], res["engine_decode_tokens_per_s"]]

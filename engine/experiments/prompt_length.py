@@ -14,7 +14,7 @@ common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import (engine_config, engine_for, median, prompt_of_length, report, result, row,
+from engine.experiments.common import (engine_config, engine_for, median, prompt_of_length, report, result, row,
                      run_engine)
 
 NAME = "prompt-length"
@@ -28,7 +28,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, lengths: list[i
     """Time a one-token request for each prompt length.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: lengths 16, 64, 256 once each instead of 16 to 4,096 twice each.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).
@@ -74,7 +74,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, lengths: list[i
 
 def plot(res: dict, path: str) -> str:
     """Prefill time (left) and prefill tokens/s (right) against prompt length, log x axis."""
-    from .plotting import ENGINE, OTHER, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, figure, save
 
     fig, (ax1, ax2) = figure(res["title"], ncols=2, width=5.0)
     x = res["prompt_tokens"]

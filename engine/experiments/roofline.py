@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from .common import STORY_PROMPT, median, report, result, row, warm_then_run
+from engine.experiments.common import STORY_PROMPT, median, report, result, row, warm_then_run
 
 NAME = "roofline"
 TITLE = "Decode roofline: achieved vs memory-bandwidth ceiling (batch 1)"
@@ -60,7 +60,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Measure bandwidth, then a batch-1 decode run, and compare.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: a 512 MiB tensor read 4 times and 32 new tokens instead of 1 GiB read 10 times
             and 128 tokens.
         progress: ``progress(fraction, message)`` callback or ``None``.
@@ -106,7 +106,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
 
 def plot(res: dict, path: str) -> str:
     """Bars: ceiling tokens/s and achieved tokens/s, with the fraction."""
-    from .plotting import ENGINE, OTHER, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, figure, save
 
     fig, (ax,) = figure(res["title"], height=3.8)
     vals = [res["ceiling_tokens_per_s"], res["achieved_tokens_per_s"]]

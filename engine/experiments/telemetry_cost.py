@@ -10,7 +10,7 @@ beyond the common ones (see :mod:`.common`): ``tokens``, ``pairs``, ``off_tok_s`
 
 from __future__ import annotations
 
-from .common import report, result, row
+from engine.experiments.common import report, result, row
 
 NAME = "telemetry-cost"
 TITLE = "What telemetry costs: decode speed with it on vs off"
@@ -23,7 +23,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, tokens: int | N
     Args:
         quick: 24 tokens × 2 pairs instead of 96 tokens × 5 pairs.
     """
-    from ..telemetry.cost import measure_telemetry_cost
+    from engine.telemetry.cost import measure_telemetry_cost
 
     tokens = tokens or (24 if quick else 96)
     pairs = pairs or (2 if quick else 5)
@@ -49,7 +49,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, tokens: int | N
 
 def plot(res: dict, path: str) -> str:
     """Paired bars of decode tokens/s, off and on, one pair per run."""
-    from .plotting import ENGINE, OTHER, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, figure, save
 
     fig, (ax,) = figure(res["title"], height=3.2)
     n = len(res["off_tok_s"])

@@ -17,9 +17,9 @@ both sides alike. Result fields beyond the common ones (see :mod:`.common`):
 
 from __future__ import annotations
 
-from .common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
+from engine.experiments.common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
                      run_engine, salted)
-from .hf import hf_generate
+from engine.experiments.hf import hf_generate
 
 NAME = "vs-hf"
 TITLE = "Engine vs Hugging Face generate (greedy, batch 1)"
@@ -37,7 +37,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | No
     """Run the A B A B comparison.
 
     Args:
-        loaded: the :class:`engine.loader.LoadedModel`.
+        loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: small sizes (2 pairs of 24 tokens) instead of 5 pairs of 128.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).
@@ -45,7 +45,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | No
     """
     pairs = pairs or (2 if quick else 5)
     new_tokens = new_tokens or (24 if quick else 128)
-    from ..prompt import encode_prompt
+    from engine.model.prompt import encode_prompt
 
     out = result(NAME, TITLE, quick, {"pairs": pairs, "new_tokens": new_tokens,
                                       "prompt": STORY_PROMPT, "order": "engine, generate, ..."},
@@ -101,7 +101,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | No
 
 def plot(res: dict, path: str) -> str:
     """Bars of decode tokens/s and TTFT, one pair of bars per A/B pair, medians in the title."""
-    from .plotting import ENGINE, OTHER, figure, save
+    from engine.experiments.plotting import ENGINE, OTHER, figure, save
 
     fig, (ax1, ax2) = figure(res["title"], ncols=2, width=5.0)
     pairs = res["pairs"]

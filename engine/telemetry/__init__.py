@@ -7,13 +7,13 @@
 - :mod:`.trace`: a request's steps as JSON and CSV.
 """
 
-from ..model_spec import ModelSpec
-from .estimator import (DTYPE_BYTES, MemoryEstimate, activation_estimate, dtype_bytes, estimate,
+from engine.model.model_spec import ModelSpec
+from engine.telemetry.estimator import (DTYPE_BYTES, MemoryEstimate, activation_estimate, dtype_bytes, estimate,
                         known_models, load_spec)
-from .memory import MemoryBreakdown, MemoryPart, MemoryProbe
-from .nvml import GpuMonitor, GpuReading
-from .rolling import RollingStats, percentiles
-from .trace import trace_rows, trace_to_csv, trace_to_json, write_trace
+from engine.telemetry.memory import MemoryBreakdown, MemoryPart, MemoryProbe
+from engine.telemetry.nvml import GpuMonitor, GpuReading
+from engine.telemetry.rolling import RollingStats, percentiles
+from engine.telemetry.trace import trace_rows, trace_to_csv, trace_to_json, write_trace
 
 __all__ = [
     "DTYPE_BYTES", "GpuMonitor", "GpuReading", "MemoryBreakdown", "MemoryEstimate", "MemoryPart",

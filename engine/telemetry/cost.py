@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Callable
 
-from ..params import SamplingParams
+from engine.params import SamplingParams
 
 PROMPT = "Write a short story about a robot learning to paint."
 
@@ -18,7 +18,7 @@ def measure_telemetry_cost(loaded, tokens: int = 64, pairs: int = 3,
     request each. Decode tokens/s comes from each request's :class:`RequestMetrics`.
 
     Args:
-        loaded: a :class:`engine.loader.LoadedModel`.
+        loaded: a :class:`engine.model.loader.LoadedModel`.
         tokens: new tokens per request (EOS ignored so every run decodes the same count).
         pairs: how many off/on pairs to run.
         progress: called with a line per run, or ``None``.
@@ -27,7 +27,7 @@ def measure_telemetry_cost(loaded, tokens: int = 64, pairs: int = 3,
         ``{"tokens", "pairs", "off_tok_s": [...], "on_tok_s": [...], "ratio_median": on/off
         median of the per-pair ratios, "overhead_pct": (1 - ratio) × 100, "identical_tokens"}``.
     """
-    from ..engine import LLMEngine
+    from engine.engine import LLMEngine
 
     params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
     off, on = LLMEngine(loaded, telemetry=False), LLMEngine(loaded, telemetry=True)

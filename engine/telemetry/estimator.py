@@ -2,7 +2,7 @@
 
 Works offline from the table in ``assets/model_configs.json``, from a local ``config.json`` or
 model folder, and from the Hub's ``config.json`` when online. Formulas: DESIGN.md, "Memory
-definitions"; the KV cache and parameter count come from :class:`engine.model_spec.ModelSpec`.
+definitions"; the KV cache and parameter count come from :class:`engine.model.model_spec.ModelSpec`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..model_spec import ModelSpec
+from engine.model.model_spec import ModelSpec
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
@@ -65,7 +65,7 @@ def _hub_config_path(repo_id: str) -> str:
     """Download (or take from the local Hub cache) ``config.json`` of ``repo_id``."""
     from huggingface_hub import hf_hub_download
 
-    from ..hub import cached_on_disk, hub_reachable
+    from engine.model.hub import cached_on_disk, hub_reachable
 
     if not cached_on_disk(repo_id):
         ok, why = hub_reachable()

@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass, field
 import psutil
 import torch
 
-from ..accounting import weight_bytes
-from ..model_spec import ModelSpec
-from .estimator import activation_estimate
-from .nvml import GpuMonitor, GpuReading
+from engine.model.accounting import weight_bytes
+from engine.model.model_spec import ModelSpec
+from engine.telemetry.estimator import activation_estimate
+from engine.telemetry.nvml import GpuMonitor, GpuReading
 
 
 @dataclass

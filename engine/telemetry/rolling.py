@@ -7,7 +7,7 @@ from collections import deque
 
 import numpy as np
 
-from ..events import RequestOutput
+from engine.output.events import RequestOutput
 
 _PCTS = (50, 90, 99)
 

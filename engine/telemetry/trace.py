@@ -9,8 +9,8 @@ import math
 import re
 from pathlib import Path
 
-from ..events import RequestOutput, StepEvent
-from ..model_spec import ModelSpec
+from engine.output.events import RequestOutput, StepEvent
+from engine.model.model_spec import ModelSpec
 
 COLUMNS = ["request_id", "phase", "step", "token_id", "token_text", "token_prob", "start_s",
            "end_s", "duration_s", "t_start_rel_s", "t_end_rel_s", "num_tokens", "kv_tokens",

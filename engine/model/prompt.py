@@ -136,3 +136,23 @@ def encode_prompt(tokenizer, prompt: str | Messages, raw: bool = False) -> list[
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                             return_tensors="pt")
     return _dedupe_bos(_as_id_list(encoded), bos)
+
+
+def check_fits(prompt_tokens: int, max_tokens: int | None, limit: int, what: str) -> None:
+    """Refuse a request whose prompt plus ``max_tokens`` cannot fit in ``limit`` tokens.
+
+    Args:
+        prompt_tokens: the prompt's length in tokens.
+        max_tokens: most new tokens asked for (``None``: up to the limit).
+        limit: the most tokens a sequence may reach.
+        what: the limit's name in the message ("the context window", "the KV cache pool").
+
+    Raises:
+        ValueError: naming the numbers.
+    """
+    if max_tokens is None and prompt_tokens >= limit:
+        raise ValueError(f"prompt is {prompt_tokens} tokens but {what} is {limit} tokens: "
+                         "no room for a single new token")
+    if max_tokens is not None and prompt_tokens + max_tokens > limit:
+        raise ValueError(f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) = "
+                         f"{prompt_tokens + max_tokens} tokens exceeds {what} of {limit} tokens")

@@ -20,8 +20,10 @@ from typing import Callable
 
 import torch
 
-from .accounting import parameter_count, weight_bytes
-from .model_spec import ModelSpec
+from engine.errors import ModelLoadError
+from engine.model.accounting import parameter_count, weight_bytes
+from engine.model.model_spec import ModelSpec
+from engine.model.special_tokens import eos_token_ids
 
 DEFAULT_MODEL = "smollm2-135m"
 CACHE_ENV = "LLM_PLAYGROUND_CACHE"
@@ -51,14 +53,10 @@ DTYPES = {
 }
 
 
-class ModelLoadError(RuntimeError):
-    """The model could not be loaded; the message names the model and says why."""
-
-
 @dataclass
 class ModelInfo:
     """What the page and CLI show about the loaded model (sizes in bytes); its shape (layers,
-    heads, KV heads, head_dim, sizes) is ``spec``, the :class:`engine.model_spec.ModelSpec`.
+    heads, KV heads, head_dim, sizes) is ``spec``, the :class:`engine.model.model_spec.ModelSpec`.
     ``eos_tokens`` lists ``(id, token text)`` of every token that ends generation."""
 
     name: str
@@ -83,7 +81,7 @@ class LoadedModel:
         model: a transformers ``*ForCausalLM`` in eval mode on ``info.device``.
         tokenizer: its tokenizer.
         info: :class:`ModelInfo`.
-        spec: :class:`engine.model_spec.ModelSpec` from the model's config (KV formula).
+        spec: :class:`engine.model.model_spec.ModelSpec` from the model's config (KV formula).
         eos_token_ids: every id that ends generation (generation config, tokenizer EOS, the
             chat template's end-of-turn token).
     """
@@ -217,7 +215,7 @@ def _locate(name: str, progress) -> tuple[str, str, dict]:
         raise ModelLoadError(
             f"model {name!r}: not an embedded name ({', '.join(EMBEDDED)}), not a local folder, "
             "and not a Hub id of the form org/name")
-    from .hub import cached_on_disk, hub_reachable
+    from engine.model.hub import cached_on_disk, hub_reachable
 
     if cached_on_disk(name):
         return name, f"Hugging Face Hub cache: {name}", {}
@@ -229,7 +227,8 @@ def _locate(name: str, progress) -> tuple[str, str, dict]:
 
 def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                trust_remote_code: bool = False,
-               progress: Callable[[str], None] | None = default_progress) -> LoadedModel:
+               progress: Callable[[str], None] | None = default_progress,
+               random_weights: bool = False, seed: int = 0) -> LoadedModel:
     """Load a causal LM and its tokenizer for the engine.
 
     Args:
@@ -238,6 +237,10 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
         dtype: ``auto`` (bf16 on GPUs that support it, else fp16 on GPU, fp32 on cpu) or a name.
         trust_remote_code: passed to transformers; off unless asked for.
         progress: called with one line of text per loading stage; ``None`` for silence.
+        random_weights: build the model from its config with seeded random weights instead of
+            loading them (the folder then needs only the config and tokenizer files): for
+            timing and parity checks on a machine the weights can't be carried to.
+        seed: the ``torch.manual_seed`` of those random weights.
 
     Returns:
         :class:`LoadedModel`.
@@ -255,8 +258,17 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code, **extra)
-        model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=torch_dtype, trust_remote_code=trust_remote_code, **extra)
+        if random_weights:
+            from transformers import AutoConfig
+
+            torch.manual_seed(seed)
+            config = AutoConfig.from_pretrained(where, trust_remote_code=trust_remote_code, **extra)
+            model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype,
+                                                     trust_remote_code=trust_remote_code)
+            source += f", random weights (seed {seed})"
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                where, dtype=torch_dtype, trust_remote_code=trust_remote_code, **extra)
     except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear message
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (offline: HF_HUB_OFFLINE=1 and not in the local cache)" if offline else ""
@@ -268,7 +280,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
     except Exception:  # noqa: BLE001 - many folders have no generation_config.json
         gen_cfg = model.generation_config
     spec = ModelSpec.from_config(model.config, name=name, source=source)
-    eos = _eos_ids(tokenizer, gen_cfg, model.config)
+    eos = eos_token_ids(tokenizer, gen_cfg, model.config)
     first = next(model.parameters())
     info = ModelInfo(
         name=name, source=source, architecture=type(model).__name__, device=dev,
@@ -290,46 +302,3 @@ def _context_len(config, tokenizer) -> int:
             return val
     val = getattr(tokenizer, "model_max_length", None)
     return int(val) if isinstance(val, int) and 0 < val < 10**7 else 2048
-
-
-END_TOKEN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|end|>",
-                   "<|endoftext|>", "</s>", "<|end_of_text|>")
-
-
-def _eos_ids(tokenizer, gen_cfg, config) -> set[int]:
-    """Every id that ends generation.
-
-    The union of the generation config's EOS (an int or a list), the model config's, the
-    tokenizer's ``eos_token_id``, and each end-of-text / end-of-turn special token the
-    tokenizer declares (:data:`END_TOKEN_TEXTS`, e.g. ``<|im_end|>`` and ``<|endoftext|>``):
-    a model that emits any of them has ended its text, whatever the template uses.
-    """
-    ids: set[int] = set()
-    for src in (getattr(gen_cfg, "eos_token_id", None), getattr(config, "eos_token_id", None),
-                getattr(tokenizer, "eos_token_id", None)):
-        if isinstance(src, int):
-            ids.add(src)
-        elif isinstance(src, (list, tuple)):
-            ids.update(int(i) for i in src if i is not None)
-    vocab = tokenizer.get_vocab()
-    declared = set(getattr(tokenizer, "all_special_tokens", None) or [])
-    for tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
-        if getattr(tok, "special", False):
-            declared.add(str(tok.content))
-    for tok in END_TOKEN_TEXTS:
-        if tok in vocab and tok in declared:
-            ids.add(vocab[tok])
-    return ids
-
-
-def special_token_ids(tokenizer) -> set[int]:
-    """Ids of the tokenizer's special tokens (BOS, EOS, the chat template's control tokens).
-
-    The sampler never penalises these: a repetition penalty on ``<|im_end|>`` (which every
-    earlier turn of a chat contains) would keep a reply from ending.
-    """
-    ids = set(getattr(tokenizer, "all_special_ids", None) or [])
-    for tid, tok in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
-        if getattr(tok, "special", False):
-            ids.add(int(tid))
-    return {int(i) for i in ids if i is not None}

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .metrics import RequestMetrics
+from engine.core.finish_reason import FinishReason
+from engine.output.metrics import RequestMetrics
 
-FINISH_REASONS = ("stop", "length", "abort", "error")
+__all__ = ["Candidate", "FinishReason", "RequestOutput", "StepEvent"]
 
 
 @dataclass
@@ -48,9 +49,11 @@ class StepEvent:
         kv_tokens: tokens held in this request's KV cache after the step (0 without a cache).
         kv_bytes: bytes of the cache tensors after the step, measured as the sum of ``nbytes``.
         batch_size: sequences in the forward pass (1 with the one-at-a-time scheduler).
-        finish_reason: set on the request's last event: ``stop``, ``length``, ``abort``, ``error``.
-        memory: the memory breakdown telemetry attached to this step, or ``None``.
-        batch: the :class:`engine.batch_info.BatchInfo` of the step with continuous batching.
+        finish_reason: set on the request's last event: a :class:`FinishReason`.
+        memory: the memory breakdown telemetry took of this step (shared by the step's
+            events), or ``None``.
+        batch: the :class:`engine.core.batch_info.BatchInfo` of the step: one object shared by
+            every event of the step.
         block_table: physical KV blocks of this request after the step (paged KV cache).
     """
 
@@ -68,7 +71,7 @@ class StepEvent:
     kv_tokens: int
     kv_bytes: int
     batch_size: int = 1
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     memory: Any = None
     batch: Any = None
     block_table: list[int] = field(default_factory=list)
@@ -96,7 +99,7 @@ class RequestOutput:
         prompt_token_ids: the prompt after the chat template and tokenizer, ``[prompt_len]``.
         token_ids: generated ids in order, an EOS or stop token included when it ended the request.
         text: the output text (special tokens skipped, stop string cut off).
-        finish_reason: one of ``stop``, ``length``, ``abort``, ``error``.
+        finish_reason: a :class:`FinishReason` (``stop``, ``length``, ``abort``, ``error``).
         error: the message when ``finish_reason == "error"`` (or refused input), else ``None``.
         metrics: timings and token counts (:class:`RequestMetrics`).
         kv_cache_bytes: bytes the request's KV cache held at its end, before it was released.
@@ -109,7 +112,7 @@ class RequestOutput:
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str
-    finish_reason: str
+    finish_reason: FinishReason
     metrics: RequestMetrics
     error: str | None = None
     kv_cache_bytes: int = 0
@@ -121,4 +124,4 @@ class RequestOutput:
     @property
     def finished_ok(self) -> bool:
         """True when the request ended by ``stop`` or ``length``."""
-        return self.finish_reason in ("stop", "length")
+        return FinishReason(self.finish_reason).ok

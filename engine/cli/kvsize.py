@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .cli_common import fail
+from engine.cli.common import fail
 
 DTYPES = ["fp32", "fp16", "bf16", "fp8", "int8"]
 
@@ -51,7 +51,7 @@ def result(est) -> dict:
 
 def run(args) -> int:
     """Print the estimate; an unknown model or bad number is one line on stderr, exit code 2."""
-    from .telemetry.estimator import estimate
+    from engine.telemetry.estimator import estimate
 
     if args.tokens < 0 or args.batch < 1:
         fail("--tokens must be >= 0 and --batch >= 1", code=2)

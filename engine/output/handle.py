@@ -6,7 +6,7 @@ import queue
 import threading
 from typing import Callable, Iterator
 
-from .events import RequestOutput, StepEvent
+from engine.output.events import RequestOutput, StepEvent
 
 _DONE = object()
 

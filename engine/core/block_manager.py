@@ -227,3 +227,61 @@ class BlockManager:
                     self._free[b] = None
                     self._cached_free += 1
         table.clear()
+
+    def block_states(self) -> list[str]:
+        """Each block's state in pool order: ``used``, ``cached`` (free, holding a prefix) or
+        ``free``."""
+        return ["used" if b.ref_count else ("cached" if b.key is not None else "free")
+                for b in self.blocks]
+
+    def utilization(self, tables: list[tuple[list[int], int]]) -> float:
+        """Tokens held / token slots of the blocks in ``tables``, each physical block once.
+
+        Args:
+            tables: ``(block_table, tokens filled)`` of each running sequence.
+
+        Returns:
+            A fraction in [0, 1] (0 when no block is in use).
+        """
+        held: dict[int, int] = {}
+        bs = self.block_size
+        for table, filled in tables:
+            for i, blk in enumerate(table):
+                held[blk] = max(held.get(blk, 0), min(bs, max(0, filled - i * bs)))
+        return sum(held.values()) / max(1, len(held) * bs)
+
+
+class ContiguousCacheManager:
+    """The block manager's stand-in when each request keeps its own contiguous cache.
+
+    The model runner holds the caches (one transformers ``DynamicCache`` per request), so
+    admission is never short of blocks and there is nothing to key or share; every method
+    answers as a pool that always has room and no blocks.
+    """
+
+    block_size = 1
+    enable_prefix_caching = False
+
+    def can_allocate(self, token_ids: list[int], max_new: int, salt: str | None = None) -> bool:
+        return True
+
+    def allocate(self, token_ids: list[int], max_new: int,
+                 salt: str | None = None) -> tuple[list[int], int, int]:
+        """No blocks, nothing cached, up to ``max_new`` tokens to compute."""
+        return [], 0, min(len(token_ids), max_new)
+
+    def ensure_capacity(self, table: list[int], num_tokens: int) -> bool:
+        return True
+
+    def register_full_blocks(self, table, token_ids, num_computed, first_unkeyed, salt=None) -> int:
+        return first_unkeyed
+
+    def free(self, table: list[int]) -> None:
+        table.clear()
+
+    def utilization(self, tables) -> float:
+        return 0.0
+
+    def stats(self) -> BlockStats:
+        """An empty pool."""
+        return BlockStats(0, 0, 0, 0, 0, 0, 0)

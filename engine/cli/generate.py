@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .cli_common import fail
+from engine.cli.common import fail
 
 
 def register(sub) -> None:
@@ -33,7 +33,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """Run the subcommand; returns the exit code."""
-    from .params import SamplingParams
+    from engine.params import SamplingParams
 
     try:
         params = SamplingParams(
@@ -48,8 +48,8 @@ def run(args) -> int:
     if args.system:
         prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
 
-    from .engine import LLMEngine
-    from .loader import ModelLoadError, load_model
+    from engine.engine import LLMEngine
+    from engine.model.loader import ModelLoadError, load_model
 
     progress = None if args.json else (lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
     try:
@@ -85,7 +85,7 @@ def run(args) -> int:
 
 def result_json(out, events, engine) -> dict:
     """The ``--json`` object: text, ids, deltas, metrics, KV bytes, memory and per-step rows."""
-    from .telemetry.trace import trace_rows
+    from engine.telemetry.trace import trace_rows
 
     m = out.metrics
     memory = out.memory.to_dict() if out.memory is not None else None
@@ -94,11 +94,10 @@ def result_json(out, events, engine) -> dict:
         "text": out.text, "token_ids": out.token_ids, "prompt_token_ids": out.prompt_token_ids,
         "finish_reason": out.finish_reason, "stop_reason": out.stop_reason, "error": out.error,
         "deltas": out.deltas, "use_kv_cache": out.use_kv_cache,
-        "metrics": {"ttft_s": m.ttft_s, "tpot_s": m.tpot_s, "prefill_s": m.prefill_time_s,
-                    "decode_s": m.decode_time_s, "e2e_s": m.e2e_s, "queue_s": m.queue_time_s,
-                    "prompt_tokens": m.prompt_tokens, "output_tokens": m.output_tokens,
-                    "prefill_tokens_per_s": m.prefill_tokens_per_s,
-                    "decode_tokens_per_s": m.decode_tokens_per_s, "itl_s": m.itl_s},
+        # the engine's RequestMetrics under its own names, plus the short names of earlier
+        # releases (prefill_s, decode_s, queue_s), kept so scripts that read them still work
+        "metrics": {**m.to_dict(), "prefill_s": m.prefill_time_s, "decode_s": m.decode_time_s,
+                    "queue_s": m.queue_time_s},
         "kv_cache_bytes": out.kv_cache_bytes,
         "kv_cache_bytes_formula": engine.spec.kv_cache_bytes(
             len(out.prompt_token_ids) + max(len(out.token_ids) - 1, 0), engine.info.dtype_bytes)

@@ -43,7 +43,7 @@ class PagedContext:
     """Everything the attention function needs for one packed step (built once per step).
 
     Attributes:
-        pool: the :class:`engine.kv_pool.KVPool`.
+        pool: the :class:`engine.worker.kv_pool.KVPool`.
         new_slots: ``[T]`` int64 pool slot of every new token of the packed row.
         prefills: sequences with more than one new token (or a past to mask), run one by one.
         decode_q: ``[B]`` int64 packed indices of single-token decode queries.

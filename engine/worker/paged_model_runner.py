@@ -1,90 +1,17 @@
-"""The model runner: the explicit prefill and decode forward passes on a transformers model."""
+"""The paged model runner: every sequence of a step packed into one forward pass over the KV pool."""
 
 from __future__ import annotations
 
 import contextlib
-import inspect
+import time
 
 import torch
 
-from .kv_cache import KVCache
-from .weight_stationary import WeightStationaryLinear, use_weight_stationary
-
-
-class ModelRunner:
-    """Runs the model's forward pass for the engine's two kinds of step.
-
-    Prefill feeds the whole prompt in one pass and fills the KV cache; decode feeds one new
-    token and reuses the cache. Without a cache, every step recomputes the whole sequence
-    (O(n²) attention work over a generation). Only the last position's logits are computed
-    (``logits_to_keep=1``), as Hugging Face ``generate`` does.
-
-    Args:
-        model: a transformers ``*ForCausalLM`` in eval mode.
-    """
-
-    def __init__(self, model):
-        self.model = model
-        self.device = next(model.parameters()).device
-        params = inspect.signature(model.forward).parameters
-        # transformers 5 renamed ``past_key_values`` to ``cache``; accept both.
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else None
-
-    def new_cache(self) -> KVCache:
-        """An empty per-request KV cache for this model."""
-        return KVCache(self.model.config)
-
-    def _forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        kwargs = {"input_ids": ids, "use_cache": cache is not None}
-        n = ids.shape[1]
-        past = cache.num_tokens if cache is not None else 0
-        kwargs["attention_mask"] = torch.ones((1, past + n), dtype=torch.long, device=self.device)
-        if cache is not None:
-            kwargs[self._cache_kw] = cache.cache
-        if self._keep_kw:
-            kwargs[self._keep_kw] = 1
-        with torch.inference_mode():
-            out = self.model(**kwargs)
-        return out.logits[0, -1]
-
-    def prefill(self, prompt_ids: list[int], cache: KVCache | None) -> torch.Tensor:
-        """One forward pass over the prompt.
-
-        Args:
-            prompt_ids: ``prompt_len`` token ids.
-            cache: the request's empty cache, filled in place; ``None`` for the no-cache mode.
-
-        Returns:
-            ``[V]`` logits of the last prompt position.
-        """
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        return self._forward(ids, cache)
-
-    def decode(self, token_id: int, cache: KVCache) -> torch.Tensor:
-        """One forward pass for one new token, attending to the cached keys and values.
-
-        Args:
-            token_id: the token sampled at the previous step.
-            cache: the request's cache (grows by one token per layer).
-
-        Returns:
-            ``[V]`` logits for the next token.
-        """
-        ids = torch.tensor([[token_id]], dtype=torch.long, device=self.device)
-        return self._forward(ids, cache)
-
-    def recompute(self, all_ids: list[int]) -> torch.Tensor:
-        """The no-cache decode step: a forward pass over the whole sequence so far.
-
-        Args:
-            all_ids: prompt and output ids, ``[prompt_len + generated]``.
-
-        Returns:
-            ``[V]`` logits of the last position.
-        """
-        ids = torch.tensor([all_ids], dtype=torch.long, device=self.device)
-        return self._forward(ids, None)
+from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
+from engine.worker.model_runner import ModelRunner, penalty_ids
+from engine.outputs import ModelRunnerOutput
+from engine.worker.sampler import Sampler
+from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
 
 
 def build_paged_context(entries, pool, block_size: int, device):
@@ -94,8 +21,8 @@ def build_paged_context(entries, pool, block_size: int, device):
     cost per sequence stays a few microseconds.
 
     Args:
-        entries: :class:`engine.scheduler.ScheduledSeq` items (sequence, new-token count).
-        pool: the :class:`engine.kv_pool.KVPool`.
+        entries: :class:`engine.core.scheduler_output.ScheduledSeq` items.
+        pool: the :class:`engine.worker.kv_pool.KVPool`.
         block_size: tokens per block.
         device: the model's device.
 
@@ -103,14 +30,14 @@ def build_paged_context(entries, pool, block_size: int, device):
         ``(input_ids [1, T], position_ids [1, T], keep [N], PagedContext)`` where ``keep`` holds
         the packed index of the last new token of each sequence that samples this step.
     """
-    from .paged_attention import PagedContext, SeqSlice
+    from engine.worker.paged_attention import PagedContext, SeqSlice
 
     ids, pos, new_slots, keep, prefills = [], [], [], [], []
     decode_q, decode_tables, decode_lens = [], [], []
     q_start = 0
     for e in entries:
         seq, n = e.seq, e.num_new
-        ctx = seq.num_computed
+        ctx = e.num_computed
         total = ctx + n
         table = seq.block_table[:-(-total // block_size)]
         ids.extend(seq.all_ids[ctx:total])
@@ -149,27 +76,85 @@ def build_paged_context(entries, pool, block_size: int, device):
 class PagedModelRunner(ModelRunner):
     """Runs packed steps of many sequences over the paged KV pool (continuous batching).
 
-    Decode-only steps of 2 or more sequences on CPU run their linear layers in the
-    weight-stationary layout (:mod:`engine.weight_stationary`).
+    Every sequence with a KV cache goes into one forward pass (:meth:`forward`): prefill
+    chunks and decode tokens side by side in one row; sequences without a cache run alone
+    (:meth:`ModelRunner.run_alone`). Decode-only steps of 2 to 4 sequences on CPU run their
+    linear layers in the weight-stationary layout (:mod:`engine.worker.weight_stationary`).
+    A runner that replays CUDA graphs for decode steps would subclass this one and override
+    :meth:`forward`, owning its input buffers; the scheduler and the output processor would
+    not change.
 
     Args:
         model: a transformers ``*ForCausalLM`` whose attention goes through transformers'
             attention interface (Llama, Qwen2, Mistral families).
-        pool: the :class:`engine.kv_pool.KVPool`.
+        pool: the :class:`engine.worker.kv_pool.KVPool`.
         block_size: tokens per block.
+        sampler: the :class:`engine.worker.sampler.Sampler`.
         weight_stationary: allow that layout (False keeps ``F.linear`` for every step).
     """
 
-    def __init__(self, model, pool, block_size: int, weight_stationary: bool = True):
-        super().__init__(model)
-        from .paged_attention import register
+    def __init__(self, model, pool, block_size: int, sampler: Sampler | None = None,
+                 weight_stationary: bool = True):
+        super().__init__(model, sampler)
+        from engine.worker.paged_attention import register
 
         self.pool = pool
         self.block_size = block_size
         self.weight_stationary = weight_stationary
         model.set_attn_implementation(register())
 
-    def run(self, entries) -> torch.Tensor:
+    def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        """Run a step: sequences without a cache alone, then one packed forward pass of the
+        others and their sampling. When the packed pass fails, each of its sequences is run
+        alone, so only the sequence at fault fails."""
+        out = ModelRunnerOutput(start_s=time.perf_counter(), end_s=0.0)
+        for e in scheduler_output.recompute:
+            self.run_alone(e, out)
+        entries = scheduler_output.entries
+        if entries:
+            try:
+                self.run_packed(entries, out)
+            except Exception:  # noqa: BLE001 - isolate the failing request: rerun each alone
+                for e in entries:
+                    try:
+                        self.run_packed([e], out)
+                    except Exception as exc:  # noqa: BLE001
+                        out.errors[e.seq.request_id] = exc
+        out.end_s = time.perf_counter()
+        return out
+
+    def run_packed(self, entries: list[ScheduledSeq], out: ModelRunnerOutput) -> None:
+        """One forward pass for ``entries``, then sampling for each that reached its end."""
+        start = time.perf_counter()
+        logits = self.forward(entries)
+        sampling = [e.seq for e in entries if e.samples]
+        if sampling:
+            choices = self.sampler.sample_many(
+                logits, [q.params for q in sampling], [q.generator for q in sampling],
+                lambda i: penalty_ids(sampling[i], logits.device))
+            for seq, choice in zip(sampling, choices):
+                if isinstance(choice, Exception):  # e.g. NaN logits of this request only
+                    out.errors[seq.request_id] = choice
+                else:
+                    out.sampled[seq.request_id] = choice
+        end = time.perf_counter()
+        out.batch_size = max(out.batch_size, len(entries))
+        for e in entries:
+            rid = e.seq.request_id
+            out.kv_tokens[rid] = e.num_computed + e.num_new
+            out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
+            out.spans[rid] = (start, end)
+
+    def kv_bytes(self, request_id: str, num_tokens: int) -> int:
+        """Bytes of ``num_tokens`` tokens' keys and values in the pool (its tensors' bytes per
+        token slot; a block shared by several requests counts for each)."""
+        return self.pool.bytes_per_token * num_tokens
+
+    def kv_cache_bytes(self) -> int:
+        """Bytes of the whole pool (allocated once, whatever is in use)."""
+        return self.pool.nbytes
+
+    def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
         """One forward pass over every scheduled sequence.
 
         Returns:

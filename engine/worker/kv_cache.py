@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .accounting import cache_length, cache_tensor_bytes
+from engine.model.accounting import cache_length, cache_tensor_bytes
 
 
 class KVCache:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli_common import fail
+from engine.cli.common import fail
 
 EXPERIMENT_NAMES = ["vs-hf", "kv-cache", "prompt-length", "decode-share", "batch", "roofline",
                     "telemetry-cost", "llama-cpp"]  # the registry's order, listed here so --help needs no torch
@@ -145,10 +145,10 @@ def run(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    from .experiments import EXPERIMENTS, run_experiment
-    from .experiments.common import engine_config, private_engine
-    from .experiments.machine import describe
-    from .loader import ModelLoadError, load_model
+    from engine.experiments import EXPERIMENTS, run_experiment
+    from engine.experiments.common import engine_config, private_engine
+    from engine.experiments.machine import describe
+    from engine.model.loader import ModelLoadError, load_model
 
     t0 = time.perf_counter()
     try:

@@ -7,35 +7,15 @@ softmax -> argmax (temperature 0) or a draw from the request's own ``torch.Gener
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from .params import SAMPLING_EPS, SamplingParams
+from engine.errors import NonFiniteLogitsError
+from engine.params import SAMPLING_EPS, SamplingParams
+from engine.outputs import SampleResult
 
 TOP_CANDIDATES = 5
-
-
-class NonFiniteLogitsError(RuntimeError):
-    """The model produced NaN or inf logits; the request ends with finish reason ``error``."""
-
-
-@dataclass
-class SampleResult:
-    """The sampler's choice at one step.
-
-    Attributes:
-        token_id: the chosen token.
-        prob: its probability after the filters (1.0 for a greedy pick of a peaked distribution).
-        top_ids, top_probs: up to ``TOP_CANDIDATES`` most likely tokens after the filters
-            (tokens the filters removed, probability 0, are left out).
-    """
-
-    token_id: int
-    prob: float
-    top_ids: list[int]
-    top_probs: list[float]
 
 
 def apply_penalties(logits: torch.Tensor, params: SamplingParams, context_ids: torch.Tensor,

@@ -1,0 +1,54 @@
+"""The engine's options in one place, each with its unit and default (no torch needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_KV_BUDGET_CPU = 512 * 2**20
+"""KV pool bytes on CPU when ``kv_cache_bytes`` is not given (512 MiB)."""
+
+
+@dataclass
+class EngineConfig:
+    """How an :class:`engine.LLMEngine` schedules and what it keeps.
+
+    Attributes:
+        max_queue: requests allowed to wait at once; one more raises ``QueueFullError``.
+        max_num_seqs: sequences running at once (continuous batching); 1 without batching.
+        max_num_batched_tokens: tokens fed to the model in one step (prefill chunks
+            included); longer prompts are prefilled in chunks of at most this many tokens.
+        block_size: tokens per KV block of the paged cache.
+        kv_cache_bytes: bytes of the KV block pool; ``None`` = 512 MiB on CPU, half the free
+            memory on a GPU.
+        batching: continuous batching over the paged KV cache (Llama, Qwen2, Mistral
+            families); False, or another architecture, serves one request at a time with a
+            contiguous cache per request.
+        enable_prefix_caching: reuse full KV blocks of a shared prompt prefix.
+        telemetry: memory breakdown on every step, rolling latency percentiles, NVML readings.
+        weight_stationary: on CPU, run decode steps of 2-4 sequences with the
+            weight-stationary linear layout (:mod:`engine.worker.weight_stationary`).
+
+    Raises:
+        ValueError: from ``__post_init__``, naming the field, for a value out of range.
+    """
+
+    max_queue: int = 32
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 512
+    block_size: int = 16
+    kv_cache_bytes: int | None = None
+    batching: bool = True
+    enable_prefix_caching: bool = True
+    telemetry: bool = True
+    weight_stationary: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.kv_cache_bytes is not None and (
+                isinstance(self.kv_cache_bytes, bool) or not isinstance(self.kv_cache_bytes, int)
+                or self.kv_cache_bytes < 1):
+            raise ValueError(f"kv_cache_bytes must be a positive integer or None, "
+                             f"got {self.kv_cache_bytes!r}")

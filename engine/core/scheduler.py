@@ -1,0 +1,240 @@
+"""The scheduler: waiting and running queues, what each step computes, and all bookkeeping after it.
+
+Iteration-level scheduling (continuous batching, Yu et al., OSDI 2022 "Orca"; vLLM's
+scheduler): every step, finished sequences have left; each running sequence gets one decode
+token (or the next chunk of its prompt); waiting requests join, first come first served, while
+the step's token budget, the running-sequence limit and free KV blocks allow. When blocks run
+out, the newest running sequence is preempted: its blocks are freed and it is recomputed later.
+
+After the model ran, :meth:`Scheduler.update_from_output` does every piece of bookkeeping in one
+place (computed tokens, prefix-cache keys, the sampled token, EOS / stop-token / length stops,
+failed rows), as vLLM v1's ``Scheduler.update_from_output`` does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from engine.core.batch_info import BatchInfo
+from engine.core.finish_reason import FinishReason
+from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
+from engine.core.sequence import Sequence, SequenceStatus
+from engine.errors import QueueFullError
+from engine.outputs import ModelRunnerOutput
+
+__all__ = ["Scheduler", "QueueFullError"]
+
+
+class Scheduler:
+    """First come, first served admission with a token budget and a KV block budget.
+
+    Args:
+        block_manager: a :class:`engine.core.block_manager.BlockManager` (paged cache) or
+            :class:`engine.core.block_manager.ContiguousCacheManager` (each request's own
+            cache, never short of room).
+        eos_token_ids: ids that end a sequence (unless its params ignore EOS).
+        max_queue: most requests allowed to wait (``add`` past it raises ``QueueFullError``).
+        max_num_seqs: most sequences running at once.
+        max_num_batched_tokens: most tokens fed to the model in one step (prefill chunks
+            included); longer prompts are split into chunks.
+    """
+
+    def __init__(self, block_manager, eos_token_ids=(), max_queue: int = 32,
+                 max_num_seqs: int = 32, max_num_batched_tokens: int = 512):
+        self.bm = block_manager
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.max_queue = max_queue
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    # ---- queues ------------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        """Queue a new request.
+
+        Raises:
+            QueueFullError: ``max_queue`` requests already wait.
+        """
+        if len(self.waiting) >= self.max_queue:
+            raise QueueFullError(
+                f"the queue is full ({self.max_queue} requests waiting); try again in a moment")
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def position(self, request_id: str) -> int:
+        """Requests ahead of this one: running ones plus those queued before it.
+
+        Returns 0 when it runs, has finished, or is unknown.
+        """
+        for i, seq in enumerate(self.waiting):
+            if seq.request_id == request_id:
+                return i + len(self.running)
+        return 0
+
+    def all_sequences(self) -> list[Sequence]:
+        """Every sequence not yet finished (waiting and running)."""
+        return list(self.waiting) + list(self.running)
+
+    # ---- the step ----------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput | None:
+        """Decide the next step (see the module docstring); ``None`` when there is no work."""
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        for seq in list(self.running):
+            if seq not in self.running:  # preempted below to make room
+                continue
+            if not seq.use_kv_cache:
+                out.recompute.append(self._schedule(seq, seq.num_tokens - seq.num_computed))
+                continue
+            if budget <= 0:
+                break
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            while not self.bm.ensure_capacity(seq.block_table, seq.num_computed + n):
+                victim = self.running[-1]
+                self._preempt(victim, out)
+                if victim is seq:
+                    break
+            if seq.status is SequenceStatus.RUNNING:
+                out.entries.append(self._schedule(seq, n))
+                budget -= n
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if seq.use_kv_cache and (budget <= 0 or not self.bm.can_allocate(
+                    seq.all_ids, budget, seq.cache_salt)):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            if not seq.use_kv_cache:
+                out.recompute.append(self._schedule(seq, seq.num_tokens))
+                continue
+            seq.block_table, seq.num_computed, n = self.bm.allocate(
+                seq.all_ids, budget, seq.cache_salt)
+            seq.first_unkeyed = seq.num_computed // self.bm.block_size
+            out.entries.append(self._schedule(seq, n))
+            budget -= n
+        if not out.entries and not out.recompute:
+            return None
+        return out
+
+    @staticmethod
+    def _schedule(seq: Sequence, n: int) -> ScheduledSeq:
+        entry = ScheduledSeq.of(seq, n)
+        seq.num_scheduled = n
+        return entry
+
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           runner_output: ModelRunnerOutput) -> list[Sequence]:
+        """All bookkeeping after the model ran a step.
+
+        For each scheduled sequence: a failed row ends with ``error``; otherwise its computed
+        tokens move on, its newly full blocks get prefix-cache keys, and where a token was
+        sampled it is appended and the token-level stops are checked: EOS and stop token ids
+        (``stop``), ``max_tokens`` and the context window (``length``). Stop *strings* need
+        the text, so the output processor checks them and calls :meth:`finish_requests`.
+
+        Returns:
+            The sequences that finished in this step (their blocks are already freed).
+        """
+        finished = []
+        for e in scheduler_output.all_entries:
+            seq = e.seq
+            seq.num_scheduled = 0
+            if seq.is_finished:  # aborted while the step ran
+                continue
+            error = runner_output.errors.get(seq.request_id)
+            if error is not None:
+                seq.error = error
+                self._finish(seq, FinishReason.ERROR)
+                finished.append(seq)
+                continue
+            seq.num_computed = e.num_computed + e.num_new if seq.use_kv_cache else 0
+            if seq.block_table:
+                seq.first_unkeyed = self.bm.register_full_blocks(
+                    seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed,
+                    seq.cache_salt)
+            sample = runner_output.sampled.get(seq.request_id)
+            if sample is None:
+                continue
+            seq.output_ids.append(sample.token_id)
+            reason = self._check_stop(seq, sample.token_id)
+            if reason is not None:
+                self._finish(seq, reason)
+                finished.append(seq)
+        return finished
+
+    def _check_stop(self, seq: Sequence, token: int) -> FinishReason | None:
+        p = seq.params
+        if token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids):
+            seq.stop_reason = token
+            return FinishReason.STOP
+        if (p.max_tokens is not None and len(seq.output_ids) >= p.max_tokens) \
+                or seq.num_tokens >= seq.context_len:
+            return FinishReason.LENGTH
+        return None
+
+    def finish_requests(self, request_ids, reason: FinishReason) -> list[Sequence]:
+        """End these requests now (abort, a stop string, shutdown) and free their blocks.
+
+        Returns:
+            The sequences that were waiting or running (unknown or finished ids are skipped).
+        """
+        ids = set(request_ids)
+        done = [s for s in self.all_sequences() if s.request_id in ids]
+        for seq in done:
+            self._finish(seq, reason)
+        return done
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        seq.finish_reason = reason
+        seq.status = SequenceStatus.FINISHED
+        if seq in self.running:
+            self.running.remove(seq)
+        else:
+            try:
+                self.waiting.remove(seq)
+            except ValueError:
+                pass
+        self._release(seq)
+
+    def _release(self, seq: Sequence) -> None:
+        self.bm.free(seq.block_table)
+        seq.num_computed = 0
+        seq.num_scheduled = 0
+        seq.first_unkeyed = 0
+
+    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+        self.running.remove(seq)
+        self._release(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        out.preempted.append(seq)
+
+    # ---- the step's figures ------------------------------------------------------------------
+    def batch_info(self, scheduler_output: SchedulerOutput, step_id: int,
+                   start_s: float) -> BatchInfo:
+        """What the step looked like, computed once per step for every event of the step.
+
+        Block figures come from their owner, the block manager; ``kv_utilization`` counts the
+        tokens held per physical block of the running sequences (a shared block once).
+        """
+        entries = scheduler_output.all_entries
+        b = self.bm.stats()
+        return BatchInfo(
+            step_id=step_id, start_s=start_s,
+            request_ids=[e.seq.request_id for e in entries],
+            new_tokens=[e.num_new for e in entries],
+            phases=[e.phase for e in entries],
+            prefill_tokens=sum(e.num_new for e in entries if e.phase == "prefill"),
+            decode_tokens=sum(1 for e in entries if e.phase == "decode"),
+            running=len(self.running), waiting=len(self.waiting),
+            blocks_used=b.used, blocks_free=b.free, blocks_cached=b.cached,
+            kv_utilization=self.bm.utilization(
+                [(s.block_table, s.num_computed + s.num_scheduled) for s in self.running]),
+            preemptions=self.num_preemptions, prefix_hit_rate=b.hit_rate)

@@ -1,0 +1,194 @@
+"""Output processing: from a step's sampled tokens to text, stop strings, events and outputs.
+
+One :class:`RequestState` per request holds what its caller sees (the detokenizer, the stop
+string matcher, timestamps, the text emitted so far), apart from the scheduler's
+:class:`engine.core.sequence.Sequence`, as vLLM v1's ``OutputProcessor`` keeps its
+``RequestState`` apart from the scheduler's ``Request``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from engine.core.finish_reason import FinishReason
+from engine.core.scheduler_output import SchedulerOutput
+from engine.core.sequence import Sequence
+from engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher, TokenTexts
+from engine.output.events import Candidate, RequestOutput, StepEvent
+from engine.output.handle import RequestHandle
+from engine.output.metrics import RequestMetrics, RequestTimes
+from engine.outputs import ModelRunnerOutput
+
+log = logging.getLogger("engine")
+
+
+@dataclass
+class RequestState:
+    """What one request has shown its caller so far.
+
+    Attributes:
+        handle: the caller's :class:`RequestHandle`.
+        detok: incremental detokenizer of the output ids.
+        stop_matcher: the request's stop strings.
+        times: timestamps for the metrics.
+        emitted_len: characters of ``detok.text`` already streamed.
+        pending_start_s: when the first step toward the next token began (a chunked prefill
+            spans several steps), ``None`` right after a token.
+        stop_reason: the stop string that ended it, if one did.
+        last_kv_bytes: KV bytes at its last step.
+        last_memory: the memory breakdown of its last step.
+    """
+
+    handle: RequestHandle
+    detok: IncrementalDetokenizer
+    stop_matcher: StopStringMatcher
+    times: RequestTimes
+    emitted_len: int = 0
+    pending_start_s: float | None = None
+    stop_reason: str | None = None
+    last_kv_bytes: int = 0
+    last_memory: object = None
+
+
+class OutputProcessor:
+    """Turns runner results into :class:`StepEvent` objects and finished requests into
+    :class:`RequestOutput` objects, and keeps the outcome counts.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        rolling: optional :class:`engine.telemetry.rolling.RollingStats` fed every output.
+    """
+
+    def __init__(self, tokenizer, rolling=None):
+        self.tokenizer = tokenizer
+        self.token_text = TokenTexts(tokenizer)
+        self.rolling = rolling
+        self.states: dict[str, RequestState] = {}
+        self.counts = {"finished": 0, "aborted": 0, "failed": 0}
+
+    def add_request(self, seq: Sequence, handle: RequestHandle, arrival_s: float) -> None:
+        """Start following a request accepted by the scheduler."""
+        self.states[seq.request_id] = RequestState(
+            handle=handle, detok=IncrementalDetokenizer(self.tokenizer),
+            stop_matcher=StopStringMatcher(seq.params.stop), times=RequestTimes(arrival=arrival_s))
+
+    def process(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput,
+                batch, memory) -> list[str]:
+        """Stream one event per sequence that got a token this step.
+
+        Args:
+            scheduler_output: the step's plan; the sequences already hold their new token
+                and token-level finish reason (``Scheduler.update_from_output``).
+            runner_output: the step's results.
+            batch: the step's :class:`engine.core.batch_info.BatchInfo`, shared by its events.
+            memory: the step's memory breakdown, or ``None``.
+
+        Returns:
+            Ids of requests that a stop string ended (the caller tells the scheduler).
+        """
+        stopped = []
+        text = self.token_text
+        for e in scheduler_output.all_entries:
+            seq, rid = e.seq, e.seq.request_id
+            state = self.states.get(rid)
+            if state is None:
+                continue
+            start, end = runner_output.spans.get(rid, (runner_output.start_s, runner_output.end_s))
+            if state.times.scheduled is None:
+                state.times.scheduled = start
+            if state.pending_start_s is None:
+                state.pending_start_s = start
+            state.last_memory = memory
+            state.last_kv_bytes = runner_output.kv_bytes.get(rid, 0)
+            choice = runner_output.sampled.get(rid)
+            if choice is None or rid in runner_output.errors:
+                continue
+            state.times.token_times.append(end)
+            delta = self._postprocess(state, seq, choice.token_id)
+            if state.stop_reason is not None and seq.finish_reason is None:
+                stopped.append(rid)
+            state.handle._push(StepEvent(
+                request_id=rid, phase=e.phase, step=len(seq.output_ids) - 1,
+                token_id=choice.token_id, token_text=text(choice.token_id), text_delta=delta,
+                token_prob=choice.prob,
+                top_candidates=[Candidate(i, text(i), p, _log(p))
+                                for i, p in zip(choice.top_ids, choice.top_probs)],
+                start_s=state.pending_start_s, end_s=end, num_tokens=e.num_new,
+                kv_tokens=runner_output.kv_tokens.get(rid, 0), kv_bytes=state.last_kv_bytes,
+                batch_size=len(batch.request_ids) if batch is not None else 1,
+                finish_reason=_reason(seq, state),
+                memory=memory, batch=batch, block_table=e.block_table))
+            state.pending_start_s = None
+        return stopped
+
+    def _postprocess(self, state: RequestState, seq: Sequence, token: int) -> str:
+        """Detokenize, cut at a stop string; return the text delta that is safe to show."""
+        state.detok.add(token)
+        if seq.finish_reason is not None:
+            state.detok.finish()
+        text = state.detok.text
+        hit = state.stop_matcher.find(text, state.emitted_len)
+        if hit is not None and seq.finish_reason in (None, FinishReason.LENGTH):
+            text = text[:hit[0]]
+            state.detok.text = text
+            state.stop_reason = hit[1]
+        done = seq.finish_reason is not None or state.stop_reason is not None
+        end = len(text) if done else state.stop_matcher.safe_end(text)
+        end = max(end, state.emitted_len)
+        delta = text[state.emitted_len:end]
+        state.emitted_len = end
+        return delta
+
+    def finish(self, seq: Sequence, now_s: float) -> RequestOutput | None:
+        """Close a finished request: build its output, count it, and wake its caller."""
+        state = self.states.pop(seq.request_id, None)
+        if state is None:
+            return None
+        reason = _reason(seq, state)
+        state.times.finished = now_s
+        text = state.detok.text if reason.ok else state.detok.text[:state.emitted_len]
+        output = RequestOutput(
+            request_id=seq.request_id, prompt_token_ids=list(seq.prompt_ids),
+            token_ids=list(seq.output_ids), text=text, finish_reason=reason,
+            error=self._error_message(seq) if reason is FinishReason.ERROR else None,
+            metrics=RequestMetrics.from_times(state.times, len(seq.prompt_ids)),
+            kv_cache_bytes=state.last_kv_bytes,
+            stop_reason=state.stop_reason if state.stop_reason is not None else seq.stop_reason,
+            use_kv_cache=seq.use_kv_cache, memory=state.last_memory,
+            deltas=[e.text_delta for e in state.handle.events])
+        self.counts[reason.outcome] += 1
+        if self.rolling is not None:
+            self.rolling.add(output)
+        state.handle._finish(output)
+        return output
+
+    @staticmethod
+    def _error_message(seq: Sequence) -> str:
+        """A short message that is safe to show a client. An unexpected exception gives only
+        its type and the request id; its traceback goes to the server log under that id."""
+        exc = seq.error
+        if exc is None:
+            return "the request failed"
+        if type(exc).__name__ == "OutOfMemoryError":
+            return "out of memory: the request did not fit in the device's memory"
+        log.error("request %s failed: %s", seq.request_id, type(exc).__name__,
+                  exc_info=(type(exc), exc, exc.__traceback__))
+        if isinstance(exc, (ValueError, RuntimeError)):
+            return f"{type(exc).__name__}: {exc}"
+        return (f"internal error ({type(exc).__name__}) in request {seq.request_id}; "
+                "details are in the server log")
+
+
+def _reason(seq: Sequence, state: RequestState) -> FinishReason | None:
+    """The request's finish reason: ``stop`` once a stop string matched (even on the token
+    that also reached ``max_tokens``), else the scheduler's."""
+    if state.stop_reason is not None and seq.finish_reason in (None, FinishReason.LENGTH):
+        return FinishReason.STOP
+    return FinishReason(seq.finish_reason) if seq.finish_reason is not None else None
+
+
+def _log(p: float) -> float:
+    import math
+
+    return math.log(p) if p > 0 else float("-inf")

@@ -1,0 +1,121 @@
+"""Building the engine's parts from a loaded model and an :class:`EngineConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.config import DEFAULT_KV_BUDGET_CPU, EngineConfig
+from engine.core.block_manager import BlockManager, ContiguousCacheManager
+from engine.core.scheduler import Scheduler
+from engine.model.loader import LoadedModel
+from engine.worker.kv_pool import KVPool
+from engine.worker.model_runner import ModelRunner
+from engine.worker.paged_model_runner import PagedModelRunner
+from engine.worker.sampler import Sampler
+
+PAGED_FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
+"""Model families whose attention goes through transformers' attention interface with the
+Llama layout (rotary from position_ids, one attention call per layer): paged attention works."""
+
+
+@dataclass
+class EngineParts:
+    """The engine's moving parts (see :func:`build_parts`)."""
+
+    paged: bool
+    note: str
+    pool: KVPool | None
+    block_manager: BlockManager | ContiguousCacheManager
+    runner: ModelRunner
+    scheduler: Scheduler
+    gpu: object
+    probe: object
+    rolling: object
+
+
+def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
+                runner: ModelRunner | None = None) -> EngineParts:
+    """The pool, block manager, runner, scheduler and telemetry for ``loaded``.
+
+    With ``config.batching`` on a paged family: a KV pool of ``config.kv_cache_bytes`` (512 MiB
+    on CPU, half the free memory on a GPU), its block manager and the paged runner. Otherwise
+    (or another architecture, with a note saying so) one request at a time, each with its own
+    contiguous cache, its prompt in one pass.
+
+    Args:
+        exempt_ids: token ids the sampler's penalties never touch.
+        runner: a runner to use instead of building one (anything with ``execute``,
+            ``kv_bytes``, ``kv_cache_bytes``, ``release`` and ``device``).
+    """
+    model_type = getattr(loaded.model.config, "model_type", "")
+    paged, note = config.batching, ""
+    if paged and model_type not in PAGED_FAMILIES:
+        note = (f"{model_type or 'this'} architecture is served one request at a time: paged "
+                "attention supports Llama, Qwen2 and Mistral")
+        paged = False
+    sampler = Sampler(exempt_ids=exempt_ids)
+    info, spec = loaded.info, loaded.spec
+    pool = None
+    if paged:
+        budget = config.kv_cache_bytes or default_kv_budget(info.device)
+        per_token = spec.kv_bytes_per_token(info.dtype_bytes)
+        num_blocks = KVPool.blocks_for_budget(budget, per_token, config.block_size)
+        pool = KVPool(spec.layers, spec.kv_heads, spec.head_dim, num_blocks, config.block_size,
+                      next(loaded.model.parameters()).dtype, info.device)
+        bm = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        runner = runner or PagedModelRunner(loaded.model, pool, config.block_size, sampler,
+                                            config.weight_stationary)
+        scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,
+                              config.max_num_batched_tokens)
+    else:
+        bm = ContiguousCacheManager()
+        runner = runner or ModelRunner(loaded.model, sampler)
+        scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, 1,
+                              max(config.max_num_batched_tokens, info.context_len))
+    gpu = probe = None
+    from engine.telemetry.rolling import RollingStats
+
+    if config.telemetry:
+        from engine.telemetry.memory import MemoryProbe
+        from engine.telemetry.nvml import GpuMonitor
+
+        if info.device.startswith("cuda"):
+            gpu = GpuMonitor(torch.device(info.device).index or 0)
+        probe = MemoryProbe(loaded.model, info.device, spec, info.dtype_bytes, gpu=gpu)
+    return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats())
+
+
+def default_kv_budget(device: str) -> int:
+    """KV pool bytes: 512 MiB on CPU; on a GPU, half of the memory free after loading."""
+    if device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free * 0.5)
+    return DEFAULT_KV_BUDGET_CPU
+
+
+def note_pool(memory, block_manager) -> None:
+    """Say on the memory breakdown's KV part that the paged pool is allocated once."""
+    kv = memory.part("kv_cache") if memory is not None and block_manager is not None else None
+    if kv is not None:
+        b = block_manager.stats()
+        kv.note = (f"paged pool allocated once: {b.num_blocks} blocks x {b.block_size} "
+                   f"tokens; {b.used} in use, {b.cached} free but holding a prefix")
+
+
+def release_free_memory(device: str) -> None:
+    """Return cached, unused memory to the system when the engine goes idle.
+
+    On CUDA this empties torch's caching allocator; on Linux with glibc, ``malloc_trim(0)``
+    gives the heap's free pages back (activations of a large batch otherwise stay in the
+    process's RSS).
+    """
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,175 @@
+"""The model runner: the explicit prefill and decode forward passes, then sampling.
+
+:class:`ModelRunner` runs one sequence at a time, each with its own contiguous KV cache (any
+transformers architecture); :class:`engine.worker.paged_model_runner.PagedModelRunner` packs
+every sequence of a step into one forward pass over the paged KV pool. Both take a
+:class:`engine.core.scheduler_output.SchedulerOutput` and return a
+:class:`engine.outputs.ModelRunnerOutput` from :meth:`ModelRunner.execute`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import torch
+
+from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
+from engine.core.sequence import Sequence
+from engine.worker.kv_cache import KVCache
+from engine.outputs import ModelRunnerOutput, SampleResult
+from engine.worker.sampler import Sampler
+
+_NO_IDS = torch.empty(0, dtype=torch.long)
+
+
+class ModelRunner:
+    """Runs the model's forward pass for the engine's two kinds of step.
+
+    Prefill feeds the whole prompt in one pass and fills the KV cache; decode feeds one new
+    token and reuses the cache. Without a cache, every step recomputes the whole sequence
+    (O(n²) attention work over a generation). Only the last position's logits are computed
+    (``logits_to_keep=1``), as Hugging Face ``generate`` does.
+
+    Each request's cache lives here, keyed by request id, until :meth:`release`.
+
+    Args:
+        model: a transformers ``*ForCausalLM`` in eval mode.
+        sampler: the :class:`engine.worker.sampler.Sampler` (a plain one when omitted).
+    """
+
+    def __init__(self, model, sampler: Sampler | None = None):
+        self.model = model
+        self.sampler = sampler or Sampler()
+        self.caches: dict[str, KVCache] = {}
+        self.device = next(model.parameters()).device
+        params = inspect.signature(model.forward).parameters
+        # transformers 5 renamed ``past_key_values`` to ``cache``; accept both.
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else None
+
+    def new_cache(self) -> KVCache:
+        """An empty per-request KV cache for this model."""
+        return KVCache(self.model.config)
+
+    def _forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
+        kwargs = {"input_ids": ids, "use_cache": cache is not None}
+        n = ids.shape[1]
+        past = cache.num_tokens if cache is not None else 0
+        kwargs["attention_mask"] = torch.ones((1, past + n), dtype=torch.long, device=self.device)
+        if cache is not None:
+            kwargs[self._cache_kw] = cache.cache
+        if self._keep_kw:
+            kwargs[self._keep_kw] = 1
+        with torch.inference_mode():
+            out = self.model(**kwargs)
+        return out.logits[0, -1]
+
+    def prefill(self, prompt_ids: list[int], cache: KVCache | None) -> torch.Tensor:
+        """One forward pass over the prompt.
+
+        Args:
+            prompt_ids: ``prompt_len`` token ids.
+            cache: the request's empty cache, filled in place; ``None`` for the no-cache mode.
+
+        Returns:
+            ``[V]`` logits of the last prompt position.
+        """
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        return self._forward(ids, cache)
+
+    def decode(self, token_id: int, cache: KVCache) -> torch.Tensor:
+        """One forward pass for one new token, attending to the cached keys and values.
+
+        Args:
+            token_id: the token sampled at the previous step.
+            cache: the request's cache (grows by one token per layer).
+
+        Returns:
+            ``[V]`` logits for the next token.
+        """
+        ids = torch.tensor([[token_id]], dtype=torch.long, device=self.device)
+        return self._forward(ids, cache)
+
+    def recompute(self, all_ids: list[int]) -> torch.Tensor:
+        """The no-cache decode step: a forward pass over the whole sequence so far.
+
+        Args:
+            all_ids: prompt and output ids, ``[prompt_len + generated]``.
+
+        Returns:
+            ``[V]`` logits of the last position.
+        """
+        ids = torch.tensor([all_ids], dtype=torch.long, device=self.device)
+        return self._forward(ids, None)
+
+
+
+    # ---- one step ---------------------------------------------------------------------------
+    def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        """Run a step: each scheduled sequence alone, then sample its next token.
+
+        Returns:
+            :class:`ModelRunnerOutput`; a sequence whose forward pass or sampling raised has
+            its exception in ``errors`` and the others go on.
+        """
+        out = ModelRunnerOutput(start_s=time.perf_counter(), end_s=0.0)
+        for e in scheduler_output.all_entries:
+            self.run_alone(e, out)
+        out.end_s = time.perf_counter()
+        return out
+
+    def run_alone(self, e: ScheduledSeq, out: ModelRunnerOutput) -> None:
+        """One sequence's forward pass (prefill, decode or, without a cache, recompute) and
+        its sampling, recorded in ``out`` with its own time span."""
+        seq = e.seq
+        rid = seq.request_id
+        start = time.perf_counter()
+        try:
+            if not seq.use_kv_cache:
+                logits = self.recompute(seq.all_ids)
+            elif e.num_computed == 0:
+                self.caches[rid] = cache = self.new_cache()
+                logits = self.prefill(seq.all_ids[:e.num_new], cache)
+            else:
+                logits = self.decode(seq.all_ids[e.num_computed], self.caches[rid])
+            if e.samples:
+                out.sampled[rid] = self.sample(seq, logits)
+        except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
+            out.errors[rid] = exc
+        tokens = e.num_computed + e.num_new if seq.use_kv_cache else 0
+        out.kv_tokens[rid] = tokens
+        out.kv_bytes[rid] = self.kv_bytes(rid, tokens)
+        out.spans[rid] = (start, time.perf_counter())
+
+    def sample(self, seq: Sequence, logits: torch.Tensor) -> SampleResult:
+        """The next token of one sequence from its ``[V]`` last-position logits."""
+        context, outputs = penalty_ids(seq, logits.device)
+        return self.sampler.sample(logits, seq.params, context, outputs, seq.generator)
+
+    # ---- the KV cache it holds --------------------------------------------------------------
+    def kv_bytes(self, request_id: str, num_tokens: int) -> int:
+        """Bytes of a request's keys and values: measured from its cache tensors."""
+        cache = self.caches.get(request_id)
+        return cache.nbytes() if cache is not None else 0
+
+    def kv_cache_bytes(self) -> int:
+        """Bytes of every KV cache this runner holds now."""
+        return sum(c.nbytes() for c in self.caches.values())
+
+    def release(self, request_ids) -> None:
+        """Drop the caches of finished requests (their memory returns to the allocator)."""
+        for rid in request_ids:
+            cache = self.caches.pop(rid, None)
+            if cache is not None:
+                cache.release()
+
+
+def penalty_ids(seq: Sequence, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(context_ids [N], output_ids [M])`` int64 for the penalties; empty when none is set
+    (no need to build two tensors of every id at each step)."""
+    p = seq.params
+    if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+        return (torch.tensor(seq.all_ids, dtype=torch.long, device=device),
+                torch.tensor(seq.output_ids, dtype=torch.long, device=device))
+    return _NO_IDS, _NO_IDS
