@@ -140,3 +140,67 @@ def test_sample_many_fails_only_the_row_with_non_finite_logits():
     out = Sampler().sample_many(logits, params, [None] * 3, lambda i: (EMPTY, EMPTY))
     assert isinstance(out[1], NonFiniteLogitsError)
     assert out[0].token_id == int(logits[0].argmax()) and out[2].token_id == int(logits[2].argmax())
+
+
+def test_vectorised_rows_equal_the_one_row_reference_rules():
+    """Each row of sample_many against apply_penalties + apply_filters on that row alone
+    (the rules as written for one row), for a mix of every setting in one step."""
+    for seed in range(4):
+        _check_rows_against_reference(seed)
+
+
+def _check_rows_against_reference(seed):
+    torch.manual_seed(seed)
+    logits = torch.randn(9, 400) * 4
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, seed=1),
+              SamplingParams(temperature=0.8, top_p=0.9, seed=4),
+              SamplingParams(temperature=0, repetition_penalty=1.5),
+              SamplingParams(temperature=2.0, seed=5, top_k=20, min_p=0.05),
+              SamplingParams(temperature=1.1, top_k=7, top_p=0.8, seed=6,
+                             presence_penalty=0.5, frequency_penalty=0.3),
+              SamplingParams(temperature=1.0, min_p=0.2, repetition_penalty=0.8, seed=7),
+              SamplingParams(temperature=0.5, top_k=1, seed=8),
+              SamplingParams(temperature=0.7, top_k=50, top_p=0.95, repetition_penalty=1.1,
+                             seed=9)]  # the page's defaults
+    ctx = ([3, 3, 5, 9, 250], [5, 9, 9])
+    exempt = torch.zeros(400, dtype=torch.bool)
+    exempt[9] = True
+    s = Sampler(exempt_ids=[9])
+    gens = [torch.Generator().manual_seed(i) for i in range(9)]
+    many = s.sample_many(logits, params, gens, lambda i: ctx)
+    for i, p in enumerate(params):
+        x = apply_penalties(logits[i], p, torch.tensor(ctx[0]), torch.tensor(ctx[1]), exempt)
+        probs = apply_filters(x, p.temperature, p.top_k, p.top_p, p.min_p)
+        got = many[i]
+        if p.greedy:
+            assert got.token_id == int(torch.argmax(x))
+        assert got.prob == float(probs[got.token_id])  # bit-identical
+        top = torch.topk(probs, 5)
+        want = [(int(t), float(v)) for t, v in zip(top.indices, top.values) if v > 0]
+        assert list(zip(got.top_ids, got.top_probs)) == want
+
+
+def test_one_host_device_wait_per_step_for_any_mix(monkeypatch):
+    """Every read of a tensor's value on the host (.item, .tolist, int(), float(), bool())
+    is counted: a step of mixed settings makes exactly one."""
+    waits = []
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
+        real = getattr(torch.Tensor, name)
+
+        def wrapped(self, *a, _real=real, _name=name, **k):
+            waits.append(_name)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapped)
+    logits = torch.randn(6, 300)
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, seed=1),
+              SamplingParams(temperature=0.9, top_k=50, top_p=0.95, repetition_penalty=1.1,
+                             seed=2),
+              SamplingParams(temperature=1.0, min_p=0.1, frequency_penalty=0.5, seed=3),
+              SamplingParams(temperature=0, presence_penalty=1.0, stop_token_ids=[4]),
+              SamplingParams(temperature=1.3, top_p=0.5)]
+    gens = [torch.Generator().manual_seed(i) for i in range(6)]
+    out = Sampler(exempt_ids=[0, 2]).sample_many(
+        logits, params, gens, lambda i: ([1, 2, 3, 3, 7], [3, 7]))
+    assert all(not isinstance(o, Exception) for o in out)
+    assert waits == ["tolist"]

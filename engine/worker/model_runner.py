@@ -20,7 +20,6 @@ from engine.worker.kv_cache import KVCache
 from engine.outputs import ModelRunnerOutput, SampleResult
 from engine.worker.sampler import Sampler
 
-_NO_IDS = torch.empty(0, dtype=torch.long)
 
 
 class ModelRunner:
@@ -144,8 +143,8 @@ class ModelRunner:
 
     def sample(self, seq: Sequence, logits: torch.Tensor) -> SampleResult:
         """The next token of one sequence from its ``[V]`` last-position logits."""
-        context, outputs = penalty_ids(seq, logits.device)
-        return self.sampler.sample(logits, seq.params, context, outputs, seq.generator)
+        return self.sampler.sample(logits, seq.params, seq.all_ids, seq.output_ids,
+                                   seq.generator)
 
     # ---- the KV cache it holds --------------------------------------------------------------
     def kv_bytes(self, request_id: str, num_tokens: int) -> int:
@@ -163,13 +162,3 @@ class ModelRunner:
             cache = self.caches.pop(rid, None)
             if cache is not None:
                 cache.release()
-
-
-def penalty_ids(seq: Sequence, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(context_ids [N], output_ids [M])`` int64 for the penalties; empty when none is set
-    (no need to build two tensors of every id at each step)."""
-    p = seq.params
-    if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
-        return (torch.tensor(seq.all_ids, dtype=torch.long, device=device),
-                torch.tensor(seq.output_ids, dtype=torch.long, device=device))
-    return _NO_IDS, _NO_IDS

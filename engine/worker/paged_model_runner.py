@@ -8,7 +8,7 @@ import time
 import torch
 
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
-from engine.worker.model_runner import ModelRunner, penalty_ids
+from engine.worker.model_runner import ModelRunner
 from engine.outputs import ModelRunnerOutput
 from engine.worker.sampler import Sampler
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
@@ -131,7 +131,7 @@ class PagedModelRunner(ModelRunner):
         if sampling:
             choices = self.sampler.sample_many(
                 logits, [q.params for q in sampling], [q.generator for q in sampling],
-                lambda i: penalty_ids(sampling[i], logits.device))
+                lambda i: (sampling[i].all_ids, sampling[i].output_ids))
             for seq, choice in zip(sampling, choices):
                 if isinstance(choice, Exception):  # e.g. NaN logits of this request only
                     out.errors[seq.request_id] = choice

@@ -1,8 +1,13 @@
-"""The sampler: from one position's logits to the next token, in fp32.
+"""The sampler: from each sequence's last-position logits to its next token, in fp32.
 
 Order of operations (as in Hugging Face's logits processors, so settings compare):
 repetition penalty -> presence/frequency penalty -> temperature -> top-k -> top-p -> min-p ->
 softmax -> argmax (temperature 0) or a draw from the request's own ``torch.Generator``.
+
+:meth:`Sampler.sample_many` does this for every row of a step at once on ``[N, V]``, with the
+per-row settings as tensors, and reads the results back in one transfer: on a GPU the host
+waits for the device once per step, whatever the mix of settings. :func:`apply_penalties` and
+:func:`apply_filters` are the same rules for one row, the reference the tests hold it to.
 """
 
 from __future__ import annotations
@@ -99,24 +104,6 @@ def apply_filters(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
     return probs
 
 
-def _check_finite(x: torch.Tensor) -> None:
-    """Raise :class:`NonFiniteLogitsError` if the ``[V]`` logits hold NaN or inf."""
-    # one vectorised sum is much cheaper than an element-wise isfinite over the vocabulary:
-    # any NaN or inf makes the sum non-finite; a finite row whose sum overflows is re-checked.
-    if bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all()):
-        return
-    bad = int((~torch.isfinite(x)).sum())
-    raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
-
-
-def _is_plain(params: SamplingParams, vocab: int) -> bool:
-    """Whether only temperature applies (no penalty, top-k, top-p or min-p): such rows of a
-    step are sampled together in :meth:`Sampler.sample_many`."""
-    return (params.repetition_penalty == 1.0 and not params.presence_penalty
-            and not params.frequency_penalty and not 0 < params.top_k < vocab
-            and params.top_p >= 1.0 and params.min_p <= 0)
-
-
 class Sampler:
     """Picks the next token of each sequence from its last-position logits.
 
@@ -140,91 +127,211 @@ class Sampler:
             self._exempt = m
         return m
 
-    def sample(self, logits: torch.Tensor, params: SamplingParams, context_ids: torch.Tensor,
-               output_ids: torch.Tensor, generator: torch.Generator | None) -> SampleResult:
-        """Choose the next token.
+    def sample(self, logits: torch.Tensor, params: SamplingParams, context_ids,
+               output_ids, generator: torch.Generator | None) -> SampleResult:
+        """Choose the next token of one sequence (:meth:`sample_many` with one row).
 
         Args:
             logits: ``[V]`` logits of the last position (any float dtype; cast to fp32).
             params: the request's :class:`SamplingParams`.
-            context_ids: ``[N]`` prompt + output ids so far (for the repetition penalty).
-            output_ids: ``[M]`` output ids so far (presence/frequency penalties).
+            context_ids: prompt + output ids so far (repetition penalty): a list or ``[N]``.
+            output_ids: output ids so far (presence/frequency penalties): a list or ``[M]``.
             generator: the request's generator (seeded), or ``None`` for torch's global one.
-
-        Returns:
-            :class:`SampleResult`.
 
         Raises:
             NonFiniteLogitsError: the logits hold NaN or inf.
         """
-        x = logits.float()
-        _check_finite(x)
-        x = apply_penalties(x, params, context_ids, output_ids,
-                            self._exempt_mask(x.shape[-1], x.device))
-        probs = apply_filters(x, params.temperature, params.top_k, params.top_p, params.min_p)
-        if params.greedy:
-            token = int(torch.argmax(x))
-        else:
-            token = int(torch.multinomial(probs, 1, generator=generator))
-        k = min(TOP_CANDIDATES, probs.shape[-1])
-        top = torch.topk(probs, k)
-        return _result(token, float(probs[token]), top.indices.tolist(), top.values.tolist())
+        out = self.sample_many(logits[None], [params], [generator],
+                               lambda i: (context_ids, output_ids))[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
 
     def sample_many(self, logits: torch.Tensor, params: list[SamplingParams],
                     generators: list[torch.Generator | None],
-                    context: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
-                    ) -> list[SampleResult | Exception]:
-        """Choose the next token of every sequence of a step.
+                    context: Callable[[int], tuple]) -> list[SampleResult | Exception]:
+        """Choose the next token of every sequence of a step, all rows at once.
 
-        Rows that only use a temperature (the common case, and every greedy benchmark row) go
-        through one softmax, one top-k and one argmax over ``[n, V]``; the others, and any row
-        that fails, go through :meth:`sample` one by one. Each row gets the same token and
-        probabilities as :meth:`sample` would give it alone (same kernels, same generator).
+        Penalties, temperature, top-k, top-p and min-p run on ``[N, V]`` (each only on the rows
+        that use it), greedy rows take the argmax, each sampled row draws once from its own
+        generator, and tokens, probabilities, candidates and the finite check come back to
+        the host in one packed transfer. Each row gets bit for bit what it would get alone.
 
         Args:
             logits: ``[N, V]`` logits, one row per sequence.
             params: ``N`` sampling settings.
             generators: ``N`` generators (``None`` for torch's global one).
-            context: ``context(i)`` returns row ``i``'s ``(context_ids, output_ids)`` for the
-                penalties; called only for rows that need it.
+            context: ``context(i)`` returns row ``i``'s ``(context_ids, output_ids)`` (lists
+                or 1-D int64 tensors) for the penalties; called only for rows that use one.
 
         Returns:
-            ``N`` items: a :class:`SampleResult`, or the exception that row raised
-            (:class:`NonFiniteLogitsError` for NaN/inf logits) so one bad row fails alone.
+            ``N`` items: a :class:`SampleResult`, or :class:`NonFiniteLogitsError` for a row
+            whose logits hold NaN or inf (that row fails alone).
         """
         x = logits.float()
-        vocab = x.shape[-1]
-        finite = torch.isfinite(x.sum(-1)).tolist()
-        out: list[SampleResult | Exception | None] = [None] * len(params)
-        plain = [i for i, p in enumerate(params) if finite[i] and _is_plain(p, vocab)]
-        if plain:
-            try:
-                rows = x if len(plain) == len(params) else x[plain]
-                temps = [1.0 if params[i].greedy else params[i].temperature for i in plain]
-                scaled = rows
-                if any(t != 1.0 for t in temps):
-                    scaled = rows / torch.tensor(temps, dtype=rows.dtype, device=rows.device)[:, None]
-                probs = torch.softmax(scaled, dim=-1)
-                top = torch.topk(probs, min(TOP_CANDIDATES, vocab), dim=-1)
-                argmax = torch.argmax(rows, dim=-1).tolist()
-                top_ids, top_probs = top.indices.tolist(), top.values.tolist()
-            except Exception:  # noqa: BLE001 - leave these rows to the one-by-one path below
-                plain = []
-            for j, i in enumerate(plain):
+        n, vocab = x.shape
+        dev = x.device
+        # one summation tells finite rows apart (NaN or inf makes the sum non-finite); a row
+        # flagged here is checked element by element after the transfer (a finite row whose
+        # sum overflows is not an error)
+        finite = torch.isfinite(x.sum(dim=-1))
+        x = self._penalize(x, params, context)
+        scored = x  # greedy rows take the argmax of the penalised logits
+        temps = [1.0 if p.greedy else p.temperature for p in params]
+        if any(t != 1.0 for t in temps):
+            x = x / torch.tensor(temps, dtype=x.dtype, device=dev)[:, None]
+        x = _top_k(x, [p.top_k for p in params])
+        x = _top_p(x, [p.top_p for p in params], [p.top_k for p in params])
+        probs = torch.softmax(x, dim=-1)
+        probs = _min_p(probs, [p.min_p for p in params])
+        tokens = torch.argmax(scored, dim=-1)
+        drawn = [i for i, p in enumerate(params) if not p.greedy]
+        failed: dict[int, Exception] = {}
+        if drawn:
+            # a NaN row must not reach a GPU's multinomial (a device-side assert); on CPU it
+            # raises, and that row fails alone
+            safe = (torch.where(finite[:, None], probs, 1.0 / vocab) if dev.type == "cuda"
+                    else probs)
+            for i in drawn:
                 try:
-                    tid = argmax[j] if params[i].greedy else int(
-                        torch.multinomial(probs[j], 1, generator=generators[i]))
-                    out[i] = _result(tid, float(probs[j, tid]), top_ids[j], top_probs[j])
-                except Exception as exc:  # noqa: BLE001 - returned, so the row fails alone
-                    out[i] = exc
-        for i, p in enumerate(params):
-            if out[i] is None:
-                try:
-                    ctx, outs = context(i)
-                    out[i] = self.sample(logits[i], p, ctx, outs, generators[i])
-                except Exception as exc:  # noqa: BLE001 - returned, so the row fails alone
-                    out[i] = exc
+                    tokens[i] = torch.multinomial(safe[i], 1, generator=generators[i])[0]
+                except RuntimeError as exc:
+                    failed[i] = exc
+        k = min(TOP_CANDIDATES, vocab)
+        top = torch.topk(probs, k, dim=-1)
+        packed = torch.cat([tokens.double()[:, None],
+                            probs.gather(1, tokens[:, None]).double(),
+                            top.indices.double(), top.values.double(),
+                            finite.double()[:, None]], dim=1)
+        out: list[SampleResult | Exception] = []
+        for i, row in enumerate(packed.tolist()):  # the step's one host-device transfer
+            if not row[-1] or i in failed:  # rare: one more transfer for this row
+                bad = int((~torch.isfinite(logits[i])).sum())
+                if bad:
+                    out.append(NonFiniteLogitsError(
+                        f"model produced {bad} non-finite logits (NaN or inf)"))
+                    continue
+                if i in failed:
+                    out.append(failed[i])
+                    continue
+            out.append(_result(int(row[0]), row[1], [int(t) for t in row[2:2 + k]],
+                               row[2 + k:2 + 2 * k]))
         return out
+
+    def _penalize(self, x: torch.Tensor, params: list[SamplingParams], context) -> torch.Tensor:
+        """Repetition, presence and frequency penalties on the rows that use them (the rules
+        of :func:`apply_penalties`, with the seen tokens and counts scattered into ``[R, V]``)."""
+        rows = [i for i, p in enumerate(params)
+                if p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty]
+        if not rows:
+            return x
+        n, vocab = x.shape
+        dev = x.device
+        ctx, outs = zip(*(context(i) for i in rows))
+        sub = x[rows]
+        exempt = self._exempt_mask(vocab, dev)
+        extra = [(j, t) for j, i in enumerate(rows) for t in params[i].stop_token_ids if t < vocab]
+        if exempt is not None or extra:
+            ex = torch.zeros((len(rows), vocab), dtype=torch.bool, device=dev)
+            if exempt is not None:
+                ex |= exempt
+            if extra:
+                ex[[j for j, _ in extra], [t for _, t in extra]] = True
+        else:
+            ex = None
+        rep = [params[i].repetition_penalty for i in rows]
+        if any(r != 1.0 for r in rep):
+            seen = _scatter_ids(_padded(ctx, vocab, dev), len(rows), vocab) > 0
+            if ex is not None:
+                seen &= ~ex
+            pen = torch.tensor(rep, dtype=x.dtype, device=dev)[:, None]
+            sub = torch.where(seen, torch.where(sub > 0, sub / pen, sub * pen), sub)
+        fp = [(params[i].frequency_penalty, params[i].presence_penalty) for i in rows]
+        if any(f or p for f, p in fp):
+            counts = _scatter_ids(_padded(outs, vocab, dev), len(rows), vocab).to(x.dtype)
+            if ex is not None:
+                counts = counts.masked_fill(ex, 0)
+            f = torch.tensor([a for a, _ in fp], dtype=x.dtype, device=dev)[:, None]
+            p = torch.tensor([b for _, b in fp], dtype=x.dtype, device=dev)[:, None]
+            sub = sub - f * counts - p * (counts > 0).to(x.dtype)
+        x = x.clone()
+        x[rows] = sub
+        return x
+
+
+def _padded(seqs, pad: int, device) -> torch.Tensor:
+    """``[R, L]`` int64 ids, each row padded with ``pad`` (one upload from host lists)."""
+    lists = [s.tolist() if isinstance(s, torch.Tensor) else list(s) for s in seqs]
+    width = max(1, max(len(s) for s in lists))
+    host = torch.tensor([s + [pad] * (width - len(s)) for s in lists], dtype=torch.long)
+    if torch.device(device).type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host
+
+
+def _scatter_ids(ids: torch.Tensor, rows: int, vocab: int) -> torch.Tensor:
+    """``[R, V]`` counts of each id per row (``vocab`` is the padding id, dropped)."""
+    counts = torch.zeros((rows, vocab + 1), dtype=torch.int32, device=ids.device)
+    counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=torch.int32))
+    return counts[:, :vocab]
+
+
+def _top_k(x: torch.Tensor, ks: list[int]) -> torch.Tensor:
+    """Keep each row's ``k`` largest logits (rows with ``k`` off, or ``k >= V``, unchanged)."""
+    vocab = x.shape[-1]
+    rows = [i for i, k in enumerate(ks) if 0 < k < vocab]
+    if not rows:
+        return x
+    kmax = max(ks[i] for i in rows)
+    sub = x[rows]
+    vals = torch.topk(sub, kmax, dim=-1).values
+    kth = vals.gather(1, torch.tensor([ks[i] - 1 for i in rows], device=x.device)[:, None])
+    x = x.clone()
+    x[rows] = sub.masked_fill(sub < kth, float("-inf"))
+    return x
+
+
+def _top_p(x: torch.Tensor, ps: list[float], ks: list[int]) -> torch.Tensor:
+    """Nucleus filter on the rows with ``top_p < 1`` (the rule of :func:`apply_filters`).
+
+    Rows that top-k already cut to ``k`` tokens sort only those ``k`` (the others are -inf,
+    past the nucleus in any order); the rest sort the whole vocabulary.
+    """
+    vocab = x.shape[-1]
+    rows = [i for i, p in enumerate(ps) if p < 1.0]
+    if not rows:
+        return x
+    x = x.clone()
+    cut = [i for i in rows if 0 < ks[i] < vocab]
+    full = [i for i in rows if not 0 < ks[i] < vocab]
+    for group, width in ((cut, max((ks[i] for i in cut), default=0)), (full, vocab)):
+        if not group:
+            continue
+        sub = x[group]
+        sorted_x, order = torch.topk(sub, width, dim=-1) if width < vocab else \
+            torch.sort(sub, dim=-1, descending=True)
+        probs_sorted = torch.softmax(sorted_x, dim=-1)
+        mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
+        top_p = torch.tensor([ps[i] for i in group], dtype=sub.dtype, device=x.device)[:, None]
+        drop_sorted = mass_before >= top_p
+        drop_sorted[:, 0] = False
+        drop = torch.zeros(sub.shape, dtype=torch.bool, device=x.device).scatter(
+            1, order, drop_sorted)
+        x[group] = sub.masked_fill(drop, float("-inf"))
+    return x
+
+
+def _min_p(probs: torch.Tensor, ms: list[float]) -> torch.Tensor:
+    """Drop tokens below ``min_p`` × the row's top probability and renormalise."""
+    rows = [i for i, m in enumerate(ms) if m > 0]
+    if not rows:
+        return probs
+    sub = probs[rows]
+    m = torch.tensor([ms[i] for i in rows], dtype=sub.dtype, device=probs.device)[:, None]
+    sub = sub.masked_fill(sub < m * sub.max(dim=-1, keepdim=True).values, 0.0)
+    probs = probs.clone()
+    probs[rows] = sub / sub.sum(dim=-1, keepdim=True)
+    return probs
 
 
 def _result(token: int, prob: float, top_ids: list[int], top_probs: list[float]) -> SampleResult:
