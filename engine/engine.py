@@ -260,8 +260,9 @@ class LLMEngine:
         """The block pool now, for drawing PagedAttention's picture.
 
         Returns:
-            ``{"block_size", "num_blocks", "state": per-block "free" / "cached" / "used",
-            "tables": [{"request_id", "blocks", "tokens"}...]}`` where ``tokens`` counts the
+            ``{"block_size", "num_blocks", "state": per-cell "free" / "cached" / "used",
+            "blocks_per_cell", "tables": [{"request_id", "blocks", "tokens"}...]}`` where a
+            cell is one block unless the pool has more than 4,096, and ``tokens`` counts the
             slots computed or being computed by the step in flight; empty without paging.
         """
         if not self.paged:
@@ -271,8 +272,9 @@ class LLMEngine:
             tables = [{"request_id": s.request_id, "blocks": list(s.block_table),
                        "tokens": s.num_computed + s.num_scheduled}
                       for s in self.scheduler.running if s.block_table]
-            return {"block_size": bm.block_size, "num_blocks": len(bm.blocks),
-                    "state": bm.block_states(), "tables": tables}
+            state, per_cell = bm.block_states()
+        return {"block_size": bm.block_size, "num_blocks": len(bm.blocks), "state": state,
+                "blocks_per_cell": per_cell, "tables": tables}
 
     def memory_snapshot(self):
         """The memory breakdown now (``None`` with telemetry off)."""

@@ -40,7 +40,8 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
     """The pool, block manager, runner, scheduler and telemetry for ``loaded``.
 
     With ``config.batching`` on a paged family: a KV pool of ``config.kv_cache_bytes`` (512 MiB
-    on CPU, half the free memory on a GPU), its block manager and the paged runner. Otherwise
+    on CPU, half the free memory on a GPU), capped at :func:`pool_cap_blocks`, its block
+    manager and the paged runner. Otherwise
     (or another architecture, with a note saying so) one request at a time, each with its own
     contiguous cache, its prompt in one pass.
 
@@ -61,7 +62,8 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
     if paged:
         budget = config.kv_cache_bytes or default_kv_budget(info.device)
         per_token = spec.kv_bytes_per_token(info.dtype_bytes)
-        num_blocks = KVPool.blocks_for_budget(budget, per_token, config.block_size)
+        num_blocks = min(KVPool.blocks_for_budget(budget, per_token, config.block_size),
+                         pool_cap_blocks(config, info.context_len))
         pool = KVPool(spec.layers, spec.kv_heads, spec.head_dim, num_blocks, config.block_size,
                       next(loaded.model.parameters()).dtype, info.device)
         bm = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
@@ -85,6 +87,18 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
             gpu = GpuMonitor(torch.device(info.device).index or 0)
         probe = MemoryProbe(loaded.model, info.device, spec, info.dtype_bytes, gpu=gpu)
     return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats())
+
+
+POOL_HEADROOM = 1.25
+"""Blocks beyond what the running sequences can hold at once, kept for the prefix cache."""
+
+
+def pool_cap_blocks(config: EngineConfig, context_len: int) -> int:
+    """Most blocks the scheduler can ever use: ``max_num_seqs`` sequences of a full context
+    window each, plus :data:`POOL_HEADROOM` for cached prefixes. Half of an H200's free memory
+    would otherwise be about 200,000 blocks of the embedded model, 12 times this."""
+    per_seq = -(-context_len // config.block_size)
+    return int(config.max_num_seqs * per_seq * POOL_HEADROOM)
 
 
 def default_kv_budget(device: str) -> int:

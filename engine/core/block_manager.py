@@ -21,6 +21,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 
+FREE, CACHED, USED = 0, 1, 2
+STATE_NAMES = ("free", "cached", "used")
+
+
 @dataclass
 class Block:
     """One physical block: ``block_size`` token slots in every layer's K and V pool.
@@ -83,6 +87,7 @@ class BlockManager:
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._by_key: dict[int, int] = {}
         self._cached_free = 0  # free blocks that still hold a prefix key (kept, not recounted)
+        self._state = bytearray(num_blocks)  # FREE / CACHED / USED per block, kept as they change
         self.hit_tokens = 0
         self.queried_tokens = 0
 
@@ -111,6 +116,7 @@ class BlockManager:
                 del self._by_key[block.key]
             block.key, block.tokens = None, ()
         block.ref_count = 1
+        self._state[block_id] = USED
         return block_id
 
     def _cached_prefix(self, token_ids: list[int], max_tokens: int, salt: str | None) -> list[int]:
@@ -173,6 +179,7 @@ class BlockManager:
             if block.ref_count == 0:
                 del self._free[b]
                 self._cached_free -= 1
+                self._state[b] = USED
             block.ref_count += 1
             table.append(b)
         table.extend(self._take_free() for _ in range(fresh))
@@ -223,16 +230,30 @@ class BlockManager:
                 if block.key is None:
                     self._free[b] = None
                     self._free.move_to_end(b, last=False)  # no cached content: reuse soonest
+                    self._state[b] = FREE
                 else:
                     self._free[b] = None
                     self._cached_free += 1
+                    self._state[b] = CACHED
         table.clear()
 
-    def block_states(self) -> list[str]:
-        """Each block's state in pool order: ``used``, ``cached`` (free, holding a prefix) or
-        ``free``."""
-        return ["used" if b.ref_count else ("cached" if b.key is not None else "free")
-                for b in self.blocks]
+    def block_states(self, max_cells: int = 4096) -> tuple[list[str], int]:
+        """The pool's picture: each cell's state in pool order, at most ``max_cells`` cells.
+
+        Returns:
+            ``(states, blocks_per_cell)``: ``used``, ``cached`` (free, holding a prefix) or
+            ``free`` per cell; a cell of several blocks shows the busiest of them. The states
+            are kept as blocks change, so this costs a copy and one vectorised pass, not a
+            Python loop over the pool (a GPU pool can hold 200,000 blocks).
+        """
+        import numpy as np
+
+        state = np.frombuffer(bytes(self._state), dtype=np.uint8)
+        per_cell = max(1, -(-len(state) // max_cells))
+        if per_cell > 1:
+            pad = (-len(state)) % per_cell
+            state = np.concatenate([state, np.zeros(pad, np.uint8)]).reshape(-1, per_cell).max(1)
+        return [STATE_NAMES[v] for v in state.tolist()], per_cell
 
     def utilization(self, tables: list[tuple[list[int], int]]) -> float:
         """Tokens held / token slots of the blocks in ``tables``, each physical block once.

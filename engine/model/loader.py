@@ -122,14 +122,20 @@ def resolve_device(device: str = "auto") -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """``auto`` picks bf16 on GPUs that support it, else fp16 on GPU, fp32 on cpu.
+    """``auto`` picks bf16 on GPUs with native bf16 (compute capability 8.0 and up: A100, L4,
+    A10G, H100...), fp16 on older GPUs (T4 is 7.5, V100 7.0: bf16 there is emulated, without
+    tensor cores), fp16 on MPS and fp32 on CPU.
+
+    The capability is read from ``device`` itself (``cuda:1`` is asked about GPU 1, not the
+    current one).
 
     Raises:
         ModelLoadError: for an unknown dtype name.
     """
     if dtype == "auto":
         if device.startswith("cuda"):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            major, _ = torch.cuda.get_device_capability(torch.device(device))
+            return torch.bfloat16 if major >= 8 else torch.float16
         if device == "mps":
             return torch.float16
         return torch.float32

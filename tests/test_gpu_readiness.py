@@ -1,0 +1,73 @@
+"""GPU readiness checked on CPU with fakes: dtype choice, pool cap, pool picture cost, NVML
+handle choice, and the CUDA-graph runner's bucket and buffer handling."""
+
+import pytest
+import torch
+
+from engine.model.loader import resolve_dtype
+
+
+@pytest.mark.parametrize("capability, want", [((7, 0), torch.float16), ((7, 5), torch.float16),
+                                              ((8, 0), torch.bfloat16), ((8, 6), torch.bfloat16),
+                                              ((9, 0), torch.bfloat16)])
+def test_auto_dtype_follows_native_bf16_of_the_engines_own_gpu(monkeypatch, capability, want):
+    asked = []
+
+    def capability_of(device=None):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability_of)
+    assert resolve_dtype("auto", "cuda:1") == want
+    assert asked == [torch.device("cuda:1")]  # GPU 1 itself, not the current device
+    assert resolve_dtype("auto", "cpu") == torch.float32
+    assert resolve_dtype("fp16", "cuda:0") == torch.float16
+
+
+def test_pool_is_capped_at_what_the_scheduler_can_use():
+    from engine import EngineConfig
+    from engine.wiring import POOL_HEADROOM, pool_cap_blocks
+
+    cfg = EngineConfig(max_num_seqs=32, block_size=16)
+    cap = pool_cap_blocks(cfg, 8192)
+    assert cap == int(32 * 512 * POOL_HEADROOM) == 20480
+    # half of an H200's free memory for the embedded model in bf16 (23,040 B per token)
+    from engine.worker.kv_pool import KVPool
+
+    uncapped = KVPool.blocks_for_budget(70 * 2**30, 23_040, 16)
+    assert uncapped > 200_000 and min(uncapped, cap) == cap
+
+
+def test_engine_pool_respects_the_cap(loaded):
+    from engine import LLMEngine
+
+    eng = LLMEngine(loaded, telemetry=False, max_num_seqs=2, kv_cache_bytes=2**30)
+    try:
+        per_seq = -(-loaded.info.context_len // 16)
+        assert eng.pool.num_blocks == int(2 * per_seq * 1.25)
+        assert eng.pool.nbytes == eng.pool.num_blocks * 16 * 46_080
+    finally:
+        eng.shutdown()
+
+
+class _NoIteration(list):
+    def __iter__(self):
+        raise AssertionError("the pool picture must not loop over every block in Python")
+
+
+def test_pool_picture_at_200000_blocks_does_not_walk_the_pool():
+    from engine.core.block_manager import BlockManager
+
+    bm = BlockManager(200_000, 16)
+    t, _, _ = bm.allocate(list(range(4000)), 4000)
+    bm.register_full_blocks(t, list(range(4000)), 4000, 0)
+    t2, _, _ = bm.allocate(list(range(9000, 9100)), 100)
+    bm.free(t)
+    bm.blocks = _NoIteration(bm.blocks)
+    states, per_cell = bm.block_states()
+    assert per_cell == 49 and len(states) == -(-200_000 // 49) <= 4096
+    assert states[0] == "cached"  # the freed, keyed prefix blocks
+    assert states.count("used") >= 1 and states[-1] == "free"
+    small = BlockManager(100, 16)
+    small_states, one = small.block_states()
+    assert one == 1 and small_states == ["free"] * 100
