@@ -71,3 +71,25 @@ def test_pool_picture_at_200000_blocks_does_not_walk_the_pool():
     small = BlockManager(100, 16)
     small_states, one = small.block_states()
     assert one == 1 and small_states == ["free"] * 100
+
+
+def test_paged_step_builds_no_causal_mask_and_uploads_once(engine, monkeypatch):
+    """A ready 4-D mask skips transformers' mask building and its packed-sequence check;
+    the step's integers go to the device in one transfer."""
+    import transformers.masking_utils as mu
+
+    import engine.worker.paged_model_runner as pmr
+    from engine import SamplingParams
+
+    checks, uploads = [], []
+    real_find, real_upload = mu.find_packed_sequence_indices, pmr.upload_ints
+    monkeypatch.setattr(mu, "find_packed_sequence_indices",
+                        lambda *a, **k: checks.append(1) or real_find(*a, **k))
+    monkeypatch.setattr(pmr, "upload_ints", lambda *a, **k: uploads.append(1) or real_upload(*a, **k))
+    handles = [engine.submit(f"Count to {i}.", SamplingParams(temperature=0, max_tokens=4))
+               for i in (3, 5)]
+    outs = [h.result(60) for h in handles]
+    assert all(o.finish_reason in ("stop", "length") for o in outs)
+    assert checks == []
+    steps = max(len(h.events) for h in handles)
+    assert 0 < len(uploads) <= steps + 1  # one transfer per packed step

@@ -17,8 +17,10 @@ from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_s
 def build_paged_context(entries, pool, block_size: int, device):
     """Pack a step's sequences into one row and describe where their K/V live.
 
-    Everything is assembled in Python lists and turned into a handful of tensors, so the
-    cost per sequence stays a few microseconds.
+    Everything is assembled in Python lists, then every integer the step needs (token ids,
+    positions, slots, kept rows, block tables, lengths) goes to the device in one transfer
+    (pinned and non-blocking on CUDA) and is cut into views there, so the cost per sequence
+    stays a few microseconds and a GPU step waits for no upload.
 
     Args:
         entries: :class:`engine.core.scheduler_output.ScheduledSeq` items.
@@ -32,7 +34,7 @@ def build_paged_context(entries, pool, block_size: int, device):
     """
     from engine.worker.paged_attention import PagedContext, SeqSlice
 
-    ids, pos, new_slots, keep, prefills = [], [], [], [], []
+    ids, pos, new_slots, keep, prefill_tables, prefill_meta = [], [], [], [], [], []
     decode_q, decode_tables, decode_lens = [], [], []
     q_start = 0
     for e in entries:
@@ -49,28 +51,45 @@ def build_paged_context(entries, pool, block_size: int, device):
             decode_tables.append(table)
             decode_lens.append(total)
         else:
-            blocks = torch.tensor(table, dtype=torch.long, device=device)
-            prefills.append(SeqSlice(q_start, n, ctx, blocks))
+            prefill_tables.append(table)
+            prefill_meta.append((q_start, n, ctx))
         if e.samples:
             keep.append(q_start + n - 1)
         q_start += n
-    dq = db = dm = dl = None
+    width = max((len(t) for t in decode_tables), default=0)
+    parts = [ids, pos, new_slots, keep, decode_q, decode_lens,
+             [b for t in decode_tables for b in t + [0] * (width - len(t))], *prefill_tables]
+    views = upload_ints(parts, device)
+    input_ids, position_ids, slots, keep_t, dq, dl, db = views[:7]
+    dm = None
     smax = 0
     if decode_q:
-        dq = torch.tensor(decode_q, dtype=torch.long, device=device)
-        width = max(len(t) for t in decode_tables)
-        db = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables], dtype=torch.long,
-                          device=device)
-        dl = torch.tensor(decode_lens, dtype=torch.long, device=device)
+        db = db.view(len(decode_q), width)
         smax = max(decode_lens)
         if min(decode_lens) != smax:
             dm = (torch.arange(smax, device=device)[None, :] < dl[:, None])[:, None, None, :]
-    ctx = PagedContext(pool=pool, new_slots=torch.tensor(new_slots, dtype=torch.long, device=device),
-                       prefills=prefills, decode_q=dq, decode_blocks=db, decode_mask=dm,
-                       decode_lens=dl, decode_max_len=smax)
-    input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-    position_ids = torch.tensor([pos], dtype=torch.long, device=device)
-    return input_ids, position_ids, torch.tensor(keep, dtype=torch.long, device=device), ctx
+    else:
+        dq = db = dl = None
+    prefills = [SeqSlice(q, n, c, blocks) for (q, n, c), blocks in zip(prefill_meta, views[7:])]
+    ctx = PagedContext(pool=pool, new_slots=slots, prefills=prefills, decode_q=dq,
+                       decode_blocks=db, decode_mask=dm, decode_lens=dl, decode_max_len=smax)
+    return input_ids[None], position_ids[None], keep_t, ctx
+
+
+def upload_ints(parts: list[list[int]], device) -> list[torch.Tensor]:
+    """Lists of ints as int64 tensors on ``device``, in one host-to-device transfer.
+
+    Returns:
+        One 1-D view per list, in order, of a single buffer (pinned and copied with
+        ``non_blocking=True`` on CUDA).
+    """
+    flat = [v for part in parts for v in part]
+    host = torch.tensor(flat, dtype=torch.long)
+    if torch.device(device).type == "cuda":
+        buf = host.pin_memory().to(device, non_blocking=True)
+    else:
+        buf = host.to(device)
+    return list(torch.split(buf, [len(p) for p in parts]))
 
 
 class PagedModelRunner(ModelRunner):
@@ -102,6 +121,9 @@ class PagedModelRunner(ModelRunner):
         self.block_size = block_size
         self.weight_stationary = weight_stationary
         model.set_attn_implementation(register())
+        # a ready 4-D mask makes transformers skip building a causal mask that the paged
+        # function ignores (and its packed-sequence check, a host-device wait on a GPU)
+        self._no_mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=self.device)
 
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run a step: sequences without a cache alone, then one packed forward pass of the
@@ -174,5 +196,5 @@ class PagedModelRunner(ModelRunner):
             layout = WeightStationaryLinear()
         with torch.inference_mode(), layout:
             out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                             logits_to_keep=keep, paged=ctx)
+                             attention_mask=self._no_mask, logits_to_keep=keep, paged=ctx)
         return out.logits[0, :0] if drop else out.logits[0]
