@@ -27,6 +27,8 @@ class EngineConfig:
         telemetry: memory breakdown on every step, rolling latency percentiles, NVML readings.
         weight_stationary: on CPU, run decode steps of 2-4 sequences with the
             weight-stationary linear layout (:mod:`engine.worker.weight_stationary`).
+        warmup: on a GPU, run two small forward passes before serving, so the first
+            request's time to first token holds no one-time set-up.
 
     Raises:
         ValueError: from ``__post_init__``, naming the field, for a value out of range.
@@ -41,6 +43,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     telemetry: bool = True
     weight_stationary: bool = True
+    warmup: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -25,6 +26,8 @@ from engine.output.handle import RequestHandle
 from engine.output.output_processor import OutputProcessor
 from engine.params import SamplingParams
 from engine.wiring import build_parts, note_pool, release_free_memory
+
+log = logging.getLogger("engine")
 
 
 class LLMEngine:
@@ -178,6 +181,11 @@ class LLMEngine:
 
     # ---- the engine thread -------------------------------------------------------------------
     def _loop(self) -> None:
+        if self.config.warmup and str(self.runner.device).startswith("cuda"):
+            try:
+                self.runner.warm_up()
+            except Exception:  # noqa: BLE001 - a failed warm-up only costs the first TTFT
+                log.exception("warm-up failed")
         busy = False
         while True:
             with self._wake:

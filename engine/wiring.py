@@ -81,10 +81,11 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
 
     if config.telemetry:
         from engine.telemetry.memory import MemoryProbe
-        from engine.telemetry.nvml import GpuMonitor
+        from engine.telemetry.nvml import GpuMonitor, torch_gpu_uuid
 
         if info.device.startswith("cuda"):
-            gpu = GpuMonitor(torch.device(info.device).index or 0)
+            gpu = GpuMonitor(torch.device(info.device).index or 0,
+                             uuid=torch_gpu_uuid(info.device))
         probe = MemoryProbe(loaded.model, info.device, spec, info.dtype_bytes, gpu=gpu)
     return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats())
 
@@ -119,14 +120,15 @@ def note_pool(memory, block_manager) -> None:
 
 
 def release_free_memory(device: str) -> None:
-    """Return cached, unused memory to the system when the engine goes idle.
+    """Return freed heap pages to the system when the engine goes idle (CPU).
 
-    On CUDA this empties torch's caching allocator; on Linux with glibc, ``malloc_trim(0)``
-    gives the heap's free pages back (activations of a large batch otherwise stay in the
-    process's RSS).
+    On Linux with glibc, ``malloc_trim(0)`` gives the heap's free pages back (activations of a
+    large batch otherwise stay in the process's RSS). torch's CUDA cache is kept: emptying it
+    at every idle makes the next request allocate again, which shows in its latency; it is
+    emptied only after an out-of-memory error (:func:`engine.worker.model_runner.after_error`).
     """
-    if device.startswith("cuda") and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if device.startswith("cuda"):
+        return
     try:
         import ctypes
 

@@ -93,3 +93,54 @@ def test_paged_step_builds_no_causal_mask_and_uploads_once(engine, monkeypatch):
     assert checks == []
     steps = max(len(h.events) for h in handles)
     assert 0 < len(uploads) <= steps + 1  # one transfer per packed step
+
+
+def test_warm_up_runs_before_serving_on_a_gpu_only(loaded):
+    from engine import LLMEngine
+    from test_engine_fake_runner import ScriptedRunner
+
+    for device, want in (("cuda", 1), ("cpu", 0)):
+        runner = ScriptedRunner([2])
+        runner.device = device
+        runner.warmups = 0
+
+        def warm_up(r=runner):
+            r.warmups += 1
+
+        runner.warm_up = warm_up
+        eng = LLMEngine(loaded, runner=runner, telemetry=False)
+        try:
+            eng.call(lambda r: None).result(10)  # the loop has started
+            assert runner.warmups == want
+        finally:
+            eng.shutdown()
+
+
+def test_cuda_cache_is_kept_at_idle_and_emptied_after_out_of_memory(monkeypatch):
+    from engine.wiring import release_free_memory
+    from engine.worker.model_runner import after_error
+
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    release_free_memory("cuda:0")
+    after_error(RuntimeError("not memory"))
+    assert emptied == []
+    after_error(torch.OutOfMemoryError("CUDA out of memory"))
+    assert emptied == [1]
+
+
+def test_auto_device_warns_when_nvml_sees_a_gpu_torch_cannot_use(monkeypatch, caplog):
+    import logging
+
+    from engine.model import device as dev
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(dev, "nvml_gpu_count", lambda: 2)
+    with caplog.at_level(logging.WARNING, logger="engine"):
+        assert dev.resolve_device("auto") == "cpu"
+    assert any("NVML sees 2 NVIDIA GPU(s) but torch cannot use CUDA" in r.getMessage()
+               for r in caplog.records)
+    monkeypatch.setattr(dev, "nvml_gpu_count", lambda: 0)
+    caplog.clear()
+    assert dev.resolve_device("auto") == "cpu" and not caplog.records

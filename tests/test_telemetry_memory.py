@@ -16,7 +16,8 @@ from engine.telemetry.estimator import activation_estimate, load_spec
 from engine.telemetry.memory import MemoryProbe
 from engine.telemetry.nvml import NOT_IN_LIST, GpuMonitor
 
-CUDA_PARTS = ["weights", "kv_cache", "activations", "allocator_cache", "context_other", "free"]
+CUDA_PARTS = ["weights", "kv_cache", "activations", "workspaces", "allocator_cache",
+              "context_other", "free"]
 GiB = 2**30
 
 
@@ -51,6 +52,13 @@ class FakeNVML:
     def nvmlDeviceGetHandleByIndex(self, i):
         self._maybe_fail("handle")
         return ("gpu", i)
+
+    uuids = {"GPU-aaaa-1111": ("gpu", 3), "MIG-bbbb-2222": ("mig", 0)}
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in self.uuids:
+            raise FakeNVMLError(13, "Not Found")
+        return self.uuids[uuid]
 
     def nvmlDeviceGetName(self, h):
         return b"Fake H200"
@@ -153,10 +161,24 @@ WEIGHTS = 1000 * 256 * 4  # nn.Embedding(1000, 256) in fp32
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    stats = {"allocated": 0, "reserved": 0, "peak": 0, "resets": 0}
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: stats["allocated"])
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: stats["reserved"])
-    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: stats["peak"])
+    """torch.cuda's allocator statistics and mem_get_info, counted: ``calls`` records each."""
+    stats = {"allocated": 0, "reserved": 0, "peak": 0, "resets": 0, "free": 3_000_000,
+             "total": 8_000_000, "calls": []}
+
+    def call(name, value):
+        stats["calls"].append(name)
+        return value
+
+    monkeypatch.setattr(torch.cuda, "memory_allocated",
+                        lambda d=None: call("memory_allocated", stats["allocated"]))
+    monkeypatch.setattr(torch.cuda, "memory_reserved",
+                        lambda d=None: call("memory_reserved", stats["reserved"]))
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda d=None: call("memory_stats", {
+        "allocated_bytes.all.current": stats["allocated"],
+        "reserved_bytes.all.current": stats["reserved"],
+        "allocated_bytes.all.peak": stats["peak"]}))
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        lambda d=None: call("mem_get_info", (stats["free"], stats["total"])))
 
     def reset(d=None):
         stats["resets"] += 1
@@ -168,7 +190,7 @@ def fake_cuda(monkeypatch):
 
 def _probe(gpu):
     spec = load_spec("smollm2-135m")
-    return MemoryProbe(torch.nn.Embedding(1000, 256), "cuda", spec, 2, gpu=gpu, nvml_interval_s=0)
+    return MemoryProbe(torch.nn.Embedding(1000, 256), "cuda", spec, 2, gpu=gpu)
 
 
 def _check(bd):
@@ -176,59 +198,81 @@ def _check(bd):
     assert sum(p.bytes for p in bd.parts) == bd.total_bytes
 
 
-def test_cuda_breakdown_with_nvml(fake_cuda):
+def test_cuda_breakdown_in_a_step(fake_cuda):
     nv = FakeNVML(total=8_000_000, used=5_000_000)
     probe = _probe(GpuMonitor(nvml_module=nv))
-    fake_cuda.update(allocated=WEIGHTS + 100_000, reserved=3_000_000)
+    # 60 kB of workspaces stay allocated between steps, besides weights and the KV cache
+    fake_cuda.update(allocated=WEIGHTS + 100_000 + 60_000, reserved=3_000_000)
     probe.begin_step()
     assert fake_cuda["resets"] == 1
-    fake_cuda["peak"] = WEIGHTS + 100_000 + 700_000  # a transient 700 kB during the step
+    fake_cuda["peak"] = WEIGHTS + 160_000 + 700_000  # a transient 700 kB during the step
+    fake_cuda["calls"].clear()
     bd = probe.end_step(kv_bytes=100_000, batch=1, tokens=8)
     _check(bd)
     assert [p.name for p in bd.parts] == CUDA_PARTS
     got = {p.name: p.bytes for p in bd.parts}
     assert got["weights"] == WEIGHTS and got["kv_cache"] == 100_000
-    assert got["activations"] == 700_000
-    assert got["allocator_cache"] == 3_000_000 - (WEIGHTS + 800_000)
-    assert got["context_other"] == 5_000_000 - 3_000_000
+    assert got["activations"] == 700_000  # the step's growth only, workspaces apart
+    assert got["workspaces"] == 60_000
+    assert got["allocator_cache"] == 3_000_000 - (WEIGHTS + 860_000)
+    assert got["context_other"] == 8_000_000 - 3_000_000 - 3_000_000
     assert got["free"] == 3_000_000
-    assert bd.total_bytes == 8_000_000 and bd.total_label == "GPU total (NVML)"
+    assert bd.total_bytes == 8_000_000 and bd.total_label == "GPU total (mem_get_info)"
     assert all(p.measured for p in bd.parts) and bd.device == "cuda:0"
+    # one read of the allocator statistics, one of the device totals, and no NVML
+    assert sorted(fake_cuda["calls"]) == ["mem_get_info", "memory_stats"]
 
 
-def test_cuda_breakdown_nvml_unavailable(fake_cuda, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)
-    probe = _probe(GpuMonitor())
-    fake_cuda.update(allocated=WEIGHTS + 50_000, reserved=2_000_000, peak=WEIGHTS + 90_000)
-    bd = probe.end_step(kv_bytes=50_000, batch=1, tokens=1)
-    _check(bd)
-    assert bd.total_bytes == 2_000_000 and "NVML N/A" in bd.total_label
-    assert not bd.part("free").measured and "nvidia-ml-py not installed" in bd.part("free").note
-    assert bd.part("context_other").bytes == 0
-    assert any("nvidia-ml-py" in n for n in bd.notes)
-
-
-@pytest.mark.parametrize("nv", [
-    FakeNVML(fail={"memory": NOT_SUPPORTED}),  # MIG: no memory figures
-    FakeNVML(pids=[1]),  # container PIDs: process not listed, device figures still used
-    FakeNVML(fail={"power": FakeNVMLError(999, "Unknown Error")}),
-    FakeNVML(total=2_000_000, used=500_000),  # NVML says less used than torch reserved
-])
-def test_cuda_parts_never_negative_and_sum(fake_cuda, nv):
-    probe = _probe(GpuMonitor(nvml_module=nv))
-    for alloc, reserved, peak, kv in [(0, 0, 0, 0), (WEIGHTS, 1_500_000, WEIGHTS, 10),
-                                      (WEIGHTS // 2, 600_000, WEIGHTS // 2, 400_000)]:
-        fake_cuda.update(allocated=alloc, reserved=reserved, peak=peak)
-        _check(probe.end_step(kv, 1, 4))
-        _check(probe.snapshot(kv))
-
-
-def test_cuda_snapshot_uses_allocated_not_peak(fake_cuda):
-    probe = _probe(GpuMonitor(nvml_module=FakeNVML(total=9_000_000, used=4_000_000)))
-    fake_cuda.update(allocated=WEIGHTS + 30_000, reserved=3_000_000, peak=WEIGHTS + 999_000)
+def test_idle_breakdown_has_no_activations(fake_cuda):
+    probe = _probe(GpuMonitor(nvml_module=FakeNVML(total=8_000_000, used=4_000_000)))
+    fake_cuda.update(allocated=WEIGHTS + 30_000 + 5_000, reserved=3_000_000,
+                     peak=WEIGHTS + 999_000)
     bd = probe.snapshot(kv_bytes=30_000)
     _check(bd)
     assert bd.part("activations").bytes == 0 and "no step running" in bd.part("activations").note
+    assert bd.part("workspaces").bytes == 5_000
+    assert "this process per NVML" in bd.part("context_other").note
+
+
+def test_engine_thread_never_reads_nvml(fake_cuda):
+    class CountingMonitor:
+        reads = 0
+
+        def read(self):
+            CountingMonitor.reads += 1
+            raise AssertionError("NVML read inside a step")
+
+    probe = _probe(CountingMonitor())
+    for _ in range(3):
+        probe.begin_step()
+        _check(probe.end_step(0, 1, 1))
+    assert CountingMonitor.reads == 0
+
+
+def test_cuda_breakdown_without_device_totals(fake_cuda, monkeypatch):
+    def fail(d=None):
+        raise RuntimeError("no totals")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", fail)
+    probe = _probe(GpuMonitor(nvml_module=FakeNVML()))
+    fake_cuda.update(allocated=WEIGHTS + 50_000, reserved=2_000_000, peak=WEIGHTS + 90_000)
+    bd = probe.end_step(kv_bytes=50_000, batch=1, tokens=1)
+    _check(bd)
+    assert bd.total_bytes == 2_000_000 and "N/A" in bd.total_label
+    assert not bd.part("free").measured
+    assert any("mem_get_info failed" in n for n in bd.notes)
+
+
+@pytest.mark.parametrize("free, total", [(0, 0), (3_000_000, 8_000_000), (100, 2_000_000)])
+def test_cuda_parts_never_negative_and_sum(fake_cuda, free, total):
+    fake_cuda.update(free=free, total=total)
+    probe = _probe(GpuMonitor(nvml_module=FakeNVML(pids=[1])))
+    for alloc, reserved, peak, kv in [(0, 0, 0, 0), (WEIGHTS, 1_500_000, WEIGHTS, 10),
+                                      (WEIGHTS // 2, 600_000, WEIGHTS // 2, 400_000)]:
+        fake_cuda.update(allocated=alloc, reserved=reserved, peak=peak)
+        probe.begin_step()
+        _check(probe.end_step(kv, 1, 4))
+        _check(probe.snapshot(kv))
 
 
 def test_weights_count_tied_storage_once():
@@ -321,3 +365,15 @@ def test_real_cuda_breakdown():
     assert bd.part("weights").bytes == (1024 * 1024 + 1024) * 4
     assert bd.part("activations").bytes >= 2 * 512 * 1024 * 4  # x and y were alive
     del x, y
+
+
+@pytest.mark.parametrize("uuid, handle, by", [
+    ("aaaa-1111", ("gpu", 3), "UUID GPU-aaaa-1111"),   # CUDA_VISIBLE_DEVICES=3: torch's 0
+    ("GPU-aaaa-1111", ("gpu", 3), "UUID GPU-aaaa-1111"),
+    ("bbbb-2222", ("mig", 0), "UUID MIG-bbbb-2222"),   # a MIG slice
+    ("cccc-3333", ("gpu", 0), "index 0"),              # unknown: the index is the fallback
+    (None, ("gpu", 0), "index 0")])
+def test_nvml_handle_is_chosen_by_uuid(uuid, handle, by):
+    mon = GpuMonitor(0, nvml_module=FakeNVML(), uuid=uuid)
+    assert mon.read().available
+    assert mon._handle == handle and mon.found_by == by

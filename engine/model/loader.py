@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from engine.errors import ModelLoadError
+from engine.model.device import DTYPES, cuda_report, resolve_device, resolve_dtype
 from engine.model.accounting import parameter_count, weight_bytes
 from engine.model.model_spec import ModelSpec
 from engine.model.special_tokens import eos_token_ids
@@ -45,13 +46,6 @@ EMBEDDED = {
         "HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
-
-DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32,
-    "float16": torch.float16, "fp16": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-}
-
 
 @dataclass
 class ModelInfo:
@@ -97,51 +91,6 @@ def cache_dir() -> Path:
     """Folder for dequantized weights: ``$LLM_PLAYGROUND_CACHE`` or ``~/.cache/llm-playground``."""
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "llm-playground"
-
-
-def resolve_device(device: str = "auto") -> str:
-    """``auto`` picks cuda, then mps, then cpu; anything else is checked and returned.
-
-    Raises:
-        ModelLoadError: when the asked device is not available.
-    """
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    kind = device.split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} asked for, but torch sees no CUDA device")
-    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ModelLoadError(f"device {device!r} asked for, but MPS is not available")
-    if kind not in ("cpu", "cuda", "mps"):
-        raise ModelLoadError(f"unknown device {device!r}: use auto, cpu, cuda[:N] or mps")
-    return device
-
-
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """``auto`` picks bf16 on GPUs with native bf16 (compute capability 8.0 and up: A100, L4,
-    A10G, H100...), fp16 on older GPUs (T4 is 7.5, V100 7.0: bf16 there is emulated, without
-    tensor cores), fp16 on MPS and fp32 on CPU.
-
-    The capability is read from ``device`` itself (``cuda:1`` is asked about GPU 1, not the
-    current one).
-
-    Raises:
-        ModelLoadError: for an unknown dtype name.
-    """
-    if dtype == "auto":
-        if device.startswith("cuda"):
-            major, _ = torch.cuda.get_device_capability(torch.device(device))
-            return torch.bfloat16 if major >= 8 else torch.float16
-        if device == "mps":
-            return torch.float16
-        return torch.float32
-    if dtype not in DTYPES:
-        raise ModelLoadError(f"unknown dtype {dtype!r}: use auto, {', '.join(sorted(DTYPES))}")
-    return DTYPES[dtype]
 
 
 def _say(progress: Callable[[str], None] | None, msg: str) -> None:
@@ -259,6 +208,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
     torch_dtype = resolve_dtype(dtype, dev)
     where, source, extra = _locate(name, progress)
     _say(progress, f"loading {name} ({source}) on {dev} as {str(torch_dtype).replace('torch.', '')}")
+    if dev.startswith("cuda"):
+        _say(progress, cuda_report(dev))
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -272,14 +223,15 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
             model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype,
                                                      trust_remote_code=trust_remote_code)
             source += f", random weights (seed {seed})"
-        else:
+        else:  # on CUDA straight onto the GPU: no full copy in host memory first
+            on_gpu = {"device_map": {"": dev}} if dev.startswith("cuda") else {}
             model = AutoModelForCausalLM.from_pretrained(
-                where, dtype=torch_dtype, trust_remote_code=trust_remote_code, **extra)
+                where, dtype=torch_dtype, trust_remote_code=trust_remote_code, **on_gpu, **extra)
     except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear message
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (offline: HF_HUB_OFFLINE=1 and not in the local cache)" if offline else ""
         raise ModelLoadError(f"model {name!r} could not be loaded from {source}{hint}: {why}") from exc
-    model.to(dev)
+    model.to(dev)  # already there when loaded with device_map (CUDA); CPU and MPS move here
     model.eval()
     try:
         gen_cfg = GenerationConfig.from_pretrained(where)

@@ -1,8 +1,10 @@
 """Memory breakdown per engine step: what the device (or process) memory is spent on.
 
-Definitions: DESIGN.md, "Memory definitions". On CUDA every part is measured (torch.cuda
-allocator statistics plus NVML); on CPU the process RSS (psutil) is split into weights, KV
-cache, an activation estimate and the rest. Parts are never negative and sum to the total.
+Definitions: DESIGN.md, "Memory definitions". On CUDA every part is measured from torch's
+allocator statistics (read once per step) and ``torch.cuda.mem_get_info`` (total and free of the
+device this process sees, a MIG slice included); NVML is never read on the engine thread. On
+CPU the process RSS (psutil) is split into weights, KV cache, an activation estimate and the
+rest. Parts are never negative and sum to the total.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ class MemoryBreakdown:
 
     Attributes:
         device: ``"cuda:0"``, ``"cpu"``... parts: CUDA: weights, kv_cache, activations,
-            allocator_cache, context_other, free; CPU: weights, kv_cache, activations,
-            runtime_other. total_bytes: the sum of the parts, in bytes. total_label: what that
-            total is ("GPU total (NVML)", "process RSS"...). timestamp: ``perf_counter()`` s.
+            workspaces, allocator_cache, context_other, free; CPU: weights, kv_cache,
+            activations, runtime_other. total_bytes: the sum of the parts, in bytes.
+            total_label: what that total is ("GPU total", "process RSS"...). timestamp:
+            ``perf_counter()`` s.
         notes: caveats (NVML unavailable, clamped values...).
     """
 
@@ -60,12 +63,17 @@ class MemoryBreakdown:
 class MemoryProbe:
     """Builds a :class:`MemoryBreakdown` after each step and on demand.
 
+    On CUDA a step's activations are its peak allocation minus what was allocated when it
+    began, so cuBLAS workspaces and other long-lived allocations (their own part,
+    ``workspaces``) are not taken for activations. Totals come from ``mem_get_info``; NVML
+    (this process's memory as the driver sees it) only annotates, from the last reading
+    :meth:`snapshot` took on its caller's thread.
+
     Args:
         model: the loaded model; its weight bytes are counted once here.
         device: where the model runs (``"cuda"``, ``"cuda:1"``, ``"cpu"``).
         spec, dtype_bytes: for the CPU activation estimate.
-        gpu: an NVML monitor for CUDA totals; ``None`` creates one for the CUDA device.
-        nvml_interval_s: NVML is read at most this often inside steps (snapshots always read).
+        gpu: an NVML monitor read by :meth:`snapshot`; ``None`` creates one for a CUDA device.
     """
 
     def __init__(self, model, device: str, spec: ModelSpec, dtype_bytes: float,
@@ -77,38 +85,38 @@ class MemoryProbe:
         self.spec, self.dtype_bytes = spec, dtype_bytes
         self.weights = weight_bytes(model)
         self.gpu = gpu if gpu is not None or not self.is_cuda else GpuMonitor(self.device.index)
-        self.nvml_interval_s = nvml_interval_s
         self._reading: GpuReading | None = None
+        self._step_start_alloc = 0
         self._proc = psutil.Process()
 
     def begin_step(self) -> None:
-        """Call before a step: on CUDA resets the peak-allocated counter."""
+        """Call before a step: on CUDA resets the peak counter and notes what is allocated."""
         if self.is_cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
+            self._step_start_alloc = torch.cuda.memory_allocated(self.device)
 
     def end_step(self, kv_bytes: int, batch: int, tokens: int) -> MemoryBreakdown:
         """The breakdown right after a step that ran ``batch`` × ``tokens`` tokens and left
-        ``kv_bytes`` of KV cache (measured tensor bytes)."""
+        ``kv_bytes`` of KV cache (measured tensor bytes). Reads the allocator once."""
         if self.is_cuda:
-            peak = torch.cuda.max_memory_allocated(self.device)
-            return self._cuda(kv_bytes, peak, self._gpu_reading(force=False), in_step=True)
+            st = torch.cuda.memory_stats(self.device)
+            return self._cuda(kv_bytes, st.get("allocated_bytes.all.current", 0),
+                              st.get("reserved_bytes.all.current", 0),
+                              st.get("allocated_bytes.all.peak", 0), self._step_start_alloc,
+                              in_step=True)
         act = activation_estimate(self.spec, self.dtype_bytes, batch, tokens)
         return self._cpu(kv_bytes, act, f"estimate for batch {batch} × {tokens} tokens")
 
     def snapshot(self, kv_bytes: int = 0) -> MemoryBreakdown:
-        """The breakdown outside a step (for a low-rate sampler); NVML is read afresh."""
+        """The breakdown outside a step (for a low-rate sampler on its own thread); NVML is
+        read afresh here, never on the engine thread."""
         if self.is_cuda:
+            if self.gpu is not None:
+                self._reading = self.gpu.read()
             alloc = torch.cuda.memory_allocated(self.device)
-            return self._cuda(kv_bytes, alloc, self._gpu_reading(force=True), in_step=False)
+            reserved = torch.cuda.memory_reserved(self.device)
+            return self._cuda(kv_bytes, alloc, reserved, alloc, alloc, in_step=False)
         return self._cpu(kv_bytes, 0, "no step running")
-
-    def _gpu_reading(self, force: bool) -> GpuReading | None:
-        if self.gpu is None:
-            return None
-        r = self._reading
-        if force or r is None or time.perf_counter() - r.timestamp >= self.nvml_interval_s:
-            self._reading = r = self.gpu.read()
-        return r
 
     def _cpu(self, kv: int, act: int, act_note: str) -> MemoryBreakdown:
         rss = self._proc.memory_info().rss
@@ -127,41 +135,43 @@ class MemoryProbe:
         ]
         return MemoryBreakdown(str(self.device), parts, total, label, time.perf_counter(), notes)
 
-    def _cuda(self, kv: int, high: int, r: GpuReading | None, in_step: bool) -> MemoryBreakdown:
-        alloc = torch.cuda.memory_allocated(self.device)
-        reserved = torch.cuda.memory_reserved(self.device)
-        high = max(high, alloc)
-        act = max(0, high - self.weights - kv)
-        inside = max(reserved, self.weights + kv + act)
-        cache = inside - self.weights - kv - act
-        act_note = ("peak allocated during the step − weights − KV cache" if in_step
-                    else "allocated now − weights − KV cache (no step running)")
+    def _cuda(self, kv: int, alloc: int, reserved: int, peak: int, start: int,
+              in_step: bool) -> MemoryBreakdown:
+        peak = max(peak, alloc, start)
+        workspaces = max(0, start - self.weights - kv)
+        act = max(0, peak - max(start, self.weights + kv + workspaces))
+        inside = max(reserved, self.weights + kv + workspaces + act)
+        cache = inside - self.weights - kv - workspaces - act
+        act_note = ("peak allocated during the step − allocated when it began" if in_step
+                    else "none: no step running")
         parts = [
             MemoryPart("weights", self.weights, True, "unique parameter and buffer storages"),
             MemoryPart("kv_cache", kv, True, "sum of nbytes of the cache tensors"),
             MemoryPart("activations", act, True, act_note),
+            MemoryPart("workspaces", workspaces, True,
+                       "allocated outside a step − weights − KV cache: cuBLAS workspaces and "
+                       "other long-lived buffers"),
             MemoryPart("allocator_cache", cache, True,
-                       "memory_reserved − max(peak, allocated): the step's activations are "
-                       "counted above, so they are not counted twice here"),
+                       "memory_reserved − the parts above: held by torch's allocator, unused"),
         ]
         notes: list[str] = []
-        if r is not None and r.available and r.mem_total_bytes and r.mem_free_bytes is not None:
-            total, free = r.mem_total_bytes, r.mem_free_bytes
+        try:
+            free, total = torch.cuda.mem_get_info(self.device)
+        except Exception as exc:  # noqa: BLE001 - telemetry never fails a step
+            free = total = None
+            notes.append(f"mem_get_info failed ({type(exc).__name__}): total is torch's reserved")
+        if total:
             other = max(0, total - free - inside)
             free = min(free, max(0, total - inside - other))
-            note = "NVML device used − memory_reserved: CUDA context, non-torch memory, other processes"
-            if r.process_bytes is not None:
-                note += f"; this process per NVML: {r.process_bytes:,} B"
+            note = "device used (mem_get_info) − memory_reserved: CUDA context, other processes"
+            r = self._reading
+            if r is not None and r.process_bytes is not None:
+                note += f"; this process per NVML (last reading): {r.process_bytes:,} B"
             parts += [MemoryPart("context_other", other, True, note),
-                      MemoryPart("free", free, True, "NVML free")]
-            total, label = inside + other + free, "GPU total (NVML)"
-            if total != r.mem_total_bytes:
-                notes.append(f"torch reserved more than NVML reports used; NVML total "
-                             f"{r.mem_total_bytes:,} B")
+                      MemoryPart("free", free, True, "mem_get_info free")]
+            total, label = inside + other + free, "GPU total (mem_get_info)"
         else:
-            why = r.reason if r is not None else "no GPU monitor"
-            parts += [MemoryPart("context_other", 0, False, f"N/A: {why}"),
-                      MemoryPart("free", 0, False, f"N/A: {why}")]
-            total, label = inside, "memory_reserved (NVML N/A)"
-            notes.append(f"NVML N/A ({why}): total is torch's reserved memory")
+            parts += [MemoryPart("context_other", 0, False, "N/A: no device totals"),
+                      MemoryPart("free", 0, False, "N/A: no device totals")]
+            total, label = inside, "memory_reserved (device totals N/A)"
         return MemoryBreakdown(str(self.device), parts, total, label, time.perf_counter(), notes)

@@ -62,13 +62,22 @@ def describe_error(exc: BaseException, nvml=None) -> str:
 class GpuMonitor:
     """Reads one GPU through NVML; safe to call from several threads.
 
+    The GPU is found by its UUID when one is given (:func:`torch_gpu_uuid`): torch's device
+    index counts only the GPUs ``CUDA_VISIBLE_DEVICES`` shows, while NVML counts every GPU of
+    the machine, and a MIG slice is only reachable by its own UUID. Without a UUID, or when
+    NVML does not know it, the index is used.
+
     Args:
-        index: NVML device index.
+        index: NVML device index (the fallback).
         nvml_module: a module with pynvml's functions (tests pass a fake); default ``pynvml``.
+        uuid: the GPU's UUID as torch reports it (with or without the ``GPU-`` / ``MIG-``
+            prefix).
     """
 
-    def __init__(self, index: int = 0, nvml_module=None):
+    def __init__(self, index: int = 0, nvml_module=None, uuid: str | None = None):
         self.index = index
+        self.uuid = uuid
+        self.found_by = None
         self._nvml = nvml_module
         self._handle = None
         self._failure: str | None = None
@@ -92,8 +101,18 @@ class GpuMonitor:
         except Exception as exc:
             self._failure = f"no NVIDIA driver (NVML init failed: {describe_error(exc, self._nvml)})"
             return False
+        if self.uuid:
+            bare = self.uuid.split("-", 1)[1] if self.uuid.startswith(("GPU-", "MIG-")) else self.uuid
+            for name in (self.uuid, f"GPU-{bare}", f"MIG-{bare}"):
+                try:
+                    self._handle = self._nvml.nvmlDeviceGetHandleByUUID(name)
+                    self.found_by = f"UUID {name}"
+                    return True
+                except Exception:  # noqa: BLE001 - try the next spelling, then the index
+                    continue
         try:
             self._handle = self._nvml.nvmlDeviceGetHandleByIndex(self.index)
+            self.found_by = f"index {self.index}"
         except Exception as exc:
             self._failure = f"no GPU {self.index} in NVML ({describe_error(exc, self._nvml)})"
             return False
@@ -159,3 +178,14 @@ class GpuMonitor:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def torch_gpu_uuid(device) -> str | None:
+    """The UUID torch reports for a CUDA device (``None`` where it reports none)."""
+    try:
+        import torch
+
+        uuid = getattr(torch.cuda.get_device_properties(torch.device(device)), "uuid", None)
+    except Exception:  # noqa: BLE001 - no CUDA, or an old torch
+        return None
+    return str(uuid) if uuid else None

@@ -135,6 +135,7 @@ class ModelRunner:
             if e.samples:
                 out.sampled[rid] = self.sample(seq, logits)
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
+            after_error(exc)
             out.errors[rid] = exc
         tokens = e.num_computed + e.num_new if seq.use_kv_cache else 0
         out.kv_tokens[rid] = tokens
@@ -145,6 +146,12 @@ class ModelRunner:
         """The next token of one sequence from its ``[V]`` last-position logits."""
         return self.sampler.sample(logits, seq.params, seq.all_ids, seq.output_ids,
                                    seq.generator)
+
+    def warm_up(self) -> None:
+        """Two small forward passes before serving, so the first request's TTFT holds no
+        one-time set-up (cuBLAS handles and workspaces, kernel loading on a GPU)."""
+        for _ in range(2):
+            self.recompute([0] * 16)
 
     # ---- the KV cache it holds --------------------------------------------------------------
     def kv_bytes(self, request_id: str, num_tokens: int) -> int:
@@ -162,3 +169,10 @@ class ModelRunner:
             cache = self.caches.pop(rid, None)
             if cache is not None:
                 cache.release()
+
+
+def after_error(exc: BaseException) -> None:
+    """After an out-of-memory error on a GPU, give torch's cached blocks back to the device,
+    so the requests that go on have room (the one time the cache is emptied)."""
+    if isinstance(exc, torch.OutOfMemoryError) and torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -8,7 +8,7 @@ import time
 import torch
 
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
-from engine.worker.model_runner import ModelRunner
+from engine.worker.model_runner import ModelRunner, after_error
 from engine.outputs import ModelRunnerOutput
 from engine.worker.sampler import Sampler
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
@@ -136,11 +136,13 @@ class PagedModelRunner(ModelRunner):
         if entries:
             try:
                 self.run_packed(entries, out)
-            except Exception:  # noqa: BLE001 - isolate the failing request: rerun each alone
+            except Exception as exc:  # noqa: BLE001 - isolate the failing request: rerun each alone
+                after_error(exc)
                 for e in entries:
                     try:
                         self.run_packed([e], out)
                     except Exception as exc:  # noqa: BLE001
+                        after_error(exc)
                         out.errors[e.seq.request_id] = exc
         out.end_s = time.perf_counter()
         return out
