@@ -29,6 +29,9 @@ class EngineConfig:
             weight-stationary linear layout (:mod:`engine.worker.weight_stationary`).
         warmup: on a GPU, run two small forward passes before serving, so the first
             request's time to first token holds no one-time set-up.
+        cuda_graphs: replay decode steps of up to 32 sequences from CUDA graphs
+            (:mod:`engine.worker.cuda_graph_runner`): ``None`` = on CUDA only; True also on
+            CPU, where the same static buffers run eagerly (for tests); False never.
 
     Raises:
         ValueError: from ``__post_init__``, naming the field, for a value out of range.
@@ -44,6 +47,7 @@ class EngineConfig:
     telemetry: bool = True
     weight_stationary: bool = True
     warmup: bool = True
+    cuda_graphs: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):

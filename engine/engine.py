@@ -73,8 +73,8 @@ class LLMEngine:
     def max_seq_tokens(self) -> int:
         """Longest sequence (prompt + output) one request may reach, in tokens."""
         ctx = self.info.context_len
-        if self.pool is not None:
-            ctx = min(ctx, self.pool.num_blocks * self.pool.block_size)
+        if self.paged:
+            ctx = min(ctx, len(self.block_manager.blocks) * self.block_manager.block_size)
         return ctx
 
     # ---- public API --------------------------------------------------------------------------

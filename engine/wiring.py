@@ -62,11 +62,22 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
     if paged:
         budget = config.kv_cache_bytes or default_kv_budget(info.device)
         per_token = spec.kv_bytes_per_token(info.dtype_bytes)
-        num_blocks = min(KVPool.blocks_for_budget(budget, per_token, config.block_size),
-                         pool_cap_blocks(config, info.context_len))
+        num_blocks = max(2, min(KVPool.blocks_for_budget(budget, per_token, config.block_size),
+                                pool_cap_blocks(config, info.context_len)))
         pool = KVPool(spec.layers, spec.kv_heads, spec.head_dim, num_blocks, config.block_size,
                       next(loaded.model.parameters()).dtype, info.device)
-        bm = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        graphs = config.cuda_graphs
+        if graphs is None:
+            graphs = info.device.startswith("cuda")
+        # with graphs, the pool's last block is the scratch block of the buckets' spare rows
+        bm = BlockManager(num_blocks - 1 if graphs else num_blocks, config.block_size,
+                          config.enable_prefix_caching)
+        if runner is None and graphs:
+            from engine.worker.cuda_graph_runner import CudaGraphRunner
+
+            runner = CudaGraphRunner(loaded.model, pool, config.block_size, sampler,
+                                     scratch_block=num_blocks - 1,
+                                     max_blocks_per_seq=-(-info.context_len // config.block_size))
         runner = runner or PagedModelRunner(loaded.model, pool, config.block_size, sampler,
                                             config.weight_stationary)
         scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,

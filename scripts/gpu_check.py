@@ -91,6 +91,53 @@ def parity(loaded, engine, n: int = 32) -> dict:
     return {"tokens": n, "identical": ours == ref, "first_divergence": first}
 
 
+def paged_scenarios(loaded, engine) -> dict:
+    """Greedy tokens of the paged engine against Hugging Face ``generate`` for a fresh prompt,
+    a prefix-cache hit, a chunked prefill and a mixed batch (prefill beside decodes)."""
+    import torch
+
+    from engine import LLMEngine, SamplingParams
+
+    p = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    long_prompt = "Summarise: " + "The scheduler packs tokens into steps. " * 60
+
+    def ref(out):
+        ids = torch.tensor([out.prompt_token_ids], device=loaded.model.device)
+        with torch.inference_mode():
+            gen = loaded.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                        max_new_tokens=16, min_new_tokens=16)
+        return gen[0, ids.shape[1]:].tolist()
+
+    res = {}
+    fresh = engine.generate(long_prompt, p, raw=True)
+    res["fresh"] = fresh.token_ids == ref(fresh)
+    hit = engine.generate(long_prompt, p, raw=True)
+    res["prefix_hit"] = hit.token_ids == fresh.token_ids
+    chunked_engine = LLMEngine(loaded, telemetry=False, max_num_batched_tokens=64)
+    try:
+        res["chunked"] = chunked_engine.generate(long_prompt, p, raw=True).token_ids == fresh.token_ids
+    finally:
+        chunked_engine.shutdown()
+    running = [engine.submit(f"Decode {i}:", SamplingParams(temperature=0, max_tokens=40,
+                                                            ignore_eos=True), raw=True)
+               for i in range(4)]
+    mixed = engine.generate(long_prompt + " Again.", p, raw=True)
+    res["mixed"] = mixed.token_ids == ref(mixed)
+    [h.result(300) for h in running]
+    return res
+
+
+def prefill_memory(engine, tokens: int = 512) -> dict:
+    """The memory breakdown of a step that prefills ``tokens`` tokens, and at idle after."""
+    from engine import SamplingParams
+
+    out = engine.generate("word " * tokens, SamplingParams(temperature=0, max_tokens=2), raw=True)
+    idle = engine.memory_snapshot()
+    return {"prompt_tokens": len(out.prompt_token_ids),
+            "during_prefill": out.memory.to_dict() if out.memory is not None else None,
+            "idle": idle.to_dict() if idle is not None else None}
+
+
 def batch_figures(engine, sizes=(1, 16), new_tokens: int = 64) -> dict:
     """Total decode tokens/s and mean TTFT with ``b`` requests at once, for each ``b``."""
     from engine import SamplingParams
@@ -122,6 +169,72 @@ def telemetry_run(engine) -> dict:
     idle = engine.memory_snapshot()
     return {"ttft_s": m.ttft_s, "tpot_s": m.tpot_s, "decode_tokens_per_s": m.decode_tokens_per_s,
             "memory_last_step": mem, "memory_idle": idle.to_dict() if idle is not None else None}
+
+
+def itl_table(engine, sizes=(1, 8, 32), new_tokens: int = 48) -> dict:
+    """Median inter-token latency at each batch size, greedy and with the page's defaults
+    (temperature 0.7, top-k 50, top-p 0.95, repetition penalty 1.1)."""
+    from engine import SamplingParams
+
+    settings = {"greedy": dict(temperature=0),
+                "page_defaults": dict(temperature=0.7, top_k=50, top_p=0.95,
+                                      repetition_penalty=1.1)}
+    table = {}
+    for name, kw in settings.items():
+        for b in sizes:
+            hs = [engine.submit(f"Story {i}: once upon a time", SamplingParams(
+                max_tokens=new_tokens, ignore_eos=True, seed=i, **kw), raw=True)
+                for i in range(b)]
+            itl = sorted(x for h in hs for x in h.result(600).metrics.itl_s)
+            table[f"{name}_batch_{b}"] = {"itl_p50_s": itl[len(itl) // 2],
+                                          "itl_p99_s": itl[min(len(itl) - 1, int(len(itl) * .99))]}
+    return table
+
+
+def ttft_first_vs_second(loaded) -> dict:
+    """TTFT of a fresh engine's first request against its second (warm-up at work)."""
+    from engine import LLMEngine, SamplingParams
+
+    eng = LLMEngine(loaded, telemetry=False)
+    try:
+        p = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+        first = eng.generate("A first request.", p, raw=True).metrics.ttft_s
+        second = eng.generate("A second request.", p, raw=True).metrics.ttft_s
+    finally:
+        eng.shutdown()
+    return {"first_ttft_s": first, "second_ttft_s": second}
+
+
+def launches_per_decode_step(loaded, batch: int) -> dict:
+    """Kernel launches and host-device waits in one decode step, eager and from a graph."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine import LLMEngine, SamplingParams
+
+    out = {}
+    for label, graphs in (("eager", False), ("graphs", True)):
+        eng = LLMEngine(loaded, telemetry=False, cuda_graphs=graphs)
+        try:
+            p = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+            [h.result(120) for h in [eng.submit(f"Warm {i}", p, raw=True) for i in range(batch)]]
+            hs = [eng.submit(f"Prompt {i} goes", SamplingParams(
+                temperature=0, max_tokens=40, ignore_eos=True), raw=True) for i in range(batch)]
+            while max(len(h.events) for h in hs) < 20:
+                time.sleep(0.01)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                n0 = min(len(h.events) for h in hs)
+                while min(len(h.events) for h in hs) < n0 + 5:
+                    time.sleep(0.002)
+            [h.result(120) for h in hs]
+            ev = prof.key_averages()
+            launches = sum(e.count for e in ev if "LaunchKernel" in e.key or
+                           "GraphLaunch" in e.key)
+            syncs = sum(e.count for e in ev if "Synchronize" in e.key or "MemcpyAsync" in e.key)
+            out[label] = {"launches_per_step": launches / 5, "syncs_or_copies_per_step": syncs / 5}
+        finally:
+            eng.shutdown()
+    return out
 
 
 def nvml_readings(engine) -> dict:
@@ -160,14 +273,32 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     engine = LLMEngine(loaded)
     report["pool"] = {"setup_s": time.perf_counter() - t0,
+                      "runner": type(engine.runner).__name__,
                       "num_blocks": engine.pool.num_blocks if engine.pool is not None else 0,
                       "bytes": engine.pool.nbytes if engine.pool is not None else 0}
     try:
         _step(report, "telemetry_run", lambda: telemetry_run(engine))
         _step(report, "parity_greedy", lambda: parity(loaded, engine, 8 if args.quick else 32))
+        _step(report, "paged_scenarios", lambda: paged_scenarios(loaded, engine))
+        _step(report, "prefill_memory", lambda: prefill_memory(engine, 64 if args.quick else 512))
         sizes = (1, 2) if args.quick else (1, 16)
         _step(report, "batch", lambda: batch_figures(engine, sizes, 8 if args.quick else 64))
         _step(report, "nvml", lambda: nvml_readings(engine))
+        _step(report, "itl", lambda: itl_table(engine, (1, 2) if args.quick else (1, 8, 32),
+                                                8 if args.quick else 48))
+
+        def telemetry_on_off():
+            from engine import LLMEngine
+
+            quiet = LLMEngine(loaded, telemetry=False)
+            try:
+                on = itl_table(engine, (1,), 8 if args.quick else 64)["greedy_batch_1"]
+                off = itl_table(quiet, (1,), 8 if args.quick else 64)["greedy_batch_1"]
+            finally:
+                quiet.shutdown()
+            return {"telemetry_on": on, "telemetry_off": off}
+
+        _step(report, "telemetry_on_off", telemetry_on_off)
 
         def batch_experiment():
             from engine.experiments import batch
@@ -178,6 +309,23 @@ def main(argv=None) -> int:
         _step(report, "batch_experiment_quick", batch_experiment)
     finally:
         engine.shutdown()
+    _step(report, "ttft_first_vs_second", lambda: ttft_first_vs_second(loaded))
+    if device.startswith("cuda") and loaded.info.dtype == "float32":
+        def bf16_parity():
+            import torch
+
+            loaded.model.to(torch.bfloat16)
+            eng = LLMEngine(loaded, telemetry=False)
+            try:
+                return parity(loaded, eng, 64)
+            finally:
+                eng.shutdown()
+                loaded.model.to(torch.float32)
+
+        _step(report, "parity_greedy_bf16", bf16_parity)
+    if device.startswith("cuda"):
+        for b in (1, 32):
+            _step(report, f"launches_batch_{b}", lambda b=b: launches_per_decode_step(loaded, b))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2, default=str))
     print(f"[gpu_check] wrote {args.out}")
