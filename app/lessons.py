@@ -8,6 +8,8 @@ a browser) and Plotly figures built from plain numbers. This module never import
 
 from __future__ import annotations
 
+import html
+import json
 from typing import Iterator
 
 import gradio as gr
@@ -16,6 +18,7 @@ from plotly.subplots import make_subplots
 
 from engine import SamplingParams
 from engine.experiments import calculator, decode_share, explorer, prompt_length
+from engine.model_spec import ModelSpec
 from engine.telemetry.estimator import DTYPE_BYTES, known_models
 
 from .figures import _hint
@@ -57,7 +60,7 @@ def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
 
 
 def _error(message: str) -> str:
-    return f"<span style='color:#b00'>⚠ {message}</span>"
+    return f"<span style='color:#b00'>⚠ {html.escape(message)}</span>"
 
 
 # ---- (a) KV cache on vs off, live --------------------------------------------------------------
@@ -227,12 +230,89 @@ def calculator_table(calc: dict) -> str:
     return "\n".join(lines)
 
 
-def calculator_view(model: str, config_path: str, seq_len, batch, dtype: str) -> tuple:
-    """``(figure, markdown)`` for the chosen model (a local config path wins when given)."""
+MAX_CONFIG_BYTES = 1 << 20  # a pasted or uploaded config.json (real ones are a few KB)
+MAX_CALC_SEQ_LEN = 1 << 24
+MAX_CALC_BATCH = 1 << 20
+
+
+def _whole(name: str, value, lo: int, hi: int) -> int:
+    """``value`` as an int in ``[lo, hi]`` (a whole float is fine); ValueError naming ``name``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"{name} must be a whole number in [{lo:,}, {hi:,}], got {shown}")
+    return value
+
+
+def read_config(pasted: str | None, uploaded: str | None) -> dict | None:
+    """The ``config.json`` the user gave, as a dict: an uploaded file wins over pasted text.
+
+    Args:
+        pasted: JSON text from the page (or ``None``).
+        uploaded: the path Gradio gives for a file the user uploaded (Gradio accepts only
+            paths inside its own upload folder from a client); at most
+            :data:`MAX_CONFIG_BYTES` of it are read.
+
+    Returns:
+        The JSON object, or ``None`` when neither was given.
+
+    Raises:
+        ValueError: not JSON, not an object, or larger than :data:`MAX_CONFIG_BYTES` (the
+            message is about the user's own text, never about server files).
+    """
+    if uploaded:
+        try:
+            with open(uploaded, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError:
+            raise ValueError("the uploaded file could not be read: upload it again") from None
+        what = "the uploaded config.json"
+    elif isinstance(pasted, str) and pasted.strip():
+        try:
+            raw = pasted.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("the pasted config.json is not valid Unicode text") from None
+        what = "the pasted config.json"
+    else:
+        return None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{what} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
     try:
-        calc = calculator.calculate((config_path or "").strip() or model, int(seq_len), int(batch), dtype)
-    except (LookupError, ValueError, OSError) as exc:
-        return go.Figure(), _error(str(exc).splitlines()[0])
+        data = json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError or bad UTF-8
+        raise ValueError(f"{what} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a JSON object ({{...}}), got {type(data).__name__}")
+    return data
+
+
+def calculator_view(model: str, pasted: str | None, uploaded: str | None, seq_len, batch,
+                    dtype: str) -> tuple:
+    """``(figure, markdown)`` for a model of the shipped table, or for the user's own
+    ``config.json`` (uploaded or pasted; it wins over the table model when given).
+
+    A client never names a server-side file or a Hub id here: the model must be one of
+    ``known_models()``, and a config comes as text or as an upload.
+    """
+    try:
+        seq_len = _whole("sequence length", seq_len, 1, MAX_CALC_SEQ_LEN)
+        batch = _whole("batch", batch, 1, MAX_CALC_BATCH)
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}")
+        config = read_config(pasted, uploaded)
+        if config is not None:
+            name = str(config.get("_name_or_path") or "your config.json")[:80]
+            spec = ModelSpec.from_config(config, name=name, source="your config.json")
+        elif isinstance(model, str) and model in known_models():
+            spec = model
+        else:
+            raise ValueError("pick a model from the list, or paste or upload its config.json")
+        calc = calculator.calculate(spec, seq_len, batch, dtype)
+    except (LookupError, ValueError, TypeError, ArithmeticError) as exc:
+        return go.Figure(), _error(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
     return calculator_figure(calc), calculator_table(calc)
 
 
@@ -336,14 +416,19 @@ def build_lessons(engine) -> dict:
             with gr.Row():
                 c["calc_model"] = gr.Dropdown(models, value=first or None, label="model",
                                               **ids("calc_model"))
-                c["calc_path"] = gr.Textbox(label="or a local config.json path",
-                                            placeholder="optional", **ids("calc_path"))
                 c["calc_seq"] = gr.Slider(128, 131072, value=4096, step=128,
                                           label="sequence length (tokens)", **ids("calc_seq"))
                 c["calc_batch"] = gr.Slider(1, 256, value=1, step=1, label="batch", **ids("calc_batch"))
                 c["calc_dtype"] = gr.Dropdown(list(DTYPE_BYTES), value="fp16", label="dtype",
                                               **ids("calc_dtype"))
-            fig, table = calculator_view(first, "", 4096, 1, "fp16")
+            with gr.Accordion("Or your own model: its config.json", open=False):
+                with gr.Row():
+                    c["calc_json"] = gr.Textbox(label="paste config.json", lines=3, max_lines=12,
+                                                placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
+                                                **ids("calc_json"))
+                    c["calc_file"] = gr.File(label=f"or upload it (up to {MAX_CONFIG_BYTES // 1024} KiB)",
+                                             file_types=[".json"], type="filepath", **ids("calc_file"))
+            fig, table = calculator_view(first, "", None, 4096, 1, "fp16")
             c["calc_plot"] = gr.Plot(fig, show_label=False, **ids("calc_plot"))
             c["calc_table"] = gr.Markdown(table, **ids("calc_table"))
         with gr.Tab("Sampling explorer"):
@@ -390,7 +475,7 @@ def _wire(engine, c: dict, answer, logits) -> None:
     c["share_run"].click(on_share, c["share_tokens"], [c["share_plot"], c["prefill_status"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
 
-    calc_in = [c["calc_model"], c["calc_path"], c["calc_seq"], c["calc_batch"], c["calc_dtype"]]
+    calc_in = [c["calc_model"], c["calc_json"], c["calc_file"], c["calc_seq"], c["calc_batch"], c["calc_dtype"]]
     for comp in calc_in:
         comp.change(calculator_view, calc_in, [c["calc_plot"], c["calc_table"]],
                     show_progress="hidden", trigger_mode="always_last", **quiet)

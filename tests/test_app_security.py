@@ -1,0 +1,113 @@
+"""What a web client can and cannot make the server do, tried over HTTP the way an attacker
+would: ``POST /gradio_api/queue/join`` with any event's ``fn_index`` (the page's hidden events
+too), ``/gradio_api/call/<name>``, and the queue's event stream.
+
+The page runs in this process on 127.0.0.1 around a fake engine (``test_app_fakes``), so these
+tests need no model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import stat
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.service import Playground
+from test_app_fakes import FakeEngine, launch, wait_until
+
+
+# ---- helpers -------------------------------------------------------------------------------
+def fn_index(demo, name: str, input_id: str | None = None) -> int:
+    """The ``fn_index`` of the page event whose handler is called ``name`` (and, when given,
+    that takes the component with elem_id ``input_id``)."""
+    hits = [i for i, f in demo.fns.items() if getattr(f.fn, "__name__", None) == name
+            and (input_id is None or any(getattr(c, "elem_id", None) == input_id for c in f.inputs))]
+    assert hits, f"no event runs {name}"
+    return hits[0]
+
+
+def queue_call(url: str, index: int, data: list, session_hash: str | None = None,
+               timeout: float = 60.0) -> list[dict]:
+    """Join the queue with ``data`` for event ``index`` and read the queue's stream until that
+    event completes; returns every message of the event (``process_generating``...)."""
+    session_hash = session_hash or secrets.token_hex(8)
+    r = httpx.post(url + "gradio_api/queue/join", timeout=timeout,
+                   json={"data": data, "fn_index": index, "session_hash": session_hash,
+                         "event_data": None, "trigger_id": None})
+    assert r.status_code == 200, r.text
+    event_id = r.json()["event_id"]
+    msgs = []
+    with httpx.stream("GET", url + "gradio_api/queue/data", params={"session_hash": session_hash},
+                      timeout=timeout) as resp:
+        for line in resp.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            msg = json.loads(line[5:])
+            if msg.get("event_id") not in (None, event_id):
+                continue
+            msgs.append(msg)
+            if msg.get("msg") == "process_completed":
+                break
+    return msgs
+
+
+def final(msgs: list[dict]) -> dict:
+    """The ``output`` of the event's ``process_completed`` message."""
+    done = [m for m in msgs if m.get("msg") == "process_completed"]
+    assert done, msgs
+    return done[-1]["output"]
+
+
+@pytest.fixture
+def served(tmp_path):
+    """``(demo, url, pg, engine)``: the whole page on a fake engine."""
+    eng = FakeEngine()
+    pg = Playground(eng, trace_dir=tmp_path / "traces", monitor=False)
+    demo, url = launch(pg)
+    yield demo, url, pg, eng
+    demo.close()
+    pg.close()
+
+
+# ---- 1. no server-side path from a client ----------------------------------------------------
+def _calculator_payload(demo, index: int, path: str) -> list:
+    """The calculator event's inputs with ``path`` in every slot that takes text or a file."""
+    import gradio as gr
+
+    data = []
+    for comp in demo.fns[index].inputs:
+        if isinstance(comp, gr.File):
+            data.append({"path": path, "orig_name": "config.json", "meta": {"_type": "gradio.FileData"}})
+        elif isinstance(comp, (gr.Textbox, gr.Code)):
+            data.append(path)
+        else:
+            data.append(comp.value)
+    return data
+
+
+def test_calculator_reads_no_server_file_through_the_queue_api(served, tmp_path):
+    """The calculator's hidden event, called with server paths in every text or file input:
+    the answer for an existing JSON file equals the answer for a missing one, and shows none
+    of the file's fields."""
+    demo, url, _, _ = served
+    secret_dir = tmp_path / "secretmodelname"
+    secret_dir.mkdir()
+    cfg = secret_dir / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 77, "num_attention_heads": 8, "hidden_size": 512,
+                               "intermediate_size": 1024, "vocab_size": 1000,
+                               "max_position_embeddings": 4242}))
+    index = fn_index(demo, "calculator_view")
+    outputs = {}
+    for path in (str(cfg), str(secret_dir / "missing.json"), "/etc/passwd"):
+        out = final(queue_call(url, index, _calculator_payload(demo, index, path)))
+        outputs[path] = json.dumps(out)
+        assert "secretmodelname" not in outputs[path] and "4,242" not in outputs[path]
+    first = outputs[str(cfg)]
+    assert all(o == first for o in outputs.values()), outputs
+
