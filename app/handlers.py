@@ -15,7 +15,7 @@ from . import batch_view, cards, figures
 from .session import RunState, Throttle
 from .tokens_view import tokens_html
 
-OUTPUTS = ("chat", "completion", "message", "status", "tokens", "cards", "latency", "kv",
+OUTPUTS = ("chat", "history", "completion", "message", "status", "tokens", "cards", "latency", "kv",
            "kv_formula", "memory", "rolling", "batch_stats", "pool", "tables", "strip", "trace", "busy")
 BATCH_KEYS = ("batch_stats", "pool", "tables", "strip")
 TEXT_EVERY_S = 0.25    # text, token chips and stat cards
@@ -61,15 +61,21 @@ def content_text(content) -> str:
     return str(content)
 
 
-def chat_messages(history: list | None, message: str, system_prompt: str = "") -> list[dict]:
-    """The engine's chat: optional system message, the previous turns, then the new user message."""
-    msgs = [{"role": "system", "content": system_prompt.strip()}] if system_prompt and system_prompt.strip() else []
+def plain_history(history: list | None) -> list[dict]:
+    """The user and assistant turns of ``history`` as ``{"role", "content": text}`` dicts
+    (anything else in them, such as files or components, is dropped)."""
+    out = []
     for m in history or []:
         role = m.get("role") if isinstance(m, dict) else None
         if role in ("user", "assistant"):
-            msgs.append({"role": role, "content": content_text(m.get("content"))})
-    msgs.append({"role": "user", "content": message})
-    return msgs
+            out.append({"role": role, "content": content_text(m.get("content"))})
+    return out
+
+
+def chat_messages(history: list | None, message: str, system_prompt: str = "") -> list[dict]:
+    """The engine's chat: optional system message, the previous turns, then the new user message."""
+    msgs = [{"role": "system", "content": system_prompt.strip()}] if system_prompt and system_prompt.strip() else []
+    return msgs + plain_history(history) + [{"role": "user", "content": message}]
 
 
 def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> dict:
@@ -129,15 +135,17 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         pg: the :class:`app.service.Playground`.
         session_id: the browser session (so Stop and closing the tab reach this request).
         mode: ``"chat"`` (history + system prompt through the chat template) or ``"raw"``.
-        message: the prompt text; history: the Chatbot's messages; system_prompt: chat only.
+        message: the prompt text; history: the conversation so far (the page keeps it on the
+            server, never taking it back from the browser); system_prompt: chat only.
         temperature ... seed: sampling settings (see :func:`make_params`); use_kv_cache: decode
             with a KV cache (False: recompute the whole sequence each step).
         notify: called with a message for every refused or failed request (a toast in the page).
 
     Yields:
-        Frames (dicts keyed by :data:`OUTPUTS` names). The last frame has ``busy=False``.
+        Frames (dicts keyed by :data:`OUTPUTS` names). The last frame has ``busy=False`` and,
+        in chat mode, ``history``: the conversation with this turn's answer.
     """
-    history = list(history or [])
+    history = plain_history(history)
     message = message or ""
 
     def refuse(msg: str) -> Iterator[dict]:
@@ -197,6 +205,8 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
                  **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
         kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
         final["status"] = cards.status_html(state.status_line(), kind)
+        if mode == "chat":
+            final["history"] = chat_base + [{"role": "assistant", "content": state.text}]
         if trace:
             final["trace"] = trace
         if state.finish_reason == "error" and notify:

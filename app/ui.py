@@ -164,7 +164,8 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
                 _lessons(pg)
         page = SimpleNamespace(**sidebar, **conversation, **panels, stat_cards=stat_cards, tokens=tokens,
-                               timer=gr.Timer(2.0), batch_seen=gr.State(None), play_tab=play_tab,
+                               timer=gr.Timer(2.0), batch_seen=gr.State(None), history=gr.State([]),
+                               play_tab=play_tab,
                                lessons_tab=lessons_tab)
         wire(demo, page, pg, max_concurrency)
     return demo

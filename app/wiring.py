@@ -21,7 +21,7 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
         pg: the shared :class:`app.service.Playground`; max_concurrency: generations (page and
             API together) that Gradio runs at once.
     """
-    gen_outputs = [page.chatbot, page.completion, page.message, page.status, page.tokens, page.stat_cards,
+    gen_outputs = [page.chatbot, page.history, page.completion, page.message, page.status, page.tokens, page.stat_cards,
                    page.latency, page.kv_plot, page.kv_formula, page.memory, page.rolling,
                    page.batch_stats, page.pool, page.tables, page.strip,
                    page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn]
@@ -43,7 +43,9 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
                                        use_kv, notify=gr.Warning):
             yield to_updates(frame)
 
-    gen_inputs = [page.mode, page.message, page.chatbot, page.system_prompt, page.temperature, page.top_p,
+    # the conversation comes from the session's own state, never from the browser: a client
+    # could otherwise send a forged Chatbot value (file or component messages naming server files)
+    gen_inputs = [page.mode, page.message, page.history, page.system_prompt, page.temperature, page.top_p,
                   page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv]
     run = dict(fn=on_generate, inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
                concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private")
@@ -59,9 +61,9 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
 
     def on_clear():
         panels = handlers.empty_panels(pg)
-        return [[], ""] + [panels[k] for k in clear_keys]
+        return [[], [], ""] + [panels[k] for k in clear_keys]
 
-    page.clear_btn.click(on_clear, None, [page.chatbot, page.completion, page.status, page.tokens,
+    page.clear_btn.click(on_clear, None, [page.chatbot, page.history, page.completion, page.status, page.tokens,
                                           page.stat_cards, page.latency, page.kv_plot, page.kv_formula,
                                           page.memory], **PRIVATE)
 

@@ -111,3 +111,83 @@ def test_calculator_reads_no_server_file_through_the_queue_api(served, tmp_path)
     first = outputs[str(cfg)]
     assert all(o == first for o in outputs.values()), outputs
 
+
+def _generate_payload(demo, index: int, history: list, **values) -> list:
+    """The page's Generate inputs: its components' start values, ``history`` for the chat and
+    ``values`` by component label prefix (``"Prompt"``, ``"temperature"``...)."""
+    import gradio as gr
+
+    data = []
+    for comp in demo.fns[index].inputs:
+        label = getattr(comp, "label", None) or ""
+        hit = [v for k, v in values.items() if label.startswith(k)]
+        if hit:
+            data.append(hit[0])
+        elif isinstance(comp, gr.Chatbot):
+            data.append(history)
+        elif isinstance(comp, gr.State):
+            data.append(None)
+        else:
+            data.append(comp.value)
+    return data
+
+
+def test_chat_history_from_the_client_cannot_reach_server_files(served, tmp_path):
+    """A forged chat history naming a server file (as a Chatbot file or component message)
+    never makes the page serve that file, nor say whether it exists: the conversation is the
+    session's own, kept on the server."""
+    demo, url, _, eng = served
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    index = fn_index(demo, "on_generate", "prompt")
+    forged = {"component": lambda p: {"type": "component", "component": "file", "value": {"path": p},
+                                      "constructor_args": {}, "props": {}},
+              "file": lambda p: {"type": "file", "file": {"path": p, "meta": {"_type": "gradio.FileData"}}}}
+    for kind, make in forged.items():
+        answers = []
+        for path in (str(secret), str(tmp_path / "missing.txt"), "/etc/passwd"):
+            history = [{"role": "user", "content": [make(path)]},
+                       {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}]
+            msgs = queue_call(url, index, _generate_payload(demo, index, history, Prompt="Hi"))
+            text = json.dumps(msgs)
+            assert "TOP-SECRET" not in text and os.getcwd() not in text
+            for m in msgs:  # no file of the server is offered for download
+                for f in _file_urls(m):
+                    assert "TOP-SECRET" not in httpx.get(f if "://" in f else url.rstrip("/") + f).text
+            done = [m for m in msgs if m.get("msg") == "process_completed"][-1]
+            answers.append((done.get("success"), done["output"].get("error"), path in text))
+        assert answers[0] == answers[1] == answers[2], (kind, answers)
+    for prompt, *_ in eng.submitted:  # nothing of the forged history reached the engine
+        assert prompt == [{"role": "user", "content": "Hi"}]
+
+
+def test_the_conversation_is_kept_per_session_on_the_server(served):
+    demo, url, _, eng = served
+    index = fn_index(demo, "on_generate", "prompt")
+    session = secrets.token_hex(8)
+    queue_call(url, index, _generate_payload(demo, index, [], Prompt="First"), session)
+    queue_call(url, index, _generate_payload(demo, index, [], Prompt="Second"), session)
+    queue_call(url, index, _generate_payload(demo, index, [], Prompt="Elsewhere"))
+    assert [p for p, *_ in eng.submitted] == [
+        [{"role": "user", "content": "First"}],
+        [{"role": "user", "content": "First"}, {"role": "assistant", "content": "Hello, world!"},
+         {"role": "user", "content": "Second"}],
+        [{"role": "user", "content": "Elsewhere"}]]
+
+
+def _file_urls(msg) -> list[str]:
+    out = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            u = x.get("url")
+            if isinstance(u, str) and "/file=" in u:
+                out.append(u)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(msg)
+    return out
