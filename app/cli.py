@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
 
     from .assets import read_css
+    from .server import launch
     from .service import Playground
     from .ui import build_demo
 
@@ -66,9 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     demo = build_demo(pg, max_concurrency=concurrency)
     demo.queue(default_concurrency_limit=concurrency)
     try:
-        _, local_url, share_url = demo.launch(server_name=args.host, server_port=args.port, share=args.share,
-                                              theme=theme(), css=read_css(), prevent_thread_lock=True,
-                                              quiet=True, show_error=True, max_threads=concurrency + 8)
+        local_url, share_url = launch(demo, args.host, args.port, share=args.share, theme=theme(),
+                                      css=read_css(), max_threads=concurrency + 8)
         shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
         print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""), flush=True)
         demo.block_thread()

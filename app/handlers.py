@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 from engine import QueueFullError, SamplingParams
 
 from . import batch_view, cards, figures
+from .errors import log_internal
 from .session import RunState, Throttle
 from .tokens_view import tokens_html
 
@@ -167,7 +168,20 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     except ValueError as exc:
         yield from refuse(f"Request refused: {exc}")
         return
+    except Exception as exc:  # noqa: BLE001 - a server failure: logged, the client gets its id
+        yield from refuse(log_internal("Generate", exc))
+        return
+    try:
+        yield from _stream(pg, session_id, handle, state, mode, history, message, params, notify)
+    except Exception as exc:  # noqa: BLE001 - end the stream with a status, buttons restored
+        yield from refuse(log_internal("Generate", exc))
+    finally:
+        pg.release(session_id, handle)
 
+
+def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
+            params: SamplingParams, notify) -> Iterator[dict]:
+    """:func:`generate`'s frames once the request is in the engine, until its final frame."""
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
     first = {**empty_panels(pg, "Queued…"), **_text_frame(state, mode, chat_base, message),
@@ -178,42 +192,39 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     text_due, figs_due, batch_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S), Throttle(BATCH_EVERY_S)
     batch_due.due()  # the first frame drew it
     stopping_shown = False
-    try:
-        for batch in pg.follow(handle):
-            for ev in batch:
-                state.add(ev)
-            if not state.token_times:
-                state.queue_position = handle.queue_position()
-            frame = {}
-            if text_due.due():
-                frame.update(_text_frame(state, mode, chat_base, message))
-                frame["kv_formula"] = _kv_formula(pg, state)
-            if batch and figs_due.due():
-                frame.update(_figure_frame(pg, state, params.max_tokens))
-            if batch_due.due():  # also while queued: the student sees what fills the engine
-                frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]))
-            if handle.abort_requested and ("status" in frame or not stopping_shown):
-                frame["status"] = cards.status_html(STOPPING, "warn")
-                stopping_shown = True
-            if frame:
-                yield frame
-        output = handle.output
-        state.finish(output)
-        trace = pg.write_trace(output, handle.events)
-        final = {**_text_frame(state, mode, chat_base, message), **_figure_frame(pg, state, params.max_tokens),
-                 "rolling": cards.rolling_table_html(pg.rolling_summary()),
-                 **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
-        kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
-        final["status"] = cards.status_html(state.status_line(), kind)
-        if mode == "chat":
-            final["history"] = chat_base + [{"role": "assistant", "content": state.text}]
-        if trace:
-            final["trace"] = trace
-        if state.finish_reason == "error" and notify:
-            notify(f"The engine failed on this request: {state.error}")
-        yield final
-    finally:
-        pg.release(session_id, handle)
+    for batch in pg.follow(handle):
+        for ev in batch:
+            state.add(ev)
+        if not state.token_times:
+            state.queue_position = handle.queue_position()
+        frame = {}
+        if text_due.due():
+            frame.update(_text_frame(state, mode, chat_base, message))
+            frame["kv_formula"] = _kv_formula(pg, state)
+        if batch and figs_due.due():
+            frame.update(_figure_frame(pg, state, params.max_tokens))
+        if batch_due.due():  # also while queued: the student sees what fills the engine
+            frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]))
+        if handle.abort_requested and ("status" in frame or not stopping_shown):
+            frame["status"] = cards.status_html(STOPPING, "warn")
+            stopping_shown = True
+        if frame:
+            yield frame
+    output = handle.output
+    state.finish(output)
+    trace = pg.write_trace(output, handle.events)
+    final = {**_text_frame(state, mode, chat_base, message), **_figure_frame(pg, state, params.max_tokens),
+             "rolling": cards.rolling_table_html(pg.rolling_summary()),
+             **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
+    kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
+    final["status"] = cards.status_html(state.status_line(), kind)
+    if mode == "chat":
+        final["history"] = chat_base + [{"role": "assistant", "content": state.text}]
+    if trace:
+        final["trace"] = trace
+    if state.finish_reason == "error" and notify:
+        notify(f"The engine failed on this request: {state.error}")
+    yield final
 
 
 STOPPING = "Stopping: the engine aborts the request before its next step…"

@@ -16,11 +16,12 @@ import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine import SamplingParams
+from engine import QueueFullError, SamplingParams
 from engine.experiments import calculator, decode_share, explorer, prompt_length
 from engine.model_spec import ModelSpec
 from engine.telemetry.estimator import DTYPE_BYTES, known_models
 
+from .errors import guard
 from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
 
@@ -103,7 +104,7 @@ def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25) -> Itera
         for use in (True, False):
             try:
                 runs.append(engine.submit(prompt, params, use_kv_cache=use))
-            except Exception as exc:  # noqa: BLE001 - a full queue or a bad prompt is shown
+            except (ValueError, QueueFullError) as exc:  # a bad prompt or a full queue is shown
                 yield kv_live_figure(*_curves(runs), new_tokens), _error(str(exc))
                 return
             while not runs[-1].finished:
@@ -311,7 +312,7 @@ def calculator_view(model: str, pasted: str | None, uploaded: str | None, seq_le
         else:
             raise ValueError("pick a model from the list, or paste or upload its config.json")
         calc = calculator.calculate(spec, seq_len, batch, dtype)
-    except (LookupError, ValueError, TypeError, ArithmeticError) as exc:
+    except (ValueError, TypeError, ArithmeticError) as exc:  # about the user's own values
         return go.Figure(), _error(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
     return calculator_figure(calc), calculator_table(calc)
 
@@ -461,7 +462,7 @@ def _wire(engine, c: dict, answer, logits) -> None:
     def on_kv(prompt, n):
         yield from kv_live(engine, prompt, n)
 
-    c["kv_run"].click(on_kv, [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
+    c["kv_run"].click(guard(on_kv), [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
                       show_progress="hidden", concurrency_limit=2, **quiet)
 
     def on_sweep(largest, progress=gr.Progress()):
@@ -470,14 +471,14 @@ def _wire(engine, c: dict, answer, logits) -> None:
     def on_share(n, progress=gr.Progress()):
         return run_share(engine, n, progress)
 
-    c["sweep_run"].click(on_sweep, c["sweep_max"], [c["sweep_plot"], c["prefill_status"]],
+    c["sweep_run"].click(guard(on_sweep), c["sweep_max"], [c["sweep_plot"], c["prefill_status"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
-    c["share_run"].click(on_share, c["share_tokens"], [c["share_plot"], c["prefill_status"]],
+    c["share_run"].click(guard(on_share), c["share_tokens"], [c["share_plot"], c["prefill_status"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
 
     calc_in = [c["calc_model"], c["calc_json"], c["calc_file"], c["calc_seq"], c["calc_batch"], c["calc_dtype"]]
     for comp in calc_in:
-        comp.change(calculator_view, calc_in, [c["calc_plot"], c["calc_table"]],
+        comp.change(guard(calculator_view), calc_in, [c["calc_plot"], c["calc_table"]],
                     show_progress="hidden", trigger_mode="always_last", **quiet)
 
     sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"]]
@@ -494,10 +495,10 @@ def _wire(engine, c: dict, answer, logits) -> None:
         sl = explorer.step_logits(engine.loaded, ans["prompt_ids"], ans["token_ids"], int(step))
         return sl, explorer_figure(sl, t, k, p, m)
 
-    c["ex_run"].click(on_generate, [c["ex_prompt"], c["ex_seed"], *sliders],
+    c["ex_run"].click(guard(on_generate), [c["ex_prompt"], c["ex_seed"], *sliders],
                       [answer, logits, c["ex_step"], c["ex_plot"]], concurrency_limit=2, **quiet)
-    c["ex_step"].input(on_step, [answer, c["ex_step"], *sliders], [logits, c["ex_plot"]],
+    c["ex_step"].input(guard(on_step), [answer, c["ex_step"], *sliders], [logits, c["ex_plot"]],
                        concurrency_limit=1, concurrency_id="lesson-step", **quiet)
     for s in sliders:
-        s.change(explorer_figure, [logits, *sliders], c["ex_plot"], show_progress="hidden",
+        s.change(guard(explorer_figure), [logits, *sliders], c["ex_plot"], show_progress="hidden",
                  trigger_mode="always_last", **quiet)

@@ -8,6 +8,7 @@ import gradio as gr
 
 from . import batch_view, cards, figures, handlers
 from .assets import load_examples
+from .errors import log_internal
 from .fmt import fmt_int
 from .tokens_view import TOOLTIP_JS, inspector_template
 
@@ -124,13 +125,14 @@ def _batching(pg) -> dict:
 
 
 def _lessons(pg) -> None:
-    """The Lessons tab (``app.lessons``); a note instead when it can't be built."""
+    """The Lessons tab (``app.lessons``); a note instead when it can't be built (the reason
+    goes to the server log: it may name server paths)."""
     try:
         from .lessons import build_lessons
 
         build_lessons(pg.engine)
     except Exception as exc:  # noqa: BLE001 - the playground must still load
-        gr.Markdown(f"The lessons are unavailable in this build: `{type(exc).__name__}: {exc}`")
+        gr.Markdown(f"The lessons are unavailable on this server ({log_internal('the Lessons tab', exc)}).")
 
 
 def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -76,14 +77,16 @@ def served(tmp_path):
 
 
 # ---- 1. no server-side path from a client ----------------------------------------------------
-def _calculator_payload(demo, index: int, path: str) -> list:
-    """The calculator event's inputs with ``path`` in every slot that takes text or a file."""
+def _calculator_payload(demo, index: int, path: str, file: bool = True) -> list:
+    """The calculator event's inputs with ``path`` in every slot that takes text (and, with
+    ``file``, in every file slot)."""
     import gradio as gr
 
     data = []
     for comp in demo.fns[index].inputs:
         if isinstance(comp, gr.File):
-            data.append({"path": path, "orig_name": "config.json", "meta": {"_type": "gradio.FileData"}})
+            data.append({"path": path, "orig_name": "config.json", "meta": {"_type": "gradio.FileData"}}
+                        if file else None)
         elif isinstance(comp, (gr.Textbox, gr.Code)):
             data.append(path)
         else:
@@ -191,3 +194,132 @@ def _file_urls(msg) -> list[str]:
 
     walk(msg)
     return out
+
+
+# ---- 3. no traceback, no server path in an error ---------------------------------------------
+ERROR_ID = re.compile(r"internal error \(request (err-[0-9a-f]{8})\); details are in the server log")
+
+
+def test_unexpected_errors_reach_clients_as_an_error_id_only(served, caplog):
+    """A KeyError naming a server path, raised in the app's path of /generate, the page's
+    Generate and a Lessons handler: the client gets a short message with an error id; the
+    traceback is in the server log under that id."""
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    from test_app_fakes import SECRET_PATH
+
+    demo, url, pg, eng = served
+    eng.script = "crash"
+    caplog.set_level(logging.ERROR, logger="app")
+    with pytest.raises(AppError) as info:
+        Client(url, verbose=False).predict(prompt="Hi", api_name="/generate")
+    ids = [ERROR_ID.search(str(info.value))]
+
+    index = fn_index(demo, "on_generate", "prompt")
+    text = json.dumps(queue_call(url, index, _generate_payload(demo, index, [], Prompt="Hi")))
+    ids.append(ERROR_ID.search(text))
+
+    import app.lessons
+
+    def broken(*args, **kwargs):
+        raise KeyError(SECRET_PATH)
+
+    calc = fn_index(demo, "calculator_view")
+    app.lessons.calculator.calculate, saved = broken, app.lessons.calculator.calculate
+    try:
+        msgs = queue_call(url, calc, _calculator_payload(demo, calc, "", file=False))
+    finally:
+        app.lessons.calculator.calculate = saved
+    text += json.dumps(msgs)
+    ids.append(ERROR_ID.search(json.dumps(final(msgs))))
+
+    assert all(ids), (ids, str(info.value), text[-2000:])
+    for leak in (SECRET_PATH, "Traceback", "KeyError", os.getcwd()):
+        assert leak not in str(info.value) and leak not in text
+    log = caplog.text
+    for m in ids:
+        assert m.group(1) in log
+    assert "Traceback" in log and SECRET_PATH in log
+    eng.script = "ok"  # the server is fine afterwards
+    assert Client(url, verbose=False).predict(prompt="Hi", api_name="/generate") == "Hello, world!"
+
+
+def test_every_event_handler_of_the_page_is_guarded(served):
+    demo = served[0]
+    ours = [f for f in demo.fns.values() if f.fn is not None
+            and getattr(f.fn, "__module__", "").startswith("app.")]
+    assert len(ours) > 15
+    assert all(getattr(f.fn, "guarded", False) for f in ours), \
+        [f.fn.__qualname__ for f in ours if not getattr(f.fn, "guarded", False)]
+
+
+@pytest.fixture
+def run_cli(monkeypatch, tmp_path):
+    """Run ``app.cli.main(argv)`` on a fake engine; ``probe(demo, engine)`` runs while it serves
+    (in place of blocking). Returns ``(exit code, fake engine)``."""
+    import tempfile
+
+    import gradio as gr
+
+    import engine as engine_pkg
+    from test_app_fakes import free_port
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the server's temp folders land here
+    monkeypatch.delenv("GRADIO_TEMP_DIR", raising=False)
+    fake = FakeEngine()
+    monkeypatch.setattr(engine_pkg, "load_model", lambda *a, **k: object())
+    monkeypatch.setattr(engine_pkg, "LLMEngine", lambda loaded, **kw: fake)
+
+    def run(probe, *argv):
+        from app.cli import main
+
+        def block_thread(demo):
+            probe(demo, fake)
+            demo.close()
+
+        monkeypatch.setattr(gr.Blocks, "block_thread", block_thread)
+        return main(["--port", str(free_port()), *argv]), fake
+
+    return run
+
+
+def test_python_m_app_sends_no_server_error_text_to_clients(run_cli, caplog):
+    """``python -m app``'s own launch settings: an unexpected exception and an error inside
+    Gradio (a forged upload path) reach the client without server paths."""
+    from gradio_client import Client
+    from gradio_client.exceptions import AppError
+
+    from test_app_fakes import SECRET_PATH
+
+    seen = {}
+
+    def probe(demo, eng):
+        url = demo.local_url
+        eng.script = "crash"
+        with pytest.raises(AppError) as info:
+            Client(url, verbose=False).predict(prompt="Hi", api_name="/generate")
+        seen["crash"] = str(info.value)
+        eng.script = "ok"
+        calc = fn_index(demo, "calculator_view")  # Gradio's own refusal of a forged upload path
+        seen["upload"] = json.dumps(queue_call(url, calc, _calculator_payload(demo, calc, "/etc/passwd")))
+
+    caplog.set_level(logging.ERROR, logger="app")
+    code, _ = run_cli(probe)
+    assert code == 0
+    assert ERROR_ID.search(seen["crash"]), seen
+    for text in seen.values():
+        assert SECRET_PATH not in text and os.getcwd() not in text and "Traceback" not in text
+    assert "cache dir" not in seen["upload"] and '"success": false' in seen["upload"]
+
+
+def test_page_generate_ends_with_an_error_id_and_restored_buttons(tmp_path, caplog):
+    from app import handlers
+
+    pg = Playground(FakeEngine("crash"), trace_dir=tmp_path, monitor=False)
+    notes = []
+    frames = list(handlers.generate(pg, "sess", "chat", "Hi", [], "", 0.7, 1.0, 0, 0.0, 1.0, 16, -1, True,
+                                    notify=notes.append))
+    assert frames[-1]["busy"] is False and ERROR_ID.search(frames[-1]["status"])
+    assert notes and ERROR_ID.search(notes[0]) and "weights.bin" not in notes[0]
+    assert ERROR_ID.search(notes[0]).group(1) in caplog.text
