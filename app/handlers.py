@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 
 from engine import QueueFullError, SamplingParams
 
-from . import batch_view, cards, figures
+from . import batch_view, cards, fields, figures
 from .errors import log_internal
 from .session import RunState, Throttle
 from .tokens_view import tokens_html
@@ -32,21 +32,17 @@ def make_params(temperature: float, top_p: float, top_k: int, min_p: float,
     ints for the integer fields.
 
     Raises:
-        ValueError: a value out of range (the message names the field and its range).
+        ValueError: a value of the wrong type or out of range (the message names the field and
+            its range).
     """
-    def as_int(name, v):
-        if v is None or isinstance(v, bool):
-            raise ValueError(f"{name} must be an integer, got {v!r}")
-        if isinstance(v, float):
-            if not v.is_integer():
-                raise ValueError(f"{name} must be an integer, got {v!r}")
-            v = int(v)
-        return v
-
-    seed = None if seed is None or (isinstance(seed, (int, float)) and seed < 0) else as_int("seed", seed)
-    return SamplingParams(temperature=temperature, top_p=top_p, top_k=as_int("top_k", top_k), min_p=min_p,
-                          repetition_penalty=repetition_penalty,
-                          max_tokens=as_int("max_tokens", max_tokens), seed=seed)
+    if seed is not None:
+        seed = fields.whole("seed", seed)
+    return SamplingParams(temperature=fields.number("temperature", temperature),
+                          top_p=fields.number("top_p", top_p), top_k=fields.whole("top_k", top_k),
+                          min_p=fields.number("min_p", min_p),
+                          repetition_penalty=fields.number("repetition_penalty", repetition_penalty),
+                          max_tokens=fields.whole("max_tokens", max_tokens),
+                          seed=None if seed is None or seed < 0 else seed)
 
 
 def content_text(content) -> str:
@@ -147,21 +143,25 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         in chat mode, ``history``: the conversation with this turn's answer.
     """
     history = plain_history(history)
-    message = message or ""
 
     def refuse(msg: str) -> Iterator[dict]:
         if notify:
             notify(msg)
         yield {"status": cards.status_html(msg, "error"), "busy": False}
 
-    if not message.strip():
-        yield from refuse("The prompt is empty: type something first.")
-        return
     try:
+        message = fields.text("prompt", message, default="")
+        if not message.strip():
+            yield from refuse("The prompt is empty: type something first.")
+            return
+        if mode not in ("chat", "raw"):
+            raise ValueError(f"mode must be chat or raw, got {fields.shown(mode)}")
+        system_prompt = fields.text("system_prompt", system_prompt, default="")
+        use_kv_cache = fields.flag("use_kv_cache", use_kv_cache)
         params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
         prompt = chat_messages(history, message, system_prompt) if mode == "chat" else message
-        state = RunState(use_kv_cache=bool(use_kv_cache))
-        handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=bool(use_kv_cache))
+        state = RunState(use_kv_cache=use_kv_cache)
+        handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=use_kv_cache)
     except QueueFullError as exc:
         yield from refuse(f"The engine is busy: {exc}")
         return
