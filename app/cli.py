@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
+from contextlib import contextmanager
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
@@ -55,26 +57,55 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Model ready in {time.perf_counter() - t0:.1f} s: {info.name} on {info.device} ({info.dtype})",
           flush=True)
 
+    return serve(engine, args)
+
+
+def serve(engine, args: argparse.Namespace) -> int:
+    """Serve the page around a running engine until interrupted (Ctrl-C or SIGTERM), then
+    remove every file the server made (traces, uploads, Gradio's copies) and stop the engine."""
     from .assets import read_css
-    from .server import launch
+    from .server import launch, private_temp_dir
     from .service import Playground
     from .ui import build_demo
 
-    pg = Playground(engine)
-    # Let every request reach the engine (running + waiting, with room to spare) so users see the
-    # engine's own queue position and its "queue is full" message rather than Gradio's queue.
-    concurrency = 2 * args.max_queue + 4
-    demo = build_demo(pg, max_concurrency=concurrency)
-    demo.queue(default_concurrency_limit=concurrency)
-    try:
-        local_url, share_url = launch(demo, args.host, args.port, share=args.share, theme=theme(),
-                                      css=read_css(), max_threads=concurrency + 8)
-        shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
-        print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""), flush=True)
-        demo.block_thread()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        pg.close()
-        engine.shutdown()
+    # Gradio's uploads and served copies go to a private folder; the traces live inside it,
+    # so Gradio serves them where they are instead of copying them
+    with private_temp_dir() as gradio_tmp, _sigterm_as_interrupt():
+        pg = Playground(engine, trace_parent=gradio_tmp)
+        try:
+            # Let every request reach the engine (running + waiting, with room to spare) so users
+            # see the engine's own queue position and its "queue is full" message rather than
+            # Gradio's queue.
+            concurrency = 2 * args.max_queue + 4
+            demo = build_demo(pg, max_concurrency=concurrency)
+            demo.queue(default_concurrency_limit=concurrency)
+            local_url, share_url = launch(demo, args.host, args.port, share=args.share, theme=theme(),
+                                          css=read_css(), max_threads=concurrency + 8)
+            shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
+            print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""),
+                  flush=True)
+            demo.block_thread()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            pg.close()
+            engine.shutdown()
     return 0
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """Handle SIGTERM (``docker stop``, a Space restart) like Ctrl-C, so the server shuts down
+    cleanly and its files are removed."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -212,7 +212,7 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
             yield frame
     output = handle.output
     state.finish(output)
-    trace = pg.write_trace(output, handle.events)
+    trace = pg.write_trace(output, handle.events, session_id)
     final = {**_text_frame(state, mode, chat_base, message), **_figure_frame(pg, state, params.max_tokens),
              "rolling": cards.rolling_table_html(pg.rolling_summary()),
              **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}

@@ -7,12 +7,20 @@
 - :class:`RestDefaults`: ``POST /gradio_api/call/<name>`` with a short ``data`` list gets the
   endpoint's defaults for the arguments left out (Gradio 6 fills defaults only on
   ``/gradio_api/call/v2/<name>`` and in ``gradio_client``).
+- :func:`private_temp_dir`: Gradio's upload and cache folder (``GRADIO_TEMP_DIR``) made
+  private to this process (0700) and removed at shutdown.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 MAX_UPLOAD_BYTES = 1 << 20  # 1 MiB
 _CALL = re.compile(r"/gradio_api/call/([^/]+)/?$")
@@ -113,3 +121,25 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
         show_error=False, max_file_size=MAX_UPLOAD_BYTES, max_threads=max_threads,
         app_kwargs={"middleware": middleware}, **kwargs)
     return local_url, share_url
+
+
+@contextmanager
+def private_temp_dir() -> Iterator[Path]:
+    """Point ``GRADIO_TEMP_DIR`` (uploads and the copies of served files) at a fresh 0700
+    folder for the life of the block, then remove it.
+
+    A ``GRADIO_TEMP_DIR`` set by the user is kept as it is (and not removed). Yields the
+    folder Gradio uses.
+    """
+    own = not os.environ.get("GRADIO_TEMP_DIR")
+    folder = Path(tempfile.mkdtemp(prefix="llm-playground-gradio-")) if own \
+        else Path(os.environ["GRADIO_TEMP_DIR"])
+    if own:
+        os.environ["GRADIO_TEMP_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+            if os.environ.get("GRADIO_TEMP_DIR") == str(folder):
+                del os.environ["GRADIO_TEMP_DIR"]

@@ -3,10 +3,17 @@
 ``Playground`` wraps an ``LLMEngine`` (it never imports torch). Each browser tab (Gradio
 session) and each API client has a session id; the playground remembers which engine requests
 belong to it, so Stop and closing the tab abort exactly that session's work in the engine.
+
+Trace files hold the answers, so they are private: a 0700 folder per session (named by a
+random token, which is also what makes their download URLs unguessable), 0600 files, deleted
+when the session ends and, with the whole trace folder, at shutdown.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -28,16 +35,21 @@ class Playground:
 
     Args:
         engine: a running ``LLMEngine`` (or anything with its API).
-        trace_dir: folder for trace downloads; a fresh temporary folder when ``None``.
+        trace_dir: folder for trace downloads (created 0700 when missing); when ``None``, a
+            fresh private folder in ``trace_parent``, removed by :meth:`close`.
+        trace_parent: where that fresh folder goes (the system's temporary folder when ``None``).
         monitor: start the background device sampler.
     """
 
-    def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True) -> None:
+    def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True,
+                 trace_parent: str | Path | None = None) -> None:
         self.engine = engine
         self.info = engine.info
         self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(self.info.dtype_bytes))
-        self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-"))
-        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        self._own_trace_dir = trace_dir is None
+        self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-", dir=trace_parent))
+        self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._trace_dirs: dict[str, Path] = {}  # session -> its private trace folder
         self.device = DeviceMonitor(getattr(engine, "gpu", None), self.info.device)
         if monitor:
             self.device.start()
@@ -129,21 +141,42 @@ class Playground:
             except TimeoutError:
                 pass
 
+    def end_session(self, session_id: str) -> None:
+        """The session is gone (its tab closed): abort its requests and delete its traces."""
+        self.stop(session_id)
+        with self._lock:
+            self._recent.pop(session_id, None)
+            folder = self._trace_dirs.pop(session_id, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
     # ---- telemetry for the panels -----------------------------------------------------------------
-    def write_trace(self, output, events) -> tuple[str, str] | None:
-        """Write the request's trace as JSON and CSV; returns their paths (``None`` on failure)."""
+    def write_trace(self, output, events, session_id: str = "") -> tuple[str, str] | None:
+        """Write the request's trace as JSON and CSV into the session's private folder (0600
+        files); returns their paths (``None`` on failure)."""
         from engine.telemetry.trace import write_trace
 
         try:
-            paths = write_trace(self.trace_dir, output, events, getattr(self.engine, "spec", None),
-                                self.info.dtype_bytes)
+            paths = write_trace(self._session_trace_dir(session_id), output, events,
+                                getattr(self.engine, "spec", None), self.info.dtype_bytes)
+            for path in paths:
+                os.chmod(path, 0o600)
         except Exception:  # a trace is a nicety: never fail the request for it
             return None
         self._prune_traces()
         return str(paths[0]), str(paths[1])
 
+    def _session_trace_dir(self, session_id: str) -> Path:
+        with self._lock:
+            folder = self._trace_dirs.get(session_id)
+            if folder is None or not folder.is_dir():
+                folder = self.trace_dir / secrets.token_hex(16)
+                folder.mkdir(mode=0o700)
+                self._trace_dirs[session_id] = folder
+            return folder
+
     def _prune_traces(self) -> None:
-        files = sorted(self.trace_dir.glob("trace_*"), key=lambda p: p.stat().st_mtime)
+        files = sorted(self.trace_dir.glob("*/trace_*"), key=lambda p: p.stat().st_mtime)
         for old in files[: max(0, len(files) - 2 * KEEP_TRACES)]:
             old.unlink(missing_ok=True)
 
@@ -176,5 +209,12 @@ class Playground:
         return {**self.engine.stats(), "followed": self.active_count(), "time_s": time.time()}
 
     def close(self) -> None:
-        """Stop the device sampler (the engine belongs to the caller)."""
+        """Stop the device sampler and delete every trace (the whole trace folder when the
+        playground made it). The engine belongs to the caller."""
         self.device.stop()
+        with self._lock:
+            folders, self._trace_dirs = list(self._trace_dirs.values()), {}
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        if self._own_trace_dir:
+            shutil.rmtree(self.trace_dir, ignore_errors=True)

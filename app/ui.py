@@ -149,7 +149,9 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
     from .wiring import wire
 
     empty = handlers.empty_panels(pg)
-    with gr.Blocks(title="LLM inference playground", fill_width=True) as demo:
+    # delete_cache: every hour, remove uploads and copies of served files older than a day
+    # (and all of them at shutdown)
+    with gr.Blocks(title="LLM inference playground", fill_width=True, delete_cache=(3600, 86400)) as demo:
         sidebar = _sidebar(pg)
         gr.Markdown("# LLM inference playground")
         with gr.Tabs(elem_id="main-tabs"):

@@ -92,7 +92,7 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     page.play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, page.sidebar, **PRIVATE)
 
     def on_unload(request: gr.Request):
-        pg.stop(request.session_hash)  # tab closed: abort its requests, free their KV cache
+        pg.end_session(request.session_hash)  # tab closed: abort its requests, delete its traces
 
     demo.unload(guard(on_unload))
 
