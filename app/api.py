@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import secrets
 from typing import Iterator
 
 import gradio as gr
@@ -42,7 +43,9 @@ def make_generate(pg):
             Streams the generated text so far (a growing string); the last value is the answer.
             A refused or failed request raises an error naming the cause.
         """
-        session = request.session_hash if request is not None and request.session_hash else "api"
+        # a call without a Gradio session (a direct Python call) is a session of its own
+        session = request.session_hash if request is not None and request.session_hash \
+            else "call-" + secrets.token_hex(16)
         try:
             if prompt is None:
                 raise ValueError("prompt is required")
@@ -91,7 +94,9 @@ def make_stats(pg):
     """Build the ``/stats`` function: engine counts and rolling latency percentiles."""
 
     def stats() -> dict:
-        """Engine queue and outcome counts, plus p50/p90/p99 of TTFT, TPOT and e2e (seconds)."""
+        """Engine queue and outcome counts, plus p50/p90/p99 of TTFT, TPOT and e2e (seconds).
+        The engine-wide prefix-cache hit rate is left out unless the server shares its prefix
+        cache between users (it would count their hits)."""
         return {"engine": pg.stats(), "rolling": pg.rolling_summary(),
                 "model": {"name": pg.info.name, "device": pg.info.device, "dtype": pg.info.dtype}}
 
@@ -103,6 +108,6 @@ def make_stop(pg):
 
     def stop(request: gr.Request = None) -> bool:
         """Abort every running or waiting request of this client session; True if one was."""
-        return pg.stop(request.session_hash if request is not None else "api")
+        return bool(request is not None and request.session_hash and pg.stop(request.session_hash))
 
     return stop

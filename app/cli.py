@@ -27,6 +27,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16 (default auto)")
     p.add_argument("--max-queue", type=int, default=32, help="most requests waiting in the engine (default 32)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
+    p.add_argument("--shared-prefix-cache", action="store_true",
+                   help="let all users share cached prompt prefixes (faster with a common system "
+                        "prompt, but a user can then confirm another's prompt prefix by timing); "
+                        "off by default: each session has its own")
     return p.parse_args(argv)
 
 
@@ -71,7 +75,7 @@ def serve(engine, args: argparse.Namespace) -> int:
     # Gradio's uploads and served copies go to a private folder; the traces live inside it,
     # so Gradio serves them where they are instead of copying them
     with private_temp_dir() as gradio_tmp, _sigterm_as_interrupt():
-        pg = Playground(engine, trace_parent=gradio_tmp)
+        pg = Playground(engine, trace_parent=gradio_tmp, shared_prefix_cache=args.shared_prefix_cache)
         try:
             # Let every request reach the engine (running + waiting, with room to spare) so users
             # see the engine's own queue position and its "queue is full" message rather than

@@ -87,11 +87,13 @@ def _ms(events) -> list[float]:
     return [e.duration_s * 1000 for e in list(events) if e.phase == "decode"]
 
 
-def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25) -> Iterator[tuple]:
+def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25,
+            submit_kwargs: dict | None = None) -> Iterator[tuple]:
     """Run ``prompt`` with the cache on, then off, through the engine queue (greedy, EOS ignored).
 
     The runs go one after the other, so neither shares its steps with the other (other users'
-    requests still may: the engine batches whatever is running).
+    requests still may: the engine batches whatever is running). ``submit_kwargs`` go to
+    ``engine.submit`` (the session's ``cache_salt``).
 
     Yields:
         ``(figure, status_html)`` every ``poll_s`` seconds while a run is going, and once more
@@ -103,7 +105,7 @@ def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25) -> Itera
     try:
         for use in (True, False):
             try:
-                runs.append(engine.submit(prompt, params, use_kv_cache=use))
+                runs.append(engine.submit(prompt, params, use_kv_cache=use, **(submit_kwargs or {})))
             except (ValueError, QueueFullError) as exc:  # a bad prompt or a full queue is shown
                 yield kv_live_figure(*_curves(runs), new_tokens), _error(str(exc))
                 return
@@ -323,15 +325,17 @@ def show_token(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
 
 
-def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, seed) -> dict:
-    """Generate a short answer (32 tokens at most) with these sampling settings.
+def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, seed,
+                      submit_kwargs: dict | None = None) -> dict:
+    """Generate a short answer (32 tokens at most) with these sampling settings
+    (``submit_kwargs``, such as the session's ``cache_salt``, go to ``engine.generate``).
 
     Returns:
         ``{"prompt_ids", "token_ids", "texts"}`` of the answer.
     """
     params = SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                             min_p=float(min_p), max_tokens=32, seed=int(seed))
-    out = engine.generate(prompt, params)
+    out = engine.generate(prompt, params, **(submit_kwargs or {}))
     if not out.finished_ok:
         raise gr.Error(f"the request ended with {out.finish_reason}: {out.error}")
     tok = engine.tokenizer
@@ -370,12 +374,14 @@ def explorer_figure(sl, temperature, top_k, top_p, min_p) -> go.Figure:
 
 
 # ---- layout and wiring -------------------------------------------------------------------------
-def build_lessons(engine) -> dict:
+def build_lessons(engine, session_kwargs=None) -> dict:
     """Build the Lessons tab's content inside an open ``gr.Blocks``/``gr.Tab`` context.
 
     Args:
         engine: the running ``LLMEngine`` (its queue runs every model call but the explorer's
             one-pass step recomputation).
+        session_kwargs: ``(session id) -> dict`` of extra ``engine.submit`` arguments for a
+            user's own prompts (``Playground.engine_kwargs``: the session's ``cache_salt``).
 
     Returns:
         The main components by name (for tests and further wiring).
@@ -452,15 +458,15 @@ def build_lessons(engine) -> dict:
                                        **ids("ex_step"))
             c["ex_plot"] = gr.Plot(explorer_figure(None, 1, 0, 1, 0), show_label=False, **ids("ex_plot"))
             answer, logits = gr.State({}), gr.State(None)
-    _wire(engine, c, answer, logits)
+    _wire(engine, c, answer, logits, session_kwargs or (lambda session_id: {}))
     return c
 
 
-def _wire(engine, c: dict, answer, logits) -> None:
+def _wire(engine, c: dict, answer, logits, session_kwargs) -> None:
     quiet = {"api_visibility": "private"}
 
-    def on_kv(prompt, n):
-        yield from kv_live(engine, prompt, n)
+    def on_kv(prompt, n, request: gr.Request):
+        yield from kv_live(engine, prompt, n, submit_kwargs=session_kwargs(request.session_hash))
 
     c["kv_run"].click(guard(on_kv), [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
                       show_progress="hidden", concurrency_limit=2, **quiet)
@@ -483,8 +489,8 @@ def _wire(engine, c: dict, answer, logits) -> None:
 
     sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"]]
 
-    def on_generate(prompt, seed, t, k, p, m):
-        ans = explorer_generate(engine, prompt, t, k, p, m, seed)
+    def on_generate(prompt, seed, t, k, p, m, request: gr.Request):
+        ans = explorer_generate(engine, prompt, t, k, p, m, seed, session_kwargs(request.session_hash))
         sl = explorer.step_logits(engine.loaded, ans["prompt_ids"], ans["token_ids"], 0)
         return (ans, sl, gr.Dropdown(choices=step_choices(ans), value=0),
                 explorer_figure(sl, t, k, p, m))

@@ -4,6 +4,11 @@
 session) and each API client has a session id; the playground remembers which engine requests
 belong to it, so Stop and closing the tab abort exactly that session's work in the engine.
 
+Prefix cache: by default each session gets its own random salt (``cache_salt`` of
+``engine.submit``), so a request reuses cached prompt blocks of its own session only and no user
+can confirm another's prompt prefix by timing; ``shared_prefix_cache=True`` lets every user share
+the cache (a classroom with one system prompt), and then the engine-wide prefix hit rate is shown.
+
 Trace files hold the answers, so they are private: a 0700 folder per session (named by a
 random token, which is also what makes their download URLs unguessable), 0600 files, deleted
 when the session ends and, with the whole trace folder, at shutdown.
@@ -11,6 +16,8 @@ when the session ends and, with the whole trace folder, at shutdown.
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 import secrets
 import shutil
@@ -28,6 +35,7 @@ from .monitor import DeviceMonitor
 KEEP_TRACES = 100  # trace file pairs kept on disk
 KEEP_SESSIONS = 1000  # sessions whose recent request ids are remembered (marks "you" after a request ends)
 KEEP_IDS = 16  # recent request ids remembered per session
+log = logging.getLogger("app")
 
 
 class Playground:
@@ -39,11 +47,18 @@ class Playground:
             fresh private folder in ``trace_parent``, removed by :meth:`close`.
         trace_parent: where that fresh folder goes (the system's temporary folder when ``None``).
         monitor: start the background device sampler.
+        shared_prefix_cache: let every session reuse every other session's cached prompt
+            prefixes (``cache_salt=None``); by default each session has its own secret salt.
     """
 
     def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True,
-                 trace_parent: str | Path | None = None) -> None:
+                 trace_parent: str | Path | None = None, shared_prefix_cache: bool = False) -> None:
         self.engine = engine
+        self._salted = not shared_prefix_cache
+        if self._salted and not _takes_keyword(engine.submit, "cache_salt"):
+            log.warning("this engine's submit() takes no cache_salt: every user shares its prefix cache")
+            self._salted = False
+        self._salts: OrderedDict[str, str] = OrderedDict()
         self.info = engine.info
         self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(self.info.dtype_bytes))
         self._own_trace_dir = trace_dir is None
@@ -56,6 +71,31 @@ class Playground:
         self._active: dict[str, set] = {}
         self._recent: OrderedDict[str, deque] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def prefix_cache_shared(self) -> bool:
+        """Whether sessions share cached prompt prefixes (then timing reveals them to others)."""
+        return not self._salted
+
+    def cache_salt(self, session_id: str) -> str | None:
+        """The session's prefix-cache salt: a random secret made on first use and kept per
+        session (the latest :data:`KEEP_SESSIONS`), never derived from the session id;
+        ``None`` when the cache is shared."""
+        if not self._salted:
+            return None
+        with self._lock:
+            salt = self._salts.get(session_id)
+            if salt is None:
+                salt = self._salts[session_id] = secrets.token_hex(16)
+            self._salts.move_to_end(session_id)
+            while len(self._salts) > KEEP_SESSIONS:
+                self._salts.popitem(last=False)
+            return salt
+
+    def engine_kwargs(self, session_id: str) -> dict:
+        """Keyword arguments for ``engine.submit``/``generate`` on behalf of a session
+        (``cache_salt`` when the prefix cache is per session)."""
+        return {"cache_salt": self.cache_salt(session_id)} if self._salted else {}
 
     @property
     def max_seq_tokens(self) -> int:
@@ -72,7 +112,8 @@ class Playground:
             ValueError: bad prompt or prompt + max_tokens beyond the context window.
             QueueFullError: the engine's waiting queue is full.
         """
-        handle = self.engine.submit(prompt, params, raw=raw, use_kv_cache=use_kv_cache)
+        handle = self.engine.submit(prompt, params, raw=raw, use_kv_cache=use_kv_cache,
+                                    **self.engine_kwargs(session_id))
         with self._lock:
             self._active.setdefault(session_id, set()).add(handle)
             self._recent.setdefault(session_id, deque(maxlen=KEEP_IDS)).append(str(handle.request_id))
@@ -142,10 +183,12 @@ class Playground:
                 pass
 
     def end_session(self, session_id: str) -> None:
-        """The session is gone (its tab closed): abort its requests and delete its traces."""
+        """The session is gone (its tab closed): abort its requests, delete its traces and
+        forget its salt."""
         self.stop(session_id)
         with self._lock:
             self._recent.pop(session_id, None)
+            self._salts.pop(session_id, None)
             folder = self._trace_dirs.pop(session_id, None)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -190,7 +233,7 @@ class Playground:
 
         Engines without continuous batching (or fakes) give ``batching`` False, ``{}`` and ``[]``.
         """
-        stats = dict(self.engine.stats())
+        stats = self._visible(self.engine.stats())
         stats.setdefault("batching", False)
         snap_fn = getattr(self.engine, "block_snapshot", None)
         snapshot = (snap_fn() or {}) if callable(snap_fn) else {}
@@ -205,8 +248,15 @@ class Playground:
 
     def stats(self) -> dict:
         """Engine counts (waiting, running, finished, aborted, failed, queue_max) plus the
-        playground's followed requests and a timestamp."""
-        return {**self.engine.stats(), "followed": self.active_count(), "time_s": time.time()}
+        playground's followed requests, whether the prefix cache is shared, and a timestamp."""
+        return {**self._visible(self.engine.stats()), "followed": self.active_count(),
+                "prefix_cache_shared": self.prefix_cache_shared, "time_s": time.time()}
+
+    def _visible(self, stats: dict) -> dict:
+        """The engine's stats as clients may see them: without the engine-wide prefix-cache
+        figures (``prefix_*``) unless the cache is shared, since they count other users' hits."""
+        return {k: v for k, v in dict(stats).items()
+                if self.prefix_cache_shared or not str(k).startswith("prefix_")}
 
     def close(self) -> None:
         """Stop the device sampler and delete every trace (the whole trace folder when the
@@ -218,3 +268,12 @@ class Playground:
             shutil.rmtree(folder, ignore_errors=True)
         if self._own_trace_dir:
             shutil.rmtree(self.trace_dir, ignore_errors=True)
+
+
+def _takes_keyword(fn, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword argument ``name``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

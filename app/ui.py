@@ -24,6 +24,15 @@ BATCH_INTRO = (
     "**blocks** of one shared pool (PagedAttention): a request's **block table** maps its logical blocks "
     "to physical blocks anywhere in the pool, so memory is taken as tokens arrive instead of being reserved "
     "for the longest possible answer. Generate in two browser tabs at once to see both requests share steps.")
+PREFIX_SHARED = (
+    "**The prefix cache is shared by every user of this server.** A request whose prompt starts "
+    "like a recent one (a common system prompt) reuses its cached KV blocks and gets its first "
+    "token sooner, and anyone can measure that: another user can confirm a guess of how your "
+    "prompt begins by timing their own request. Don't type anything secret here.")
+PREFIX_PER_SESSION = (
+    "**Your prefix cache is your own.** Your requests reuse the cached KV blocks of your own earlier "
+    "prompts (the same chat, the same system prompt), never another user's: each session's blocks "
+    "are keyed with its own secret salt, so no one can learn how your prompt begins by timing theirs.")
 PROMPT_HINT = "Write a short poem about a programmer under deadline pressure."
 
 
@@ -114,6 +123,7 @@ def _batching(pg) -> dict:
     first = batch_view.batch_frame(stats, snapshot, steps, set())
     show = bool(stats.get("batching"))
     gr.Markdown(BATCH_INTRO, elem_id="batching-intro")
+    gr.Markdown(PREFIX_SHARED if pg.prefix_cache_shared else PREFIX_PER_SESSION, elem_id="prefix-cache-note")
     b = {"batch_stats": gr.HTML(first["batch_stats"], elem_id="batch-stats")}
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
@@ -130,7 +140,7 @@ def _lessons(pg) -> None:
     try:
         from .lessons import build_lessons
 
-        build_lessons(pg.engine)
+        build_lessons(pg.engine, pg.engine_kwargs)
     except Exception as exc:  # noqa: BLE001 - the playground must still load
         gr.Markdown(f"The lessons are unavailable on this server ({log_internal('the Lessons tab', exc)}).")
 

@@ -158,11 +158,12 @@ class FakeEngine:
         self.rolling = FakeRolling()
         self.script = script
         self.submitted = []
+        self.salts = []  # the cache_salt of each submitted request
         self.aborted = []
         self._n = 0
         self._lock = threading.Lock()
 
-    def submit(self, prompt, params, raw=False, use_kv_cache=True):
+    def submit(self, prompt, params, raw=False, use_kv_cache=True, *, request_id=None, cache_salt=None):
         from engine.scheduler import QueueFullError
 
         if self.script == "queue_full":
@@ -176,6 +177,7 @@ class FakeEngine:
             rid = f"req-{self._n}"
             self._n += 1
         self.submitted.append((prompt, params, raw, use_kv_cache))
+        self.salts.append(cache_salt)
         if self.script == "error":
             events = make_events(rid=rid, texts=("Hel", "lo"), finish=None)
             out = make_output(events, reason="error", error="RuntimeError: logits contain NaN")
