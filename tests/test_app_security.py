@@ -212,8 +212,9 @@ def test_unexpected_errors_reach_clients_as_an_error_id_only(served, caplog):
     demo, url, pg, eng = served
     eng.script = "crash"
     caplog.set_level(logging.ERROR, logger="app")
+    client = Client(url, verbose=False)
     with pytest.raises(AppError) as info:
-        Client(url, verbose=False).predict(prompt="Hi", api_name="/generate")
+        client.predict(prompt="Hi", api_name="/generate")
     ids = [ERROR_ID.search(str(info.value))]
 
     index = fn_index(demo, "on_generate", "prompt")
@@ -241,6 +242,7 @@ def test_unexpected_errors_reach_clients_as_an_error_id_only(served, caplog):
     for m in ids:
         assert m.group(1) in log
     assert "Traceback" in log and SECRET_PATH in log
+    assert client.session_hash not in log  # the log names the error, never the session
     eng.script = "ok"  # the server is fine afterwards
     assert Client(url, verbose=False).predict(prompt="Hi", api_name="/generate") == "Hello, world!"
 
@@ -597,3 +599,26 @@ def test_python_m_app_salts_by_default_and_shares_on_request(run_cli, argv, salt
 
     _, eng = run_cli(probe, *argv)
     assert len(eng.salts) == 1 and isinstance(eng.salts[0], str) is salted
+
+
+# ---- 9. session ids are never logged -----------------------------------------------------------
+def test_app_code_never_logs_or_prints_a_session_id():
+    """No print or logging call in app/ is given a session id (``session_hash``, ``session_id``,
+    ``session``): a logged id would let anyone who reads the log act as that session."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "app"
+    names = {"session_hash", "session_id", "session"}
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if called not in ("print", "debug", "info", "warning", "error", "exception", "critical", "log"):
+                continue
+            used = {n.id for a in node.args + [k.value for k in node.keywords] for n in ast.walk(a)
+                    if isinstance(n, ast.Name)}
+            used |= {n.attr for a in node.args + [k.value for k in node.keywords] for n in ast.walk(a)
+                     if isinstance(n, ast.Attribute)}
+            assert not used & names, f"{path.name}:{node.lineno} logs a session id"
