@@ -115,6 +115,25 @@ def test_calculator_reads_no_server_file_through_the_queue_api(served, tmp_path)
     assert all(o == first for o in outputs.values()), outputs
 
 
+def test_calculator_takes_an_uploaded_config_up_to_1_mib(served):
+    """The calculator's own way in: a file uploaded through Gradio's upload route (capped at
+    1 MiB for every upload), then given to the calculator event."""
+    demo, url, _, _ = served
+    config = {"num_hidden_layers": 3, "num_attention_heads": 4, "hidden_size": 64, "intermediate_size": 128,
+              "vocab_size": 100, "max_position_embeddings": 512, "_name_or_path": "uploaded-tiny"}
+    r = httpx.post(url + "gradio_api/upload", files={"files": ("config.json", json.dumps(config).encode())})
+    assert r.status_code == 200, r.text
+    uploaded = r.json()[0]
+    index = fn_index(demo, "calculator_view")
+    data = _calculator_payload(demo, index, "", file=False)
+    slot = [i for i, c in enumerate(demo.fns[index].inputs) if getattr(c, "elem_id", "") == "lesson-calc-file"][0]
+    data[slot] = {"path": uploaded, "orig_name": "config.json", "meta": {"_type": "gradio.FileData"}}
+    out = json.dumps(final(queue_call(url, index, data)))
+    assert "uploaded-tiny" in out and "H200" in out
+    big = httpx.post(url + "gradio_api/upload", files={"files": ("config.json", b"{" + b" " * (1 << 20) + b"}")})
+    assert big.status_code == 413
+
+
 def _generate_payload(demo, index: int, history: list, **values) -> list:
     """The page's Generate inputs: its components' start values, ``history`` for the chat and
     ``values`` by component label prefix (``"Prompt"``, ``"temperature"``...)."""
