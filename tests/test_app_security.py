@@ -190,11 +190,14 @@ def test_the_conversation_is_kept_per_session_on_the_server(served):
     queue_call(url, index, _generate_payload(demo, index, [], Prompt="First"), session)
     queue_call(url, index, _generate_payload(demo, index, [], Prompt="Second"), session)
     queue_call(url, index, _generate_payload(demo, index, [], Prompt="Elsewhere"))
+    queue_call(url, fn_index(demo, "on_clear"), [], session)  # Clear starts a new conversation
+    queue_call(url, index, _generate_payload(demo, index, [], Prompt="Third"), session)
     assert [p for p, *_ in eng.submitted] == [
         [{"role": "user", "content": "First"}],
         [{"role": "user", "content": "First"}, {"role": "assistant", "content": "Hello, world!"},
          {"role": "user", "content": "Second"}],
-        [{"role": "user", "content": "Elsewhere"}]]
+        [{"role": "user", "content": "Elsewhere"}],
+        [{"role": "user", "content": "Third"}]]
 
 
 def _file_urls(msg) -> list[str]:
