@@ -18,8 +18,7 @@ from plotly.subplots import make_subplots
 
 from engine import QueueFullError, SamplingParams
 from engine.experiments import calculator, decode_share, explorer, prompt_length
-from engine.model_spec import ModelSpec
-from engine.telemetry.estimator import DTYPE_BYTES, known_models
+from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
 
 from .errors import guard
 from .figures import _hint
