@@ -219,9 +219,17 @@ class Playground:
             return folder
 
     def _prune_traces(self) -> None:
+        """Keep the newest :data:`KEEP_TRACES` traces; a session folder left empty goes too."""
         files = sorted(self.trace_dir.glob("*/trace_*"), key=lambda p: p.stat().st_mtime)
+        emptied = set()
         for old in files[: max(0, len(files) - 2 * KEEP_TRACES)]:
             old.unlink(missing_ok=True)
+            emptied.add(old.parent)
+        with self._lock:
+            for folder in emptied:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+                    self._trace_dirs = {k: v for k, v in self._trace_dirs.items() if v != folder}
 
     def rolling_summary(self) -> dict:
         """``engine.rolling.summary()`` (p50/p90/p99 over recent requests of every session)."""

@@ -644,3 +644,18 @@ def test_app_code_never_logs_or_prints_a_session_id():
             used |= {n.attr for a in node.args + [k.value for k in node.keywords] for n in ast.walk(a)
                      if isinstance(n, ast.Attribute)}
             assert not used & names, f"{path.name}:{node.lineno} logs a session id"
+
+
+def test_old_traces_are_pruned_with_their_empty_session_folders(tmp_path, monkeypatch):
+    import app.service
+
+    monkeypatch.setattr(app.service, "KEEP_TRACES", 2)
+    pg = Playground(FakeEngine(), trace_parent=tmp_path, monitor=False)
+    events = make_events()
+    for i, session in enumerate(("a", "b", "c")):
+        for path in pg.write_trace(make_output(events), events, session):
+            os.utime(path, (1000 + i, 1000 + i))  # oldest first, whatever the clock's resolution
+    folders = [p for p in pg.trace_dir.iterdir()]
+    assert len(list(pg.trace_dir.glob("*/trace_*"))) == 4 and len(folders) == 2
+    assert set(pg._trace_dirs) == {"b", "c"}
+    pg.close()
