@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     """Load the model (printing progress), build the page and serve it until interrupted."""
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    # warnings and errors (with the tracebacks behind a client's "internal error (request
+    # err-...)") go to stderr with a timestamp; INFO stays off (it would log every HTTP call)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from engine import LLMEngine, load_model
     from engine.loader import ModelLoadError
 
