@@ -20,6 +20,7 @@ from engine import QueueFullError, SamplingParams
 from engine.experiments import calculator, decode_share, explorer, prompt_length
 from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
 
+from . import fields
 from .errors import guard
 from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
@@ -331,10 +332,19 @@ def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, see
 
     Returns:
         ``{"prompt_ids", "token_ids", "texts"}`` of the answer.
+
+    Raises:
+        gr.Error: a refused value (naming its field), a full queue, or a failed request.
     """
-    params = SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                            min_p=float(min_p), max_tokens=32, seed=int(seed))
-    out = engine.generate(prompt, params, **(submit_kwargs or {}))
+    try:
+        prompt = fields.text("prompt", prompt)
+        params = SamplingParams(temperature=fields.number("temperature", temperature),
+                                top_k=fields.whole("top_k", top_k), top_p=fields.number("top_p", top_p),
+                                min_p=fields.number("min_p", min_p), max_tokens=32,
+                                seed=fields.whole("seed", seed))
+        out = engine.generate(prompt, params, **(submit_kwargs or {}))
+    except (ValueError, QueueFullError) as exc:
+        raise gr.Error(str(exc), print_exception=False) from None
     if not out.finished_ok:
         raise gr.Error(f"the request ended with {out.finish_reason}: {out.error}")
     tok = engine.tokenizer

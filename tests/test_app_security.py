@@ -659,3 +659,22 @@ def test_old_traces_are_pruned_with_their_empty_session_folders(tmp_path, monkey
     assert len(list(pg.trace_dir.glob("*/trace_*"))) == 4 and len(folders) == 2
     assert set(pg._trace_dirs) == {"b", "c"}
     pg.close()
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"prompt": "\ud800"}, "prompt contains a lone surrogate"),
+    ({"temperature": 10**400}, "temperature must be a number of a sensible size"),
+    ({"seed": "7"}, "seed must be an integer"),
+    ({"top_k": 2.5}, "top_k must be an integer"),
+])
+def test_sampling_explorer_refuses_bad_fields_naming_them(over, message):
+    import gradio as gr
+
+    from app.lessons import explorer_generate
+
+    eng = FakeEngine()
+    args = dict(prompt="Hi", temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=0)
+    args.update(over)
+    with pytest.raises(gr.Error, match=message):
+        explorer_generate(eng, **args)
+    assert not eng.submitted
