@@ -11,12 +11,14 @@ Example::
 
 from __future__ import annotations
 
+import secrets
 from typing import Iterator
 
 import gradio as gr
 
 from engine import QueueFullError
 
+from . import fields
 from .handlers import make_params
 
 
@@ -35,25 +37,31 @@ def make_generate(pg):
             repetition_penalty: > 0; 1 is off. max_tokens: new tokens, >= 1. seed: -1 is random.
             min_p: [0, 1]; 0 is off. system_prompt: optional system message (chat only).
             raw: plain completion without the chat template. use_kv_cache: False recomputes
-                the whole sequence at every step.
+                the whole sequence at every step. Both take true/false (or "true"/"false").
 
         Returns:
             Streams the generated text so far (a growing string); the last value is the answer.
             A refused or failed request raises an error naming the cause.
         """
-        if not isinstance(prompt, str):
-            raise _refused(f"prompt must be a string, got {type(prompt).__name__}")
-        if not prompt.strip():
-            raise _refused("prompt is empty")
-        session = request.session_hash if request is not None and request.session_hash else "api"
+        # a call without a Gradio session (a direct Python call) is a session of its own
+        session = request.session_hash if request is not None and request.session_hash \
+            else "call-" + secrets.token_hex(16)
         try:
+            if prompt is None:
+                raise ValueError("prompt is required")
+            prompt = fields.text("prompt", prompt)
+            if not prompt.strip():
+                raise ValueError("prompt is empty")
+            system_prompt = fields.text("system_prompt", system_prompt, default="")
+            raw = fields.flag("raw", raw)
+            use_kv_cache = fields.flag("use_kv_cache", use_kv_cache)
             params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
             if raw:
                 message = prompt
             else:
                 message = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
                           [{"role": "user", "content": prompt}]
-            handle = pg.submit(session, message, params, raw=bool(raw), use_kv_cache=bool(use_kv_cache))
+            handle = pg.submit(session, message, params, raw=raw, use_kv_cache=use_kv_cache)
         except (ValueError, QueueFullError) as exc:
             raise _refused(str(exc)) from None
         text = ""
@@ -86,7 +94,9 @@ def make_stats(pg):
     """Build the ``/stats`` function: engine counts and rolling latency percentiles."""
 
     def stats() -> dict:
-        """Engine queue and outcome counts, plus p50/p90/p99 of TTFT, TPOT and e2e (seconds)."""
+        """Engine queue and outcome counts, plus p50/p90/p99 of TTFT, TPOT and e2e (seconds).
+        The engine-wide prefix-cache hit rate is left out unless the server shares its prefix
+        cache between users (it would count their hits)."""
         return {"engine": pg.stats(), "rolling": pg.rolling_summary(),
                 "model": {"name": pg.info.name, "device": pg.info.device, "dtype": pg.info.dtype}}
 
@@ -98,6 +108,6 @@ def make_stop(pg):
 
     def stop(request: gr.Request = None) -> bool:
         """Abort every running or waiting request of this client session; True if one was."""
-        return pg.stop(request.session_hash if request is not None else "api")
+        return bool(request is not None and request.session_hash and pg.stop(request.session_hash))
 
     return stop

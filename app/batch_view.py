@@ -229,7 +229,8 @@ def kv_utilization(snapshot: dict) -> float | None:
 def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None,
                util: float | None = None) -> str:
     """One line of numbers: running / waiting, blocks, KV utilization (``util``, else the last
-    step's), preemptions, prefix hits, and the viewer's queue time when known."""
+    step's), preemptions, prefix hits (only when ``stats`` has them: a server whose sessions
+    don't share the prefix cache leaves them out), and the viewer's queue time when known."""
     running = int(stats.get("running") or 0)
     if util is None and steps and running:
         util = min(1.0, float(steps[-1].get("kv_utilization") or 0.0))
@@ -246,9 +247,11 @@ def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None
          "filled block per request"),
         ("preemptions", fmt_int(stats.get("preemptions", 0)),
          "requests evicted to free blocks and recomputed later"),
-        ("prefix-cache hits", f"{float(stats.get('prefix_hit_rate') or 0):.0%}",
-         "prompt tokens found in cached blocks / prompt tokens looked up"),
     ]
+    if "prefix_hit_rate" in stats:
+        items.append(("prefix-cache hits", f"{float(stats.get('prefix_hit_rate') or 0):.0%}",
+                      "prompt tokens found in cached blocks / prompt tokens looked up (every user's "
+                      "requests: this server shares its prefix cache)"))
     if queue_time_s is not None:
         items.append(("your queue time", fmt_seconds(queue_time_s),
                       "how long your request waited before its first step"))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import signal
 import sys
 import time
+from contextlib import contextmanager
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
@@ -25,6 +28,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16 (default auto)")
     p.add_argument("--max-queue", type=int, default=32, help="most requests waiting in the engine (default 32)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
+    p.add_argument("--shared-prefix-cache", action="store_true",
+                   help="let all users share cached prompt prefixes (faster with a common system "
+                        "prompt, but a user can then confirm another's prompt prefix by timing); "
+                        "off by default: each session has its own")
     return p.parse_args(argv)
 
 
@@ -39,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     """Load the model (printing progress), build the page and serve it until interrupted."""
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    # warnings and errors (with the tracebacks behind a client's "internal error (request
+    # err-...)") go to stderr with a timestamp; INFO stays off (it would log every HTTP call)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from engine import LLMEngine, load_model
     from engine.model.loader import ModelLoadError
 
@@ -55,26 +65,55 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Model ready in {time.perf_counter() - t0:.1f} s: {info.name} on {info.device} ({info.dtype})",
           flush=True)
 
+    return serve(engine, args)
+
+
+def serve(engine, args: argparse.Namespace) -> int:
+    """Serve the page around a running engine until interrupted (Ctrl-C or SIGTERM), then
+    remove every file the server made (traces, uploads, Gradio's copies) and stop the engine."""
     from .assets import read_css
+    from .server import launch, private_temp_dir
     from .service import Playground
     from .ui import build_demo
 
-    pg = Playground(engine)
-    # Let every request reach the engine (running + waiting, with room to spare) so users see the
-    # engine's own queue position and its "queue is full" message rather than Gradio's queue.
-    concurrency = 2 * args.max_queue + 4
-    demo = build_demo(pg, max_concurrency=concurrency)
-    demo.queue(default_concurrency_limit=concurrency)
-    try:
-        _, local_url, share_url = demo.launch(server_name=args.host, server_port=args.port, share=args.share,
-                                              theme=theme(), css=read_css(), prevent_thread_lock=True,
-                                              quiet=True, show_error=True, max_threads=concurrency + 8)
-        shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
-        print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""), flush=True)
-        demo.block_thread()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        pg.close()
-        engine.shutdown()
+    # Gradio's uploads and served copies go to a private folder; the traces live inside it,
+    # so Gradio serves them where they are instead of copying them
+    with private_temp_dir() as gradio_tmp, _sigterm_as_interrupt():
+        pg = Playground(engine, trace_parent=gradio_tmp, shared_prefix_cache=args.shared_prefix_cache)
+        try:
+            # Let every request reach the engine (running + waiting, with room to spare) so users
+            # see the engine's own queue position and its "queue is full" message rather than
+            # Gradio's queue.
+            concurrency = 2 * args.max_queue + 4
+            demo = build_demo(pg, max_concurrency=concurrency)
+            demo.queue(default_concurrency_limit=concurrency)
+            local_url, share_url = launch(demo, args.host, args.port, share=args.share, theme=theme(),
+                                          css=read_css(), max_threads=concurrency + 8)
+            shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
+            print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""),
+                  flush=True)
+            demo.block_thread()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            pg.close()
+            engine.shutdown()
     return 0
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """Handle SIGTERM (``docker stop``, a Space restart) like Ctrl-C, so the server shuts down
+    cleanly and its files are removed."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -11,11 +11,12 @@ from typing import Callable, Iterator
 
 from engine import QueueFullError, SamplingParams
 
-from . import batch_view, cards, figures
+from . import batch_view, cards, fields, figures
+from .errors import log_internal
 from .session import RunState, Throttle
 from .tokens_view import tokens_html
 
-OUTPUTS = ("chat", "completion", "message", "status", "tokens", "cards", "latency", "kv",
+OUTPUTS = ("chat", "history", "completion", "message", "status", "tokens", "cards", "latency", "kv",
            "kv_formula", "memory", "rolling", "batch_stats", "pool", "tables", "strip", "trace", "busy")
 BATCH_KEYS = ("batch_stats", "pool", "tables", "strip")
 TEXT_EVERY_S = 0.25    # text, token chips and stat cards
@@ -31,21 +32,17 @@ def make_params(temperature: float, top_p: float, top_k: int, min_p: float,
     ints for the integer fields.
 
     Raises:
-        ValueError: a value out of range (the message names the field and its range).
+        ValueError: a value of the wrong type or out of range (the message names the field and
+            its range).
     """
-    def as_int(name, v):
-        if v is None or isinstance(v, bool):
-            raise ValueError(f"{name} must be an integer, got {v!r}")
-        if isinstance(v, float):
-            if not v.is_integer():
-                raise ValueError(f"{name} must be an integer, got {v!r}")
-            v = int(v)
-        return v
-
-    seed = None if seed is None or (isinstance(seed, (int, float)) and seed < 0) else as_int("seed", seed)
-    return SamplingParams(temperature=temperature, top_p=top_p, top_k=as_int("top_k", top_k), min_p=min_p,
-                          repetition_penalty=repetition_penalty,
-                          max_tokens=as_int("max_tokens", max_tokens), seed=seed)
+    if seed is not None:
+        seed = fields.whole("seed", seed)
+    return SamplingParams(temperature=fields.number("temperature", temperature),
+                          top_p=fields.number("top_p", top_p), top_k=fields.whole("top_k", top_k),
+                          min_p=fields.number("min_p", min_p),
+                          repetition_penalty=fields.number("repetition_penalty", repetition_penalty),
+                          max_tokens=fields.whole("max_tokens", max_tokens),
+                          seed=None if seed is None or seed < 0 else seed)
 
 
 def content_text(content) -> str:
@@ -61,15 +58,21 @@ def content_text(content) -> str:
     return str(content)
 
 
-def chat_messages(history: list | None, message: str, system_prompt: str = "") -> list[dict]:
-    """The engine's chat: optional system message, the previous turns, then the new user message."""
-    msgs = [{"role": "system", "content": system_prompt.strip()}] if system_prompt and system_prompt.strip() else []
+def plain_history(history: list | None) -> list[dict]:
+    """The user and assistant turns of ``history`` as ``{"role", "content": text}`` dicts
+    (anything else in them, such as files or components, is dropped)."""
+    out = []
     for m in history or []:
         role = m.get("role") if isinstance(m, dict) else None
         if role in ("user", "assistant"):
-            msgs.append({"role": role, "content": content_text(m.get("content"))})
-    msgs.append({"role": "user", "content": message})
-    return msgs
+            out.append({"role": role, "content": content_text(m.get("content"))})
+    return out
+
+
+def chat_messages(history: list | None, message: str, system_prompt: str = "") -> list[dict]:
+    """The engine's chat: optional system message, the previous turns, then the new user message."""
+    msgs = [{"role": "system", "content": system_prompt.strip()}] if system_prompt and system_prompt.strip() else []
+    return msgs + plain_history(history) + [{"role": "user", "content": message}]
 
 
 def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> dict:
@@ -129,37 +132,56 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         pg: the :class:`app.service.Playground`.
         session_id: the browser session (so Stop and closing the tab reach this request).
         mode: ``"chat"`` (history + system prompt through the chat template) or ``"raw"``.
-        message: the prompt text; history: the Chatbot's messages; system_prompt: chat only.
+        message: the prompt text; history: the conversation so far (the page keeps it on the
+            server, never taking it back from the browser); system_prompt: chat only.
         temperature ... seed: sampling settings (see :func:`make_params`); use_kv_cache: decode
             with a KV cache (False: recompute the whole sequence each step).
         notify: called with a message for every refused or failed request (a toast in the page).
 
     Yields:
-        Frames (dicts keyed by :data:`OUTPUTS` names). The last frame has ``busy=False``.
+        Frames (dicts keyed by :data:`OUTPUTS` names). The last frame has ``busy=False`` and,
+        in chat mode, ``history``: the conversation with this turn's answer.
     """
-    history = list(history or [])
-    message = message or ""
+    history = plain_history(history)
 
     def refuse(msg: str) -> Iterator[dict]:
         if notify:
             notify(msg)
         yield {"status": cards.status_html(msg, "error"), "busy": False}
 
-    if not message.strip():
-        yield from refuse("The prompt is empty: type something first.")
-        return
     try:
+        message = fields.text("prompt", message, default="")
+        if not message.strip():
+            yield from refuse("The prompt is empty: type something first.")
+            return
+        if mode not in ("chat", "raw"):
+            raise ValueError(f"mode must be chat or raw, got {fields.shown(mode)}")
+        system_prompt = fields.text("system_prompt", system_prompt, default="")
+        use_kv_cache = fields.flag("use_kv_cache", use_kv_cache)
         params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
         prompt = chat_messages(history, message, system_prompt) if mode == "chat" else message
-        state = RunState(use_kv_cache=bool(use_kv_cache))
-        handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=bool(use_kv_cache))
+        state = RunState(use_kv_cache=use_kv_cache)
+        handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=use_kv_cache)
     except QueueFullError as exc:
         yield from refuse(f"The engine is busy: {exc}")
         return
     except ValueError as exc:
         yield from refuse(f"Request refused: {exc}")
         return
+    except Exception as exc:  # noqa: BLE001 - a server failure: logged, the client gets its id
+        yield from refuse(log_internal("Generate", exc))
+        return
+    try:
+        yield from _stream(pg, session_id, handle, state, mode, history, message, params, notify)
+    except Exception as exc:  # noqa: BLE001 - end the stream with a status, buttons restored
+        yield from refuse(log_internal("Generate", exc))
+    finally:
+        pg.release(session_id, handle)
 
+
+def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
+            params: SamplingParams, notify) -> Iterator[dict]:
+    """:func:`generate`'s frames once the request is in the engine, until its final frame."""
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
     first = {**empty_panels(pg, "Queued…"), **_text_frame(state, mode, chat_base, message),
@@ -170,40 +192,39 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     text_due, figs_due, batch_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S), Throttle(BATCH_EVERY_S)
     batch_due.due()  # the first frame drew it
     stopping_shown = False
-    try:
-        for batch in pg.follow(handle):
-            for ev in batch:
-                state.add(ev)
-            if not state.token_times:
-                state.queue_position = handle.queue_position()
-            frame = {}
-            if text_due.due():
-                frame.update(_text_frame(state, mode, chat_base, message))
-                frame["kv_formula"] = _kv_formula(pg, state)
-            if batch and figs_due.due():
-                frame.update(_figure_frame(pg, state, params.max_tokens))
-            if batch_due.due():  # also while queued: the student sees what fills the engine
-                frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]))
-            if handle.abort_requested and ("status" in frame or not stopping_shown):
-                frame["status"] = cards.status_html(STOPPING, "warn")
-                stopping_shown = True
-            if frame:
-                yield frame
-        output = handle.output
-        state.finish(output)
-        trace = pg.write_trace(output, handle.events)
-        final = {**_text_frame(state, mode, chat_base, message), **_figure_frame(pg, state, params.max_tokens),
-                 "rolling": cards.rolling_table_html(pg.rolling_summary()),
-                 **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
-        kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
-        final["status"] = cards.status_html(state.status_line(), kind)
-        if trace:
-            final["trace"] = trace
-        if state.finish_reason == "error" and notify:
-            notify(f"The engine failed on this request: {state.error}")
-        yield final
-    finally:
-        pg.release(session_id, handle)
+    for batch in pg.follow(handle):
+        for ev in batch:
+            state.add(ev)
+        if not state.token_times:
+            state.queue_position = handle.queue_position()
+        frame = {}
+        if text_due.due():
+            frame.update(_text_frame(state, mode, chat_base, message))
+            frame["kv_formula"] = _kv_formula(pg, state)
+        if batch and figs_due.due():
+            frame.update(_figure_frame(pg, state, params.max_tokens))
+        if batch_due.due():  # also while queued: the student sees what fills the engine
+            frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]))
+        if handle.abort_requested and ("status" in frame or not stopping_shown):
+            frame["status"] = cards.status_html(STOPPING, "warn")
+            stopping_shown = True
+        if frame:
+            yield frame
+    output = handle.output
+    state.finish(output)
+    trace = pg.write_trace(output, handle.events, session_id)
+    final = {**_text_frame(state, mode, chat_base, message), **_figure_frame(pg, state, params.max_tokens),
+             "rolling": cards.rolling_table_html(pg.rolling_summary()),
+             **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
+    kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
+    final["status"] = cards.status_html(state.status_line(), kind)
+    if mode == "chat":
+        final["history"] = chat_base + [{"role": "assistant", "content": state.text}]
+    if trace:
+        final["trace"] = trace
+    if state.finish_reason == "error" and notify:
+        notify(f"The engine failed on this request: {state.error}")
+    yield final
 
 
 STOPPING = "Stopping: the engine aborts the request before its next step…"

@@ -8,16 +8,20 @@ a browser) and Plotly figures built from plain numbers. This module never import
 
 from __future__ import annotations
 
+import html
+import json
 from typing import Iterator
 
 import gradio as gr
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine import SamplingParams
+from engine import QueueFullError, SamplingParams
 from engine.experiments import calculator, decode_share, explorer, prompt_length
-from engine.telemetry.estimator import DTYPE_BYTES, known_models
+from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
 
+from . import fields
+from .errors import guard
 from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
 
@@ -57,7 +61,7 @@ def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
 
 
 def _error(message: str) -> str:
-    return f"<span style='color:#b00'>⚠ {message}</span>"
+    return f"<span style='color:#b00'>⚠ {html.escape(message)}</span>"
 
 
 # ---- (a) KV cache on vs off, live --------------------------------------------------------------
@@ -83,11 +87,13 @@ def _ms(events) -> list[float]:
     return [e.duration_s * 1000 for e in list(events) if e.phase == "decode"]
 
 
-def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25) -> Iterator[tuple]:
+def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25,
+            submit_kwargs: dict | None = None) -> Iterator[tuple]:
     """Run ``prompt`` with the cache on, then off, through the engine queue (greedy, EOS ignored).
 
     The runs go one after the other, so neither shares its steps with the other (other users'
-    requests still may: the engine batches whatever is running).
+    requests still may: the engine batches whatever is running). ``submit_kwargs`` go to
+    ``engine.submit`` (the session's ``cache_salt``).
 
     Yields:
         ``(figure, status_html)`` every ``poll_s`` seconds while a run is going, and once more
@@ -99,8 +105,8 @@ def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25) -> Itera
     try:
         for use in (True, False):
             try:
-                runs.append(engine.submit(prompt, params, use_kv_cache=use))
-            except Exception as exc:  # noqa: BLE001 - a full queue or a bad prompt is shown
+                runs.append(engine.submit(prompt, params, use_kv_cache=use, **(submit_kwargs or {})))
+            except (ValueError, QueueFullError) as exc:  # a bad prompt or a full queue is shown
                 yield kv_live_figure(*_curves(runs), new_tokens), _error(str(exc))
                 return
             while not runs[-1].finished:
@@ -227,12 +233,89 @@ def calculator_table(calc: dict) -> str:
     return "\n".join(lines)
 
 
-def calculator_view(model: str, config_path: str, seq_len, batch, dtype: str) -> tuple:
-    """``(figure, markdown)`` for the chosen model (a local config path wins when given)."""
+MAX_CONFIG_BYTES = 1 << 20  # a pasted or uploaded config.json (real ones are a few KB)
+MAX_CALC_SEQ_LEN = 1 << 24
+MAX_CALC_BATCH = 1 << 20
+
+
+def _whole(name: str, value, lo: int, hi: int) -> int:
+    """``value`` as an int in ``[lo, hi]`` (a whole float is fine); ValueError naming ``name``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"{name} must be a whole number in [{lo:,}, {hi:,}], got {shown}")
+    return value
+
+
+def read_config(pasted: str | None, uploaded: str | None) -> dict | None:
+    """The ``config.json`` the user gave, as a dict: an uploaded file wins over pasted text.
+
+    Args:
+        pasted: JSON text from the page (or ``None``).
+        uploaded: the path Gradio gives for a file the user uploaded (Gradio accepts only
+            paths inside its own upload folder from a client); at most
+            :data:`MAX_CONFIG_BYTES` of it are read.
+
+    Returns:
+        The JSON object, or ``None`` when neither was given.
+
+    Raises:
+        ValueError: not JSON, not an object, or larger than :data:`MAX_CONFIG_BYTES` (the
+            message is about the user's own text, never about server files).
+    """
+    if uploaded:
+        try:
+            with open(uploaded, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError:
+            raise ValueError("the uploaded file could not be read: upload it again") from None
+        what = "the uploaded config.json"
+    elif isinstance(pasted, str) and pasted.strip():
+        try:
+            raw = pasted.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("the pasted config.json is not valid Unicode text") from None
+        what = "the pasted config.json"
+    else:
+        return None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{what} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
     try:
-        calc = calculator.calculate((config_path or "").strip() or model, int(seq_len), int(batch), dtype)
-    except (LookupError, ValueError, OSError) as exc:
-        return go.Figure(), _error(str(exc).splitlines()[0])
+        data = json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError or bad UTF-8
+        raise ValueError(f"{what} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} must be a JSON object ({{...}}), got {type(data).__name__}")
+    return data
+
+
+def calculator_view(model: str, pasted: str | None, uploaded: str | None, seq_len, batch,
+                    dtype: str) -> tuple:
+    """``(figure, markdown)`` for a model of the shipped table, or for the user's own
+    ``config.json`` (uploaded or pasted; it wins over the table model when given).
+
+    A client never names a server-side file or a Hub id here: the model must be one of
+    ``known_models()``, and a config comes as text or as an upload.
+    """
+    try:
+        seq_len = _whole("sequence length", seq_len, 1, MAX_CALC_SEQ_LEN)
+        batch = _whole("batch", batch, 1, MAX_CALC_BATCH)
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}")
+        config = read_config(pasted, uploaded)
+        if config is not None:
+            name = str(config.get("_name_or_path") or "your config.json")[:80]
+            spec = ModelSpec.from_config(config, name=name, source="your config.json")
+        elif isinstance(model, str) and model in known_models():
+            spec = model
+        else:
+            raise ValueError("pick a model from the list, or paste or upload its config.json")
+        calc = calculator.calculate(spec, seq_len, batch, dtype)
+    except (ValueError, TypeError, ArithmeticError) as exc:  # about the user's own values
+        return go.Figure(), _error(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
     return calculator_figure(calc), calculator_table(calc)
 
 
@@ -242,15 +325,26 @@ def show_token(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
 
 
-def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, seed) -> dict:
-    """Generate a short answer (32 tokens at most) with these sampling settings.
+def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, seed,
+                      submit_kwargs: dict | None = None) -> dict:
+    """Generate a short answer (32 tokens at most) with these sampling settings
+    (``submit_kwargs``, such as the session's ``cache_salt``, go to ``engine.generate``).
 
     Returns:
         ``{"prompt_ids", "token_ids", "texts"}`` of the answer.
+
+    Raises:
+        gr.Error: a refused value (naming its field), a full queue, or a failed request.
     """
-    params = SamplingParams(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                            min_p=float(min_p), max_tokens=32, seed=int(seed))
-    out = engine.generate(prompt, params)
+    try:
+        prompt = fields.text("prompt", prompt)
+        params = SamplingParams(temperature=fields.number("temperature", temperature),
+                                top_k=fields.whole("top_k", top_k), top_p=fields.number("top_p", top_p),
+                                min_p=fields.number("min_p", min_p), max_tokens=32,
+                                seed=fields.whole("seed", seed))
+        out = engine.generate(prompt, params, **(submit_kwargs or {}))
+    except (ValueError, QueueFullError) as exc:
+        raise gr.Error(str(exc), print_exception=False) from None
     if not out.finished_ok:
         raise gr.Error(f"the request ended with {out.finish_reason}: {out.error}")
     tok = engine.tokenizer
@@ -289,12 +383,14 @@ def explorer_figure(sl, temperature, top_k, top_p, min_p) -> go.Figure:
 
 
 # ---- layout and wiring -------------------------------------------------------------------------
-def build_lessons(engine) -> dict:
+def build_lessons(engine, session_kwargs=None) -> dict:
     """Build the Lessons tab's content inside an open ``gr.Blocks``/``gr.Tab`` context.
 
     Args:
         engine: the running ``LLMEngine`` (its queue runs every model call but the explorer's
             one-pass step recomputation).
+        session_kwargs: ``(session id) -> dict`` of extra ``engine.submit`` arguments for a
+            user's own prompts (``Playground.engine_kwargs``: the session's ``cache_salt``).
 
     Returns:
         The main components by name (for tests and further wiring).
@@ -336,14 +432,19 @@ def build_lessons(engine) -> dict:
             with gr.Row():
                 c["calc_model"] = gr.Dropdown(models, value=first or None, label="model",
                                               **ids("calc_model"))
-                c["calc_path"] = gr.Textbox(label="or a local config.json path",
-                                            placeholder="optional", **ids("calc_path"))
                 c["calc_seq"] = gr.Slider(128, 131072, value=4096, step=128,
                                           label="sequence length (tokens)", **ids("calc_seq"))
                 c["calc_batch"] = gr.Slider(1, 256, value=1, step=1, label="batch", **ids("calc_batch"))
                 c["calc_dtype"] = gr.Dropdown(list(DTYPE_BYTES), value="fp16", label="dtype",
                                               **ids("calc_dtype"))
-            fig, table = calculator_view(first, "", 4096, 1, "fp16")
+            with gr.Accordion("Or your own model: its config.json", open=False):
+                with gr.Row():
+                    c["calc_json"] = gr.Textbox(label="paste config.json", lines=3, max_lines=12,
+                                                placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
+                                                **ids("calc_json"))
+                    c["calc_file"] = gr.File(label=f"or upload it (up to {MAX_CONFIG_BYTES // 1024} KiB)",
+                                             file_types=[".json"], type="filepath", **ids("calc_file"))
+            fig, table = calculator_view(first, "", None, 4096, 1, "fp16")
             c["calc_plot"] = gr.Plot(fig, show_label=False, **ids("calc_plot"))
             c["calc_table"] = gr.Markdown(table, **ids("calc_table"))
         with gr.Tab("Sampling explorer"):
@@ -366,17 +467,17 @@ def build_lessons(engine) -> dict:
                                        **ids("ex_step"))
             c["ex_plot"] = gr.Plot(explorer_figure(None, 1, 0, 1, 0), show_label=False, **ids("ex_plot"))
             answer, logits = gr.State({}), gr.State(None)
-    _wire(engine, c, answer, logits)
+    _wire(engine, c, answer, logits, session_kwargs or (lambda session_id: {}))
     return c
 
 
-def _wire(engine, c: dict, answer, logits) -> None:
+def _wire(engine, c: dict, answer, logits, session_kwargs) -> None:
     quiet = {"api_visibility": "private"}
 
-    def on_kv(prompt, n):
-        yield from kv_live(engine, prompt, n)
+    def on_kv(prompt, n, request: gr.Request):
+        yield from kv_live(engine, prompt, n, submit_kwargs=session_kwargs(request.session_hash))
 
-    c["kv_run"].click(on_kv, [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
+    c["kv_run"].click(guard(on_kv), [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
                       show_progress="hidden", concurrency_limit=2, **quiet)
 
     def on_sweep(largest, progress=gr.Progress()):
@@ -385,20 +486,20 @@ def _wire(engine, c: dict, answer, logits) -> None:
     def on_share(n, progress=gr.Progress()):
         return run_share(engine, n, progress)
 
-    c["sweep_run"].click(on_sweep, c["sweep_max"], [c["sweep_plot"], c["prefill_status"]],
+    c["sweep_run"].click(guard(on_sweep), c["sweep_max"], [c["sweep_plot"], c["prefill_status"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
-    c["share_run"].click(on_share, c["share_tokens"], [c["share_plot"], c["prefill_status"]],
+    c["share_run"].click(guard(on_share), c["share_tokens"], [c["share_plot"], c["prefill_status"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
 
-    calc_in = [c["calc_model"], c["calc_path"], c["calc_seq"], c["calc_batch"], c["calc_dtype"]]
+    calc_in = [c["calc_model"], c["calc_json"], c["calc_file"], c["calc_seq"], c["calc_batch"], c["calc_dtype"]]
     for comp in calc_in:
-        comp.change(calculator_view, calc_in, [c["calc_plot"], c["calc_table"]],
+        comp.change(guard(calculator_view), calc_in, [c["calc_plot"], c["calc_table"]],
                     show_progress="hidden", trigger_mode="always_last", **quiet)
 
     sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"]]
 
-    def on_generate(prompt, seed, t, k, p, m):
-        ans = explorer_generate(engine, prompt, t, k, p, m, seed)
+    def on_generate(prompt, seed, t, k, p, m, request: gr.Request):
+        ans = explorer_generate(engine, prompt, t, k, p, m, seed, session_kwargs(request.session_hash))
         sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], 0)
         return (ans, sl, gr.Dropdown(choices=step_choices(ans), value=0),
                 explorer_figure(sl, t, k, p, m))
@@ -409,10 +510,10 @@ def _wire(engine, c: dict, answer, logits) -> None:
         sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], int(step))
         return sl, explorer_figure(sl, t, k, p, m)
 
-    c["ex_run"].click(on_generate, [c["ex_prompt"], c["ex_seed"], *sliders],
+    c["ex_run"].click(guard(on_generate), [c["ex_prompt"], c["ex_seed"], *sliders],
                       [answer, logits, c["ex_step"], c["ex_plot"]], concurrency_limit=2, **quiet)
-    c["ex_step"].input(on_step, [answer, c["ex_step"], *sliders], [logits, c["ex_plot"]],
+    c["ex_step"].input(guard(on_step), [answer, c["ex_step"], *sliders], [logits, c["ex_plot"]],
                        concurrency_limit=1, concurrency_id="lesson-step", **quiet)
     for s in sliders:
-        s.change(explorer_figure, [logits, *sliders], c["ex_plot"], show_progress="hidden",
+        s.change(guard(explorer_figure), [logits, *sliders], c["ex_plot"], show_progress="hidden",
                  trigger_mode="always_last", **quiet)

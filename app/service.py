@@ -3,10 +3,24 @@
 ``Playground`` wraps an ``LLMEngine`` (it never imports torch). Each browser tab (Gradio
 session) and each API client has a session id; the playground remembers which engine requests
 belong to it, so Stop and closing the tab abort exactly that session's work in the engine.
+
+Prefix cache: by default each session gets its own random salt (``cache_salt`` of
+``engine.submit``), so a request reuses cached prompt blocks of its own session only and no user
+can confirm another's prompt prefix by timing; ``shared_prefix_cache=True`` lets every user share
+the cache (a classroom with one system prompt), and then the engine-wide prefix hit rate is shown.
+
+Trace files hold the answers, so they are private: a 0700 folder per session (named by a
+random token, which is also what makes their download URLs unguessable), 0600 files, deleted
+when the session ends and, with the whole trace folder, at shutdown.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+import os
+import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -21,6 +35,7 @@ from .monitor import DeviceMonitor
 KEEP_TRACES = 100  # trace file pairs kept on disk
 KEEP_SESSIONS = 1000  # sessions whose recent request ids are remembered (marks "you" after a request ends)
 KEEP_IDS = 16  # recent request ids remembered per session
+log = logging.getLogger("app")
 
 
 class Playground:
@@ -28,22 +43,59 @@ class Playground:
 
     Args:
         engine: a running ``LLMEngine`` (or anything with its API).
-        trace_dir: folder for trace downloads; a fresh temporary folder when ``None``.
+        trace_dir: folder for trace downloads (created 0700 when missing); when ``None``, a
+            fresh private folder in ``trace_parent``, removed by :meth:`close`.
+        trace_parent: where that fresh folder goes (the system's temporary folder when ``None``).
         monitor: start the background device sampler.
+        shared_prefix_cache: let every session reuse every other session's cached prompt
+            prefixes (``cache_salt=None``); by default each session has its own secret salt.
     """
 
-    def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True) -> None:
+    def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True,
+                 trace_parent: str | Path | None = None, shared_prefix_cache: bool = False) -> None:
         self.engine = engine
+        self._salted = not shared_prefix_cache
+        if self._salted and not _takes_keyword(engine.submit, "cache_salt"):
+            log.warning("this engine's submit() takes no cache_salt: every user shares its prefix cache")
+            self._salted = False
+        self._salts: OrderedDict[str, str] = OrderedDict()
         self.info = engine.info
         self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(self.info.dtype_bytes))
-        self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-"))
-        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        self._own_trace_dir = trace_dir is None
+        self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-", dir=trace_parent))
+        self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._trace_dirs: dict[str, Path] = {}  # session -> its private trace folder
         self.device = DeviceMonitor(getattr(engine, "gpu", None), self.info.device)
         if monitor:
             self.device.start()
         self._active: dict[str, set] = {}
         self._recent: OrderedDict[str, deque] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def prefix_cache_shared(self) -> bool:
+        """Whether sessions share cached prompt prefixes (then timing reveals them to others)."""
+        return not self._salted
+
+    def cache_salt(self, session_id: str) -> str | None:
+        """The session's prefix-cache salt: a random secret made on first use and kept per
+        session (the latest :data:`KEEP_SESSIONS`), never derived from the session id;
+        ``None`` when the cache is shared."""
+        if not self._salted:
+            return None
+        with self._lock:
+            salt = self._salts.get(session_id)
+            if salt is None:
+                salt = self._salts[session_id] = secrets.token_hex(16)
+            self._salts.move_to_end(session_id)
+            while len(self._salts) > KEEP_SESSIONS:
+                self._salts.popitem(last=False)
+            return salt
+
+    def engine_kwargs(self, session_id: str) -> dict:
+        """Keyword arguments for ``engine.submit``/``generate`` on behalf of a session
+        (``cache_salt`` when the prefix cache is per session)."""
+        return {"cache_salt": self.cache_salt(session_id)} if self._salted else {}
 
     @property
     def max_seq_tokens(self) -> int:
@@ -60,7 +112,8 @@ class Playground:
             ValueError: bad prompt or prompt + max_tokens beyond the context window.
             QueueFullError: the engine's waiting queue is full.
         """
-        handle = self.engine.submit(prompt, params, raw=raw, use_kv_cache=use_kv_cache)
+        handle = self.engine.submit(prompt, params, raw=raw, use_kv_cache=use_kv_cache,
+                                    **self.engine_kwargs(session_id))
         with self._lock:
             self._active.setdefault(session_id, set()).add(handle)
             self._recent.setdefault(session_id, deque(maxlen=KEEP_IDS)).append(str(handle.request_id))
@@ -129,23 +182,54 @@ class Playground:
             except TimeoutError:
                 pass
 
+    def end_session(self, session_id: str) -> None:
+        """The session is gone (its tab closed): abort its requests, delete its traces and
+        forget its salt."""
+        self.stop(session_id)
+        with self._lock:
+            self._recent.pop(session_id, None)
+            self._salts.pop(session_id, None)
+            folder = self._trace_dirs.pop(session_id, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
     # ---- telemetry for the panels -----------------------------------------------------------------
-    def write_trace(self, output, events) -> tuple[str, str] | None:
-        """Write the request's trace as JSON and CSV; returns their paths (``None`` on failure)."""
+    def write_trace(self, output, events, session_id: str = "") -> tuple[str, str] | None:
+        """Write the request's trace as JSON and CSV into the session's private folder (0600
+        files); returns their paths (``None`` on failure)."""
         from engine.telemetry.trace import write_trace
 
         try:
-            paths = write_trace(self.trace_dir, output, events, getattr(self.engine, "spec", None),
-                                self.info.dtype_bytes)
+            paths = write_trace(self._session_trace_dir(session_id), output, events,
+                                getattr(self.engine, "spec", None), self.info.dtype_bytes)
+            for path in paths:
+                os.chmod(path, 0o600)
         except Exception:  # a trace is a nicety: never fail the request for it
             return None
         self._prune_traces()
         return str(paths[0]), str(paths[1])
 
+    def _session_trace_dir(self, session_id: str) -> Path:
+        with self._lock:
+            folder = self._trace_dirs.get(session_id)
+            if folder is None or not folder.is_dir():
+                folder = self.trace_dir / secrets.token_hex(16)
+                folder.mkdir(mode=0o700)
+                self._trace_dirs[session_id] = folder
+            return folder
+
     def _prune_traces(self) -> None:
-        files = sorted(self.trace_dir.glob("trace_*"), key=lambda p: p.stat().st_mtime)
+        """Keep the newest :data:`KEEP_TRACES` traces; a session folder left empty goes too."""
+        files = sorted(self.trace_dir.glob("*/trace_*"), key=lambda p: p.stat().st_mtime)
+        emptied = set()
         for old in files[: max(0, len(files) - 2 * KEEP_TRACES)]:
             old.unlink(missing_ok=True)
+            emptied.add(old.parent)
+        with self._lock:
+            for folder in emptied:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+                    self._trace_dirs = {k: v for k, v in self._trace_dirs.items() if v != folder}
 
     def rolling_summary(self) -> dict:
         """``engine.rolling.summary()`` (p50/p90/p99 over recent requests of every session)."""
@@ -157,7 +241,7 @@ class Playground:
 
         Engines without continuous batching (or fakes) give ``batching`` False, ``{}`` and ``[]``.
         """
-        stats = dict(self.engine.stats())
+        stats = self._visible(self.engine.stats())
         stats.setdefault("batching", False)
         snap_fn = getattr(self.engine, "block_snapshot", None)
         snapshot = (snap_fn() or {}) if callable(snap_fn) else {}
@@ -172,9 +256,32 @@ class Playground:
 
     def stats(self) -> dict:
         """Engine counts (waiting, running, finished, aborted, failed, queue_max) plus the
-        playground's followed requests and a timestamp."""
-        return {**self.engine.stats(), "followed": self.active_count(), "time_s": time.time()}
+        playground's followed requests, whether the prefix cache is shared, and a timestamp."""
+        return {**self._visible(self.engine.stats()), "followed": self.active_count(),
+                "prefix_cache_shared": self.prefix_cache_shared, "time_s": time.time()}
+
+    def _visible(self, stats: dict) -> dict:
+        """The engine's stats as clients may see them: without the engine-wide prefix-cache
+        figures (``prefix_*``) unless the cache is shared, since they count other users' hits."""
+        return {k: v for k, v in dict(stats).items()
+                if self.prefix_cache_shared or not str(k).startswith("prefix_")}
 
     def close(self) -> None:
-        """Stop the device sampler (the engine belongs to the caller)."""
+        """Stop the device sampler and delete every trace (the whole trace folder when the
+        playground made it). The engine belongs to the caller."""
         self.device.stop()
+        with self._lock:
+            folders, self._trace_dirs = list(self._trace_dirs.values()), {}
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        if self._own_trace_dir:
+            shutil.rmtree(self.trace_dir, ignore_errors=True)
+
+
+def _takes_keyword(fn, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword argument ``name``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

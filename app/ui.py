@@ -8,6 +8,7 @@ import gradio as gr
 
 from . import batch_view, cards, figures, handlers
 from .assets import load_examples
+from .errors import log_internal
 from .fmt import fmt_int
 from .tokens_view import TOOLTIP_JS, inspector_template
 
@@ -23,6 +24,15 @@ BATCH_INTRO = (
     "**blocks** of one shared pool (PagedAttention): a request's **block table** maps its logical blocks "
     "to physical blocks anywhere in the pool, so memory is taken as tokens arrive instead of being reserved "
     "for the longest possible answer. Generate in two browser tabs at once to see both requests share steps.")
+PREFIX_SHARED = (
+    "**The prefix cache is shared by every user of this server.** A request whose prompt starts "
+    "like a recent one (a common system prompt) reuses its cached KV blocks and gets its first "
+    "token sooner, and anyone can measure that: another user can confirm a guess of how your "
+    "prompt begins by timing their own request. Don't type anything secret here.")
+PREFIX_PER_SESSION = (
+    "**Your prefix cache is your own.** Your requests reuse the cached KV blocks of your own earlier "
+    "prompts (the same chat, the same system prompt), never another user's: each session's blocks "
+    "are keyed with its own secret salt, so no one can learn how your prompt begins by timing theirs.")
 PROMPT_HINT = "Write a short poem about a programmer under deadline pressure."
 
 
@@ -113,6 +123,7 @@ def _batching(pg) -> dict:
     first = batch_view.batch_frame(stats, snapshot, steps, set())
     show = bool(stats.get("batching"))
     gr.Markdown(BATCH_INTRO, elem_id="batching-intro")
+    gr.Markdown(PREFIX_SHARED if pg.prefix_cache_shared else PREFIX_PER_SESSION, elem_id="prefix-cache-note")
     b = {"batch_stats": gr.HTML(first["batch_stats"], elem_id="batch-stats")}
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
@@ -124,13 +135,14 @@ def _batching(pg) -> dict:
 
 
 def _lessons(pg) -> None:
-    """The Lessons tab (``app.lessons``); a note instead when it can't be built."""
+    """The Lessons tab (``app.lessons``); a note instead when it can't be built (the reason
+    goes to the server log: it may name server paths)."""
     try:
         from .lessons import build_lessons
 
-        build_lessons(pg.engine)
+        build_lessons(pg.engine, pg.engine_kwargs)
     except Exception as exc:  # noqa: BLE001 - the playground must still load
-        gr.Markdown(f"The lessons are unavailable in this build: `{type(exc).__name__}: {exc}`")
+        gr.Markdown(f"The lessons are unavailable on this server ({log_internal('the Lessons tab', exc)}).")
 
 
 def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
@@ -147,7 +159,9 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
     from .wiring import wire
 
     empty = handlers.empty_panels(pg)
-    with gr.Blocks(title="LLM inference playground", fill_width=True) as demo:
+    # delete_cache: every hour, remove uploads and copies of served files older than a day
+    # (and all of them at shutdown)
+    with gr.Blocks(title="LLM inference playground", fill_width=True, delete_cache=(3600, 86400)) as demo:
         sidebar = _sidebar(pg)
         gr.Markdown("# LLM inference playground")
         with gr.Tabs(elem_id="main-tabs"):
@@ -164,7 +178,8 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
                 _lessons(pg)
         page = SimpleNamespace(**sidebar, **conversation, **panels, stat_cards=stat_cards, tokens=tokens,
-                               timer=gr.Timer(2.0), batch_seen=gr.State(None), play_tab=play_tab,
+                               timer=gr.Timer(2.0), batch_seen=gr.State(None), history=gr.State([]),
+                               play_tab=play_tab,
                                lessons_tab=lessons_tab)
         wire(demo, page, pg, max_concurrency)
     return demo

@@ -1,7 +1,9 @@
 """The page's events: Generate, Stop, Clear, mode switch, the timer (device, rolling table and the
 batching section), tab close, and the API.
 
-Each listener is a thin adapter from Gradio values to the plain functions of ``app.handlers``.
+Each listener is a thin adapter from Gradio values to the plain functions of ``app.handlers``,
+wrapped in :func:`app.errors.guard`: every event of the page can be called by any web client
+through the queue API (hidden ones too), and none may answer with a traceback.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from . import api, handlers
+from .errors import guard
 
 PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
 
@@ -21,7 +24,7 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
         pg: the shared :class:`app.service.Playground`; max_concurrency: generations (page and
             API together) that Gradio runs at once.
     """
-    gen_outputs = [page.chatbot, page.completion, page.message, page.status, page.tokens, page.stat_cards,
+    gen_outputs = [page.chatbot, page.history, page.completion, page.message, page.status, page.tokens, page.stat_cards,
                    page.latency, page.kv_plot, page.kv_formula, page.memory, page.rolling,
                    page.batch_stats, page.pool, page.tables, page.strip,
                    page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn]
@@ -43,9 +46,11 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
                                        use_kv, notify=gr.Warning):
             yield to_updates(frame)
 
-    gen_inputs = [page.mode, page.message, page.chatbot, page.system_prompt, page.temperature, page.top_p,
+    # the conversation comes from the session's own state, never from the browser: a client
+    # could otherwise send a forged Chatbot value (file or component messages naming server files)
+    gen_inputs = [page.mode, page.message, page.history, page.system_prompt, page.temperature, page.top_p,
                   page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv]
-    run = dict(fn=on_generate, inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
+    run = dict(fn=guard(on_generate), inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
                concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private")
     page.gen_btn.click(**run)
     page.message.submit(**run)
@@ -53,15 +58,15 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     def on_stop(request: gr.Request):  # the request's own stream shows "Stopping…"
         handlers.stop(pg, request.session_hash)
 
-    page.stop_btn.click(on_stop, None, None, **PRIVATE)
+    page.stop_btn.click(guard(on_stop), None, None, **PRIVATE)
 
     clear_keys = ("status", "tokens", "cards", "latency", "kv", "kv_formula", "memory")
 
     def on_clear():
         panels = handlers.empty_panels(pg)
-        return [[], ""] + [panels[k] for k in clear_keys]
+        return [[], [], ""] + [panels[k] for k in clear_keys]
 
-    page.clear_btn.click(on_clear, None, [page.chatbot, page.completion, page.status, page.tokens,
+    page.clear_btn.click(guard(on_clear), None, [page.chatbot, page.history, page.completion, page.status, page.tokens,
                                           page.stat_cards, page.latency, page.kv_plot, page.kv_formula,
                                           page.memory], **PRIVATE)
 
@@ -69,7 +74,7 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
         chat = mode == "chat"
         return gr.Chatbot(visible=chat), gr.Textbox(visible=chat), gr.Textbox(visible=not chat)
 
-    page.mode.change(on_mode, page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
+    page.mode.change(guard(on_mode), page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
 
     batch_outputs = [page.batch_stats, page.pool, page.tables, page.strip]
 
@@ -79,19 +84,19 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
         return [frame["device"], frame["rolling"], seen] + [batch.get(k, gr.skip()) for k in handlers.BATCH_KEYS]
 
     tick_outputs = [page.device, page.rolling, page.batch_seen] + batch_outputs
-    page.timer.tick(on_tick, page.batch_seen, tick_outputs, **PRIVATE)
-    demo.load(on_tick, page.batch_seen, tick_outputs, **PRIVATE)
+    page.timer.tick(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
+    demo.load(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
 
     # the sidebar's sampling controls belong to the Playground: the Lessons have their own
-    page.lessons_tab.select(lambda: gr.Sidebar(open=False), None, page.sidebar, **PRIVATE)
-    page.play_tab.select(lambda: gr.Sidebar(open=True), None, page.sidebar, **PRIVATE)
+    page.lessons_tab.select(guard(lambda: gr.Sidebar(open=False)), None, page.sidebar, **PRIVATE)
+    page.play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, page.sidebar, **PRIVATE)
 
     def on_unload(request: gr.Request):
-        pg.stop(request.session_hash)  # tab closed: abort its requests, free their KV cache
+        pg.end_session(request.session_hash)  # tab closed: abort its requests, delete its traces
 
-    demo.unload(on_unload)
+    demo.unload(guard(on_unload))
 
-    gr.api(api.make_generate(pg), api_name="generate", concurrency_limit=max_concurrency,
+    gr.api(guard(api.make_generate(pg)), api_name="generate", concurrency_limit=max_concurrency,
            concurrency_id="engine")
-    gr.api(api.make_stats(pg), api_name="stats", concurrency_limit=None)
-    gr.api(api.make_stop(pg), api_name="stop", concurrency_limit=None)
+    gr.api(guard(api.make_stats(pg)), api_name="stats", concurrency_limit=None)
+    gr.api(guard(api.make_stop(pg)), api_name="stop", concurrency_limit=None)

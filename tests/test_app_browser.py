@@ -69,7 +69,8 @@ def raw_greedy(page, url, prompt, max_tokens=None):
 
 def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, tmp_path):
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
-    raw_greedy(page, page_url, "1, 2, 3, 4, 5,")  # greedy counting runs long
+    # greedy counting runs long: 2048 tokens outlast the checks below even on a loaded machine
+    raw_greedy(page, page_url, "1, 2, 3, 4, 5,", max_tokens=2048)
     assert "smollm2" in page.content().lower()
     aborted_before = engine.stats()["aborted"]
     page.locator("#generate-btn").click()
@@ -101,7 +102,7 @@ def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, 
     assert wait_until(lambda: "stopped by you" in page.locator("#status").inner_text(), 30)
     assert engine.stats()["aborted"] == aborted_before + 1
     n = page.locator("#tokens .tok").count()
-    assert n < 256
+    assert n < 2048
     time.sleep(1.0)
     assert page.locator("#tokens .tok").count() == n
     assert page.locator("#generate-btn").is_enabled()
@@ -193,11 +194,15 @@ def test_two_browsers_share_decode_steps_and_each_sees_its_own_marked(page_url, 
         for name, page in zip("AB", pages):
             shared = wait_until(lambda: (n := page.evaluate(SHARED_STEPS, "#step-strip")) and n >= 3 and n, 60)
             assert shared, f"page {name}: no step with both requests in the strip"
-            assert "prefix-cache hits" in page.locator("#batch-stats").inner_text()
+            # the engine-wide prefix hit rate shows only where the page says the cache is shared
+            shared_cache = "shared by every user" in page.locator("#prefix-cache-note").inner_text()
+            assert ("prefix-cache hits" in page.locator("#batch-stats").inner_text()) is shared_cache
     finally:
         for page in pages:
-            if page.locator("#stop-btn").is_enabled():
-                page.locator("#stop-btn").click()
+            try:
+                page.locator("#stop-btn").click(timeout=5_000)
+            except sync_api.TimeoutError:  # the request ended by itself meanwhile
+                pass
     for page in pages:
         assert wait_until(lambda: page.locator("#generate-btn").is_enabled(), 60)
     assert wait_until(lambda: engine.stats()["running"] == 0, 30)

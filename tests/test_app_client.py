@@ -191,3 +191,37 @@ def test_python_m_app_prints_progress_and_url_then_serves(tmp_path):
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def _engine_takes_cache_salt() -> bool:
+    import inspect
+
+    from engine import LLMEngine
+
+    return "cache_salt" in inspect.signature(LLMEngine.submit).parameters
+
+
+@pytest.mark.skipif(not _engine_takes_cache_salt(), reason="needs LLMEngine.submit(cache_salt=...)")
+@pytest.mark.parametrize("shared", [False, True])
+def test_prefix_cache_hits_stay_within_a_session_unless_shared(engine, tmp_path, shared):
+    """On the real engine: a session's repeated prompt reuses its cached prefix; another
+    session's identical prompt does so only with --shared-prefix-cache."""
+    from app.handlers import make_params
+    from app.service import Playground
+
+    pg = Playground(engine, trace_dir=tmp_path, monitor=False, shared_prefix_cache=shared)
+    prompt = f"{'shared' if shared else 'salted'} {time.time()}: " + "the quick brown fox jumps over the lazy dog. " * 12
+
+    def computed(session: str) -> tuple[int, int]:
+        handle = pg.submit(session, prompt, make_params(0, 1, 0, 0, 1, 2, -1), raw=True)
+        handle.result(timeout=120)
+        first = next(ev for ev in handle.events if ev.phase == "prefill")
+        pg.release(session, handle)
+        return first.num_tokens, first.kv_tokens
+
+    n, total = computed("alice")
+    assert n == total and total > 64  # the first time, nothing is cached
+    again, _ = computed("alice")
+    assert again < total  # the same session reuses its own prefix
+    other, _ = computed("bob")
+    assert (other < total) is shared

@@ -12,6 +12,7 @@ from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.model.model_spec import ModelSpec
 
 BPT = 46_080  # KV bytes per token of the embedded model in fp32: 2 × 30 × 3 × 64 × 4
+SECRET_PATH = "/srv/secret/weights.bin"  # named by the "crash" script's exception; must never reach a client
 
 
 @dataclass
@@ -146,7 +147,8 @@ class FakeEngine:
 
     script values: ``"ok"`` (stream and stop), ``"slow"`` (one event per wait, abortable),
     ``"error"`` (engine error after two tokens),
-    ``"queue_full"`` (``QueueFullError`` from submit), ``"too_long"`` (``ValueError``).
+    ``"queue_full"`` (``QueueFullError`` from submit), ``"too_long"`` (``ValueError``),
+    ``"crash"`` (an unexpected ``KeyError`` naming a server path, from submit).
     """
 
     def __init__(self, script: str = "ok"):
@@ -156,15 +158,18 @@ class FakeEngine:
         self.rolling = FakeRolling()
         self.script = script
         self.submitted = []
+        self.salts = []  # the cache_salt of each submitted request
         self.aborted = []
         self._n = 0
         self._lock = threading.Lock()
 
-    def submit(self, prompt, params, raw=False, use_kv_cache=True):
-        from engine.core.scheduler import QueueFullError
+    def submit(self, prompt, params, raw=False, use_kv_cache=True, *, request_id=None, cache_salt=None):
+        from engine import QueueFullError
 
         if self.script == "queue_full":
             raise QueueFullError("the queue is full (32 requests waiting); try again in a moment")
+        if self.script == "crash":
+            raise KeyError(SECRET_PATH)
         if self.script == "too_long":
             raise ValueError("prompt (9000 tokens) + max_tokens (256) = 9256 tokens exceeds the "
                              "context window of 8192 tokens")
@@ -172,6 +177,7 @@ class FakeEngine:
             rid = f"req-{self._n}"
             self._n += 1
         self.submitted.append((prompt, params, raw, use_kv_cache))
+        self.salts.append(cache_salt)
         if self.script == "error":
             events = make_events(rid=rid, texts=("Hel", "lo"), finish=None)
             out = make_output(events, reason="error", error="RuntimeError: logits contain NaN")
@@ -187,6 +193,9 @@ class FakeEngine:
         self.aborted.append(request_id)
         return True
 
+    def shutdown(self):
+        self.stopped = True
+
     def stats(self):
         return {"waiting": 0, "running": 0, "finished": len(self.rolling.outputs), "aborted": 0,
                 "failed": 0, "queue_max": 32}
@@ -200,14 +209,15 @@ def free_port() -> int:
 
 
 def launch(pg, concurrency: int = 8):
-    """Serve the page for playground ``pg`` on a free loopback port; returns (demo, url)."""
+    """Serve the page for playground ``pg`` on a free loopback port with the launch settings
+    of ``python -m app`` (``app.server.launch``); returns (demo, url)."""
     from app.assets import read_css
+    from app.server import launch as serve
     from app.ui import build_demo
 
     demo = build_demo(pg, max_concurrency=concurrency)
     demo.queue(default_concurrency_limit=concurrency)
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True,
-                            quiet=True, css=read_css())
+    url, _ = serve(demo, "127.0.0.1", free_port(), css=read_css())
     return demo, url
 
 

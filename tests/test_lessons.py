@@ -2,6 +2,7 @@
 sampler does, the handlers produce figures, and the tab builds inside a Blocks."""
 
 import ast
+import json
 import pathlib
 
 import gradio as gr
@@ -68,16 +69,75 @@ def test_calculator_gpu_table_and_errors(tmp_path):
 def test_calculator_view_and_table():
     from app.lessons import calculator_view
 
-    fig, md = calculator_view(known_models()[0], "", 4096, 2, "fp16")
+    fig, md = calculator_view(known_models()[0], "", None, 4096, 2, "fp16")
     calc = calculator.calculate(known_models()[0], 4096, 2, "fp16")
     assert [t.name.split(" ")[0] for t in fig.data] == ["weights", "KV", "activations"]
     assert fig.data[0].x[0] == pytest.approx(calc["weights_bytes"] / 16e9 * 100)
     assert "| T4 16 GB |" in md and "H200" in md and calc["kv_formula"] in md
     assert "beyond this model's window" not in md
-    _, long = calculator_view("meta-llama/Llama-2-7b-hf", "", 8192, 1, "fp16")
+    _, long = calculator_view("meta-llama/Llama-2-7b-hf", "", None, 8192, 1, "fp16")
     assert "beyond this model's window of 4,096 tokens" in long
-    fig, md = calculator_view("x", "/no/such/config.json", 128, 1, "fp16")
-    assert "⚠" in md
+    fig, md = calculator_view("x", "", None, 128, 1, "fp16")
+    assert "⚠" in md and "pick a model" in md
+
+
+CONFIG = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "intermediate_size": 128,
+          "vocab_size": 100, "max_position_embeddings": 256, "_name_or_path": "my-tiny-model"}
+
+
+def test_calculator_takes_a_pasted_or_uploaded_config(tmp_path):
+    from app.lessons import calculator_view
+
+    want = calculator.calculate(calculator.load_spec(_write(tmp_path, CONFIG)), 64, 1, "fp16")
+    _, pasted = calculator_view(known_models()[0], json.dumps(CONFIG), None, 64, 1, "fp16")
+    assert want["kv_formula"] in pasted
+    upload = _write(tmp_path / "up", {**CONFIG, "num_hidden_layers": 4})
+    want4 = calculator.calculate(calculator.load_spec(upload), 64, 1, "fp16")
+    fig, uploaded = calculator_view(known_models()[0], json.dumps(CONFIG), upload, 64, 1, "fp16")
+    assert "my-tiny-model" in fig.layout.title.text
+    assert want4["kv_formula"] in uploaded and want["kv_formula"] not in uploaded  # the upload wins
+
+
+@pytest.mark.parametrize("model,pasted,message", [
+    ("/etc/passwd", "", "pick a model"),             # a server path is not a model of the table
+    ("../../config.json", "", "pick a model"),
+    ("someone/some-model", "", "pick a model"),      # nor a Hub id (no download from a client)
+    ("x", "/etc/passwd", "not valid JSON"),          # pasted text is JSON, never a path
+    ("x", "[1, 2]", "must be a JSON object"),
+    ("x", "[" * 100_000, "nested too deeply"),
+    ("x", "{" + " " * (1 << 20) + "}", "larger than 1024 KiB"),
+    ("x", '{"hidden_size": 64}', "lacks layers"),
+    ("x", "\ud800", "not valid Unicode"),
+])
+def test_calculator_refuses_paths_hub_ids_and_bad_configs(model, pasted, message):
+    from app.lessons import calculator_view
+
+    fig, md = calculator_view(model, pasted, None, 64, 1, "fp16")
+    assert "⚠" in md and message in md, md
+    assert not fig.data
+
+
+def test_calculator_caps_an_upload_and_refuses_bad_sizes(tmp_path):
+    from app.lessons import calculator_view
+
+    big = tmp_path / "big.json"
+    big.write_bytes(b"{" + b" " * (1 << 20) + b"}")
+    _, md = calculator_view("x", "", str(big), 64, 1, "fp16")
+    assert "larger than 1024 KiB" in md
+    _, md = calculator_view(known_models()[0], "", None, 10**400, 1, "fp16")
+    assert "sequence length must be a whole number" in md and len(md) < 300
+    _, md = calculator_view(known_models()[0], "", None, 64, 0, "fp16")
+    assert "batch must be" in md
+    _, md = calculator_view(known_models()[0], "", None, 64, 1, "fp64")
+    assert "dtype must be one of" in md
+
+
+def _write(folder, config: dict) -> str:
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    return str(path)
 
 
 @pytest.fixture(scope="module")

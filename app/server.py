@@ -1,0 +1,145 @@
+"""How the page is served: the launch settings that keep server files and errors private.
+
+- ``show_error=False``: only ``gr.Error`` messages (written for the client) reach a client;
+  Gradio's own exception texts, which can name server paths, stay in the server log.
+- ``max_file_size``: every upload (the calculator's ``config.json`` is the page's only one) is
+  capped at :data:`MAX_UPLOAD_BYTES`.
+- :class:`RestDefaults`: ``POST /gradio_api/call/<name>`` with a short ``data`` list gets the
+  endpoint's defaults for the arguments left out (Gradio 6 fills defaults only on
+  ``/gradio_api/call/v2/<name>`` and in ``gradio_client``).
+- :func:`private_temp_dir`: Gradio's upload and cache folder (``GRADIO_TEMP_DIR``) made
+  private to this process (0700) and removed at shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+MAX_UPLOAD_BYTES = 1 << 20  # 1 MiB
+_CALL = re.compile(r"/gradio_api/call/([^/]+)/?$")
+
+
+def api_defaults(demo) -> dict[str, list]:
+    """``{api_name: [default of each parameter]}`` for the page's ``gr.api`` endpoints.
+
+    A parameter without a default gets ``None`` (the function then names it as missing).
+    The parameters are read the way ``gr.api`` reads them (``gr.Request`` is not one).
+    """
+    from gradio.components.api_component import Api
+    from gradio.utils import get_function_params
+
+    out = {}
+    for block_fn in demo.fns.values():
+        inputs = list(block_fn.inputs or [])
+        if not block_fn.api_name or block_fn.fn is None or not inputs:
+            continue
+        if not all(isinstance(b, Api) for b in inputs):
+            continue
+        params = get_function_params(block_fn.fn)
+        if len(params) == len(inputs):
+            out[block_fn.api_name] = [default if has else None for _, has, default, _ in params]
+    return out
+
+
+class RestDefaults:
+    """ASGI middleware: fill in the defaults of ``/gradio_api/call/<name>`` arguments left out.
+
+    Args:
+        app: the ASGI app it wraps.
+        defaults: ``{api_name: [defaults in parameter order]}`` (see :func:`api_defaults`).
+    """
+
+    def __init__(self, app, defaults: dict[str, list]) -> None:
+        self.app = app
+        self.defaults = defaults
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            return await self.app(scope, receive, send)
+        m = _CALL.search(scope.get("path", ""))
+        defaults = self.defaults.get(m.group(1)) if m else None
+        if defaults is None:
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        body = _padded(body, defaults)
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await self.app({**scope, "headers": headers}, _replay(body, receive), send)
+
+
+def _padded(body: bytes, defaults: list) -> bytes:
+    """The request body with ``data`` extended by the defaults of the missing arguments
+    (unchanged when it is not such a JSON object or nothing is missing)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list) or len(data) >= len(defaults):
+        return body
+    doc["data"] = data + defaults[len(data):]
+    return json.dumps(doc).encode()
+
+
+def _replay(body: bytes, receive):
+    """A ``receive`` that gives the (rewritten) ``body`` once, then the client's own messages
+    (its disconnect, when it comes)."""
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool = False,
+           max_threads: int = 40, **kwargs) -> tuple[str, str | None]:
+    """``demo.launch`` with this module's settings, without blocking; returns
+    ``(local_url, share_url)``. Extra keyword arguments (``theme``, ``css``...) go to ``launch``."""
+    from starlette.middleware import Middleware
+
+    middleware = [Middleware(RestDefaults, defaults=api_defaults(demo))]
+    _, local_url, share_url = demo.launch(
+        server_name=host, server_port=port, share=share, prevent_thread_lock=True, quiet=True,
+        show_error=False, max_file_size=MAX_UPLOAD_BYTES, max_threads=max_threads,
+        app_kwargs={"middleware": middleware}, **kwargs)
+    return local_url, share_url
+
+
+@contextmanager
+def private_temp_dir() -> Iterator[Path]:
+    """Point ``GRADIO_TEMP_DIR`` (uploads and the copies of served files) at a fresh 0700
+    folder for the life of the block, then remove it.
+
+    A ``GRADIO_TEMP_DIR`` set by the user is kept as it is (and not removed). Yields the
+    folder Gradio uses.
+    """
+    own = not os.environ.get("GRADIO_TEMP_DIR")
+    folder = Path(tempfile.mkdtemp(prefix="llm-playground-gradio-")) if own \
+        else Path(os.environ["GRADIO_TEMP_DIR"])
+    if own:
+        os.environ["GRADIO_TEMP_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+            if os.environ.get("GRADIO_TEMP_DIR") == str(folder):
+                del os.environ["GRADIO_TEMP_DIR"]
