@@ -10,10 +10,9 @@ from __future__ import annotations
 import html
 import math
 
-import plotly.graph_objects as go
-
-from .figures import DECODE, PREFILL, _hint, _layout
+from .figures import DECODE, HEIGHT, PREFILL
 from .fmt import fmt_int, fmt_seconds
+from .plainfig import PlainFigure, add_hint, base_layout
 
 OTHER_DECODE = "#A9CCE3"   # light blue: other users' decode
 OTHER_PREFILL = "#F5B7A5"  # light orange: other users' prefill
@@ -59,7 +58,7 @@ def step_phases(steps: list[dict]) -> list[dict[str, str]]:
     return out
 
 
-def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> go.Figure:
+def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> PlainFigure:
     """Recent engine steps: one column per step, one cell per request in its forward pass.
 
     Cells stack in order of joining, so a column's height is the step's batch size; your
@@ -88,24 +87,27 @@ def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> go.Fi
             c["x"].append(s["step_id"])
             c["base"].append(slot)
             c["text"].append(f"{html.escape(r)}{' (you)' if you else ''}: {phases[r]}<br>{summary}")
-    fig = go.Figure()
+    traces = []
     for key, (name, color) in groups.items():
         c = cells[key]
-        fig.add_trace(go.Bar(
-            name=name, x=c["x"], y=[1] * len(c["x"]), base=c["base"], hovertext=c["text"], width=0.85,
-            marker={"color": color, "line": {"color": "#1b1b1b" if key[0] else "white",
-                                             "width": 1.2 if key[0] else 0.5}},
-            hovertemplate="%{hovertext}<extra></extra>"))
+        traces.append({
+            "type": "bar", "name": name, "x": c["x"], "y": [1] * len(c["x"]), "base": c["base"],
+            "hovertext": c["text"], "width": 0.85,
+            "marker": {"color": color, "line": {"color": "#1b1b1b" if key[0] else "white",
+                                                "width": 1.2 if key[0] else 0.5}},
+            "hovertemplate": "%{hovertext}<extra></extra>"})
     title = "Recent engine steps: who shared each forward pass" + (" (engine idle now)" if idle and steps else "")
-    _layout(fig, title, "engine step (newest on the right)", "requests in the step")
     # always show the key: Plotly hides a legend with a single non-empty trace, which is the
     # usual picture once a lone request's prefill has scrolled out of the strip
-    fig.update_layout(barmode="overlay", bargap=0.1, showlegend=True)
+    layout = base_layout(title, "engine step (newest on the right)", "requests in the step", HEIGHT,
+                         barmode="overlay", bargap=0.1, showlegend=True)
     top = max([len(s["request_ids"]) for s in steps] + [2])
-    fig.update_yaxes(range=[0, top + 0.2], dtick=1 if top <= 10 else None)
+    layout["yaxis"]["range"] = [0, top + 0.2]
+    if top <= 10:
+        layout["yaxis"]["dtick"] = 1
     if not steps:
-        _hint(fig, "Press Generate: each engine step adds a column")
-    return fig
+        add_hint(layout, "Press Generate: each engine step adds a column")
+    return PlainFigure(traces, layout)
 
 
 def _owners(snapshot: dict, mine: set[str]) -> dict[int, list[tuple[str, int]]]:
