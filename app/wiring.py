@@ -13,29 +13,42 @@ from .shared import shared
 
 PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
 STREAM_KEYS = ("chat", "completion", "message", "status", "tokens", "cards", "latency", "kv", "kv_formula",
-               "memory", "batch_stats", "pool", "tables", "strip")
+               "memory", "batch_stats", "pool", "tables", "strip", "rolling")
 RESENT = frozenset(STREAM_KEYS) - {"message"}  # the prompt box is the user's: set once, never resent
+LABELS = {"gen": "Generate", "stop": "Stop"}
 
 
-def stream_updates(frames, last: dict | None = None):
-    """Handler frames as Gradio values for the answer's stream (``STREAM_KEYS`` then the trace).
+def stream_updates(frames, last: dict | None = None, labels: dict | None = None):
+    """Handler frames as Gradio values for the answer's stream: one per ``STREAM_KEYS`` name,
+    then the JSON and CSV trace downloads, the Generate and the Stop button.
 
     Each output gets its latest value again while its part of the page hasn't changed, rather
     than ``gr.skip()``: Gradio 6.31 processes a skip as a component update (a new component and
-    its config, 0.2-2 ms each), a value costs about 0.06 ms, and a streamed value equal to the
-    last one reaches the browser as an empty diff. An output without a value yet is skipped.
+    its config, 0.2-2.3 ms each), a value costs about 0.06 ms, and a streamed value equal to the
+    last one reaches the browser as an empty diff. An output without a value yet is skipped. The
+    buttons change only in the first frame (Generate off, Stop on, the downloads off until the
+    new trace exists) and the last; in between they get their labels (or no file) again.
 
     Args:
         frames: the frames of :func:`app.handlers.generate`.
-        last: values the outputs hold already (e.g. the hidden chatbot's, in raw mode).
+        last: values the outputs hold already (the hidden chatbot's in raw mode, the rolling table).
+        labels: the buttons' labels, ``{"gen": ..., "stop": ...}`` (default :data:`LABELS`).
     """
     last = dict(last or {})
+    labels = {**LABELS, **(labels or {})}
     for frame in frames:
         last.update((k, v) for k, v in frame.items() if k in RESENT)
         out = [last[k] if k in last else frame[k] if k in frame else gr.skip() for k in STREAM_KEYS]
-        # the trace paths go to a State (read by the step after the stream): None at the start,
-        # the files at the end, a cheap skip in between
-        out.append(frame.get("trace") if frame.get("busy") is False else None if frame.get("busy") else gr.skip())
+        busy, trace = frame.get("busy"), frame.get("trace")
+        if busy is None:  # streaming: nothing changes
+            out += [None, None, labels["gen"], labels["stop"]]
+        elif busy:  # the request starts
+            out += [gr.DownloadButton(value=None, interactive=False)] * 2
+            out += [gr.Button(interactive=False), gr.Button(interactive=True)]
+        else:  # it ended (or was refused: the last trace stays)
+            out += ([gr.DownloadButton(value=p, interactive=True) for p in trace] if trace
+                    else [gr.skip()] * 2)
+            out += [gr.Button(interactive=True), gr.Button(interactive=False)]
         yield out
 
 
@@ -47,12 +60,11 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
         pg: the shared :class:`app.service.Playground`; max_concurrency: generations (page and
             API together) that Gradio runs at once.
     """
-    # The answer's stream updates these; the buttons and the trace downloads change only when a
-    # request starts or ends, in the quick steps before and after it (see on_start / on_done).
-    trace = gr.State(None)
-    stream_outputs = [page.chatbot, page.completion, page.message, page.status, page.tokens, page.stat_cards,
-                      page.latency, page.kv_plot, page.kv_formula, page.memory,
-                      page.batch_stats, page.pool, page.tables, page.strip, trace]
+    gen_outputs = [page.chatbot, page.completion, page.message, page.status, page.tokens, page.stat_cards,
+                   page.latency, page.kv_plot, page.kv_formula, page.memory,
+                   page.batch_stats, page.pool, page.tables, page.strip, page.rolling,
+                   page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn]
+    labels = {"gen": page.gen_btn.value, "stop": page.stop_btn.value}
 
     def on_generate(mode, message, history, system_prompt, temperature, top_p, top_k, min_p, rep_penalty,
                     max_tokens, seed, use_kv, request: gr.Request):
@@ -60,27 +72,18 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
                                    temperature, top_p, top_k, min_p, rep_penalty, max_tokens, seed,
                                    use_kv, notify=gr.Warning)
         # the hidden chatbot of raw mode keeps the value it has (sending it back costs less than
-        # gr.skip(), which Gradio 6.31 processes as a component update)
-        yield from stream_updates(frames, {} if mode == "chat" else {"chat": history})
+        # a skip); the rolling table is resent until the request's end redraws it
+        held = {"rolling": shared(pg).rolling_html()}
+        if mode != "chat":
+            held["chat"] = history
+        yield from stream_updates(frames, held, labels)
 
     gen_inputs = [page.mode, page.message, page.chatbot, page.system_prompt, page.temperature, page.top_p,
                   page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv]
-    run = dict(fn=on_generate, inputs=gen_inputs, outputs=stream_outputs, show_progress="hidden",
+    run = dict(fn=on_generate, inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
                concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private")
-
-    def on_start():
-        return gr.Button(interactive=False), gr.Button(interactive=True)
-
-    def on_done(paths):
-        downloads = ([gr.DownloadButton(value=p, interactive=True) for p in paths] if paths
-                     else [gr.skip()] * 2)
-        return downloads + [gr.Button(interactive=True), gr.Button(interactive=False), shared(pg).rolling_html()]
-
-    for trigger in (page.gen_btn.click, page.message.submit):
-        (trigger(on_start, None, [page.gen_btn, page.stop_btn], **PRIVATE)
-         .then(**run)
-         .then(on_done, trace, [page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn, page.rolling],
-               **PRIVATE))
+    page.gen_btn.click(**run)
+    page.message.submit(**run)
 
     def on_stop(request: gr.Request):  # the request's own stream shows "Stopping…"
         handlers.stop(pg, request.session_hash)
