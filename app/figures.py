@@ -206,7 +206,7 @@ def device_figure(samples: list[dict], gpu_available: bool, reason: str = "",
         title = reason or "no GPU reading"
         right = "RSS bytes"
     layout = base_layout(title, "seconds ago", "% or °C" if gpu_available else "CPU %", HEIGHT,
-                         yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero",
+                         yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickmode": "auto",
                                  "title": {"text": right}, "tickformat": "~s", "showgrid": False},
                          margin={"l": 60, "r": 60, "t": 40, "b": 40})
     layout["yaxis"]["range"] = [0, 105]

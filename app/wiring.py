@@ -9,16 +9,19 @@ from __future__ import annotations
 import gradio as gr
 
 from . import api, handlers
+from .plot_panel import as_value
 from .shared import shared
 
 PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
 STREAM_KEYS = ("chat", "completion", "message", "status", "tokens", "cards", "latency", "kv", "kv_formula",
                "memory", "batch_stats", "pool", "tables", "strip", "rolling")
 RESENT = frozenset(STREAM_KEYS) - {"message"}  # the prompt box is the user's: set once, never resent
+FIGURE_KEYS = frozenset({"latency", "kv", "memory", "strip"})  # drawn by app.plot_panel (JSON values)
 LABELS = {"gen": "Generate", "stop": "Stop"}
+BUTTON_KEYS = ("json", "csv", "gen", "stop")
 
 
-def stream_updates(frames, last: dict | None = None, labels: dict | None = None):
+def stream_updates(frames, last: dict | None = None, labels: dict | None = None, encode: dict | None = None):
     """Handler frames as Gradio values for the answer's stream: one per ``STREAM_KEYS`` name,
     then the JSON and CSV trace downloads, the Generate and the Stop button.
 
@@ -33,23 +36,54 @@ def stream_updates(frames, last: dict | None = None, labels: dict | None = None)
         frames: the frames of :func:`app.handlers.generate`.
         last: values the outputs hold already (the hidden chatbot's in raw mode, the rolling table).
         labels: the buttons' labels, ``{"gen": ..., "stop": ...}`` (default :data:`LABELS`).
+        encode: output name -> function turning a value into what the browser receives (the
+            component's own postprocessing, done here once per new value; see :func:`encoder`);
+            values pass as they are for names without one.
     """
-    last = dict(last or {})
+    encode = encode or {}
+
+    def enc(name, value):
+        fn = encode.get(name)
+        return fn(value) if fn is not None else value
+
+    raw = dict(last or {})  # each output's latest value, and (in ``last``) as sent
+    last = {k: enc(k, v) for k, v in raw.items()}
     labels = {**LABELS, **(labels or {})}
     for frame in frames:
-        last.update((k, v) for k, v in frame.items() if k in RESENT)
-        out = [last[k] if k in last else frame[k] if k in frame else gr.skip() for k in STREAM_KEYS]
+        for k, v in frame.items():
+            if k in RESENT and raw.get(k, _NOTHING) is not v:  # a new value: encoded once
+                raw[k] = v
+                last[k] = enc(k, as_value(v) if k in FIGURE_KEYS else v)
+        out = [last[k] if k in last else enc(k, frame[k]) if k in frame else gr.skip() for k in STREAM_KEYS]
         busy, trace = frame.get("busy"), frame.get("trace")
         if busy is None:  # streaming: nothing changes
-            out += [None, None, labels["gen"], labels["stop"]]
+            out += [None, None, enc("gen", labels["gen"]), enc("stop", labels["stop"])]
         elif busy:  # the request starts
-            out += [gr.DownloadButton(value=None, interactive=False)] * 2
-            out += [gr.Button(interactive=False), gr.Button(interactive=True)]
+            out += [gr.update(value=None, interactive=False)] * 2
+            out += [gr.update(interactive=False), gr.update(interactive=True)]
         else:  # it ended (or was refused: the last trace stays)
-            out += ([gr.DownloadButton(value=p, interactive=True) for p in trace] if trace
-                    else [gr.skip()] * 2)
-            out += [gr.Button(interactive=True), gr.Button(interactive=False)]
+            out += ([gr.update(value=enc(k, p), interactive=True) for k, p in zip(BUTTON_KEYS, trace)]
+                    if trace else [gr.skip()] * 2)
+            out += [gr.update(interactive=True), gr.update(interactive=False)]
         yield out
+
+
+_NOTHING = object()
+
+
+def encoder(component):
+    """The function sending a value to ``component`` as Gradio would after postprocessing it.
+
+    The page's stream is registered with ``postprocess=False``: Gradio then doesn't hand every
+    output of every frame to a worker thread for its ``postprocess`` (19 thread hops a frame, most
+    of a frame's cost); the stream encodes each new value once, in its own thread.
+    """
+
+    def encode(value):
+        out = component.postprocess(value)
+        return out.model_dump() if hasattr(out, "model_dump") else out
+
+    return encode
 
 
 def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
@@ -65,6 +99,7 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
                    page.batch_stats, page.pool, page.tables, page.strip, page.rolling,
                    page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn]
     labels = {"gen": page.gen_btn.value, "stop": page.stop_btn.value}
+    encode = {name: encoder(c) for name, c in zip(STREAM_KEYS + BUTTON_KEYS, gen_outputs)}
 
     def on_generate(mode, message, history, system_prompt, temperature, top_p, top_k, min_p, rep_penalty,
                     max_tokens, seed, use_kv, request: gr.Request):
@@ -76,12 +111,13 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
         held = {"rolling": shared(pg).rolling_html()}
         if mode != "chat":
             held["chat"] = history
-        yield from stream_updates(frames, held, labels)
+        yield from stream_updates(frames, held, labels, encode)
 
     gen_inputs = [page.mode, page.message, page.chatbot, page.system_prompt, page.temperature, page.top_p,
                   page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv]
     run = dict(fn=on_generate, inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
-               concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private")
+               concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private",
+               postprocess=False)  # stream_updates encodes the values (see encoder)
     page.gen_btn.click(**run)
     page.message.submit(**run)
 
@@ -94,7 +130,7 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
 
     def on_clear():
         panels = handlers.empty_panels(pg)
-        return [[], ""] + [panels[k] for k in clear_keys]
+        return [[], ""] + [as_value(panels[k]) if k in FIGURE_KEYS else panels[k] for k in clear_keys]
 
     page.clear_btn.click(on_clear, None, [page.chatbot, page.completion, page.status, page.tokens,
                                           page.stat_cards, page.latency, page.kv_plot, page.kv_formula,
@@ -111,7 +147,8 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     def on_tick(seen, request: gr.Request):
         frame = handlers.device_frame(pg)
         batch, seen = handlers.idle_batch_frame(pg, request.session_hash, seen)
-        return [frame["device"], frame["rolling"], seen] + [batch.get(k, gr.skip()) for k in handlers.BATCH_KEYS]
+        batch = {k: as_value(v) if k in FIGURE_KEYS else v for k, v in batch.items()}
+        return [as_value(frame["device"]), frame["rolling"], seen] + [batch.get(k, gr.skip()) for k in handlers.BATCH_KEYS]
 
     tick_outputs = [page.device, page.rolling, page.batch_seen] + batch_outputs
     page.timer.tick(on_tick, page.batch_seen, tick_outputs, **PRIVATE)
