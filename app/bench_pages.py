@@ -197,8 +197,7 @@ class PageSide:
             self.pages.append(page)
 
     def turn(self, server: Server) -> list[dict]:
-        for page in self.pages:  # as close together as a script can click
-            page.evaluate("document.querySelector('#generate-btn').click()")
+        click_all(self.pages)
         records = server.wait(len(self.pages))
         for page in self.pages:  # the page has drawn its last frame and can run again
             page.wait_for_function("document.querySelector('#status').innerText.startsWith('Finished')"
@@ -208,6 +207,17 @@ class PageSide:
     def close(self) -> None:
         for page in self.pages:
             page.context.close()
+
+
+CLICK_AT = "t => setTimeout(() => document.querySelector('#generate-btn').click(), Math.max(0, t - Date.now()))"
+
+
+def click_all(pages, lead_ms: int = 400) -> None:
+    """Click Generate on every page at the same moment: each page clicks on its own at one wall
+    time (the pages share this machine's clock), so the script's round trips don't stagger them."""
+    at = pages[0].evaluate("Date.now()") + lead_ms * len(pages)
+    for page in pages:
+        page.evaluate(CLICK_AT, at)
 
 
 def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:

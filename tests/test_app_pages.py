@@ -136,26 +136,52 @@ def test_device_panel_and_rolling_table_drawn_once_for_all_pages(tmp_path):
     assert shared(pg) is shared(pg)
 
 
+def _update(value):
+    import gradio as gr
+
+    return isinstance(value, dict) and value.get("__type__") == "update" and value != gr.skip()
+
+
 def test_streamed_frames_resend_values_instead_of_skips(tmp_path):
     import gradio as gr
 
     pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
     frames = handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
     outs = list(wiring.stream_updates(frames, {"chat": [], "rolling": "<table></table>"}))
-    keys = list(wiring.STREAM_KEYS) + ["json", "csv", "gen", "stop"]
+    keys = list(wiring.STREAM_KEYS) + list(wiring.BUTTON_KEYS)
     skip = gr.skip()
     first, *middle, last = outs
     for out in outs:
         skipped = {k for k, v in zip(keys, out) if v == skip}
         assert skipped == {"message"}, skipped  # only the prompt box: the user's (chat mode clears it once)
-    assert isinstance(first[keys.index("gen")], gr.Button) and first[keys.index("gen")].interactive is False
-    assert first[keys.index("stop")].interactive is True and first[keys.index("json")].interactive is False
+    at = {k: keys.index(k) for k in keys}
+    assert all(_update(first[at[k]]) for k in wiring.BUTTON_KEYS)
+    assert first[at["gen"]]["interactive"] is False and first[at["stop"]]["interactive"] is True
+    assert first[at["json"]] == {"__type__": "update", "value": None, "interactive": False}
     for out in middle:  # plain values: the labels, no file
-        assert [out[keys.index(k)] for k in ("json", "csv", "gen", "stop")] == [None, None, "Generate", "Stop"]
-    assert last[keys.index("gen")].interactive is True and last[keys.index("stop")].interactive is False
-    assert last[keys.index("json")].value and last[keys.index("json")].interactive is True
-    assert "Finished" in last[keys.index("status")]
+        assert [out[at[k]] for k in wiring.BUTTON_KEYS] == [None, None, "Generate", "Stop"]
+    assert last[at["gen"]]["interactive"] is True and last[at["stop"]]["interactive"] is False
+    assert last[at["json"]]["value"].endswith(".json") and last[at["json"]]["interactive"] is True
+    assert "Finished" in last[at["status"]]
+    assert isinstance(last[at["latency"]], str) and json.loads(last[at["latency"]])["data"]  # the panel's JSON
     assert len(outs) <= 12  # 8 tokens arrive one per poll: frames are throttled, not one per token
+
+
+def test_stream_encodes_each_new_value_once():
+    calls = []
+
+    def counting(name):
+        def enc(v):
+            calls.append(name)
+            return v
+        return enc
+
+    pool = "<div class='bp'>…</div>"  # the same drawing, resent while the pool is unchanged
+    frames = [{"pool": pool, "chat": [{"role": "assistant", "content": "a" * i}], "busy": True if i == 0 else None}
+              for i in range(6)]
+    outs = list(wiring.stream_updates(frames, encode={k: counting(k) for k in ("pool", "chat")}))
+    assert calls.count("pool") == 1 and calls.count("chat") == 6
+    assert all(out[wiring.STREAM_KEYS.index("pool")] == pool for out in outs)
 
 
 def test_a_refused_request_keeps_the_last_trace(tmp_path):
@@ -164,16 +190,17 @@ def test_a_refused_request_keeps_the_last_trace(tmp_path):
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     frames = handlers.generate(pg, "sess", "raw", "  ", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
     (out,) = wiring.stream_updates(frames)
-    keys = list(wiring.STREAM_KEYS) + ["json", "csv", "gen", "stop"]
-    assert out[keys.index("json")] == gr.skip() and out[keys.index("gen")].interactive is True
+    keys = list(wiring.STREAM_KEYS) + list(wiring.BUTTON_KEYS)
+    assert out[keys.index("json")] == gr.skip() and out[keys.index("gen")]["interactive"] is True
     assert "prompt is empty" in out[keys.index("status")]
 
 
 def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
-    """Gradio's postprocessing of one streamed frame (all outputs, as the page sends them).
+    """Gradio's own work on one streamed frame (all 19 outputs, as the page sends them).
 
-    With gr.skip() for unchanged outputs this took about 10 ms of CPU per frame; a page sends up
-    to 4 frames a second, so with several pages that was most of the server's Python time.
+    With gr.skip() for unchanged outputs this took about 10 ms of CPU per frame, and handing each
+    output to a worker thread for its postprocess about 2 ms; a page sends up to 4 frames a
+    second, so with several pages that was most of the server's Python time.
     """
     from gradio.state_holder import SessionState
 
@@ -181,14 +208,16 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
 
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     demo = build_demo(pg)
-    fn = next(f for f in demo.fns.values() if f.name == "on_generate" and len(f.outputs) == len(wiring.STREAM_KEYS) + 4)
+    fn = next(f for f in demo.fns.values() if f.name == "on_generate" and len(f.outputs) == 19)
+    assert fn.postprocess is False  # the stream encodes its values itself
+    encode = {name: wiring.encoder(c) for name, c in zip(wiring.STREAM_KEYS + wiring.BUTTON_KEYS, fn.outputs)}
     state = SessionState(demo)
     st = RunState()
     for ev in make_events(texts=tuple(f" t{i}" for i in range(40)), finish=None):
         st.add(ev)
     text = handlers._text_frame(st, "raw", [], "Count:")
     frames = [{**handlers.empty_panels(pg), **handlers.batch_frame(pg, "s"), **text, "busy": True}, text]
-    first, second = wiring.stream_updates(frames, {"chat": [], "rolling": ""})
+    first, second = wiring.stream_updates(frames, {"chat": [], "rolling": ""}, encode=encode)
 
     async def cost(out, k=20):
         await demo.postprocess_data(fn, list(out), state)
@@ -197,4 +226,5 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
             await demo.postprocess_data(fn, list(out), state)
         return (time.process_time() - t0) / k
 
-    assert asyncio.run(cost(second)) < 0.005  # about 1 ms here; skips made it about 10 ms
+    asyncio.run(cost(first))
+    assert asyncio.run(cost(second)) < 0.002  # about 0.3 ms here

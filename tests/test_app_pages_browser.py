@@ -27,7 +27,7 @@ if not CHROMIUM.exists():
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from app.bench_pages import set_up_raw_greedy  # noqa: E402
+from app.bench_pages import click_all, set_up_raw_greedy  # noqa: E402
 from engine import SamplingParams  # noqa: E402
 from test_app_fakes import launch, wait_until  # noqa: E402
 
@@ -61,9 +61,8 @@ def _finished(page) -> bool:
 
 
 def _run(pages) -> list[dict]:
-    """Click Generate on every page at once, wait for all to finish, return their traces."""
-    for page in pages:
-        page.evaluate("document.querySelector('#generate-btn').click()")
+    """Click Generate on every page at one moment, wait for all to finish, return their traces."""
+    click_all(pages)
     for page in pages:  # Generate stays disabled while the request runs
         assert wait_until(lambda: not page.locator("#generate-btn").is_enabled(), 30, every=0.02)
     for page in pages:
