@@ -7,6 +7,7 @@ engine and read the frames directly.
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterator
 
 from engine import QueueFullError, SamplingParams
@@ -27,6 +28,8 @@ FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
 MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)
 BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
 BATCH_MAX_AGE_S = 0.5  # ... drawn once for all streaming pages, at most this long ago
+PLOT_KEYS = ("latency", "kv", "memory")
+PLOTS_RESET_S = 0.5    # the last answer's plots stay until the first token, or this long in the queue
 
 
 def make_params(temperature: float, top_p: float, top_k: int, min_p: float,
@@ -172,8 +175,12 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
     chips = TokenChips()  # each token's chip is drawn once, not at every frame
-    first = {**empty_panels(pg, "Queued…"), **_text_frame(state, mode, chat_base, message, chips),
-             **batch_frame(pg, session_id), "busy": True}
+    # the plots keep the last answer until this one's first token redraws them (usually well under
+    # a second: three redraws fewer per request); a request still queued gets empty plots
+    panels = empty_panels(pg, "Queued…")
+    first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
+             **_text_frame(state, mode, chat_base, message, chips), **batch_frame(pg, session_id), "busy": True}
+    reset_at = time.perf_counter() + PLOTS_RESET_S
     if mode == "chat":
         first["message"] = ""
     yield first
@@ -195,6 +202,10 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
                 if len(state.token_index) > drawn and figs_due.due():
                     frame.update(_figure_frame(pg, state, params.max_tokens, memory_due.due()))
                     drawn = len(state.token_index)
+                elif reset_at is not None and not drawn and time.perf_counter() >= reset_at:
+                    frame.update({k: panels[k] for k in PLOT_KEYS})
+                if drawn or "latency" in frame:
+                    reset_at = None
                 if batch_due.due():  # also while queued: the student sees what fills the engine
                     frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"],
                                              max_age_s=BATCH_MAX_AGE_S))

@@ -153,7 +153,10 @@ def test_streamed_frames_resend_values_instead_of_skips(tmp_path):
     first, *middle, last = outs
     for out in outs:
         skipped = {k for k, v in zip(keys, out) if v == skip}
-        assert skipped == {"message"}, skipped  # only the prompt box: the user's (chat mode clears it once)
+        # only the prompt box (the user's: chat mode clears it once), and the plots until this
+        # request's first token redraws them (they show the last answer meanwhile)
+        assert skipped <= {"message"} | set(handlers.PLOT_KEYS), skipped
+    assert {k for k, v in zip(keys, last) if v == skip} == {"message"}
     at = {k: keys.index(k) for k in keys}
     assert all(_update(first[at[k]]) for k in wiring.BUTTON_KEYS)
     assert first[at["gen"]]["interactive"] is False and first[at["stop"]]["interactive"] is True
@@ -182,6 +185,26 @@ def test_stream_encodes_each_new_value_once():
     outs = list(wiring.stream_updates(frames, encode={k: counting(k) for k in ("pool", "chat")}))
     assert calls.count("pool") == 1 and calls.count("chat") == 6
     assert all(out[wiring.STREAM_KEYS.index("pool")] == pool for out in outs)
+
+
+def test_plots_keep_the_last_answer_until_the_first_token(tmp_path):
+    pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
+    frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True))
+    assert not set(handlers.PLOT_KEYS) & set(frames[0])  # no reset to empty plots at the start
+    drawn = [f for f in frames if "latency" in f]
+    assert drawn and drawn[0]["latency"].data[0].x == [1]  # the first one shows this request's prefill
+
+
+def test_a_request_waiting_in_the_queue_gets_empty_plots(tmp_path, monkeypatch):
+    monkeypatch.setattr(handlers, "PLOTS_RESET_S", 0.0)
+    pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
+    def follow(handle, poll_s=0.1):  # two polls with nothing new (queued), then the stream
+        yield from ([], [])
+        yield from Playground.follow(handle, poll_s)
+
+    pg.follow = follow
+    frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True))
+    assert "Press Generate" in frames[1]["latency"].layout.annotations[0].text
 
 
 def test_a_refused_request_keeps_the_last_trace(tmp_path):
