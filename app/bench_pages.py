@@ -201,7 +201,8 @@ class PageSide:
         records = server.wait(len(self.pages))
         for page in self.pages:  # the page has drawn its last frame and can run again
             page.wait_for_function("document.querySelector('#status').innerText.startsWith('Finished')"
-                                   " && !document.querySelector('#generate-btn').disabled", timeout=60_000)
+                                   " && !document.querySelector('#generate-btn').disabled",
+                                   polling=100, timeout=60_000)
         return records
 
     def close(self) -> None:

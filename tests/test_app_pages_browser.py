@@ -29,7 +29,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 from app.bench_pages import click_all, set_up_raw_greedy  # noqa: E402
 from engine import SamplingParams  # noqa: E402
-from test_app_fakes import launch, wait_until  # noqa: E402
+from test_app_fakes import launch  # noqa: E402
 
 PROMPTS = ["1, 2, 3, 4, 5,", "10, 20, 30, 40,", "2, 4, 6, 8,"]
 TOKENS = 48
@@ -55,18 +55,22 @@ def browser():
         b.close()
 
 
-def _finished(page) -> bool:
-    return (page.locator("#status").inner_text().startswith("Finished")
-            and page.locator("#generate-btn").is_enabled() and page.locator("#trace-json").is_enabled())
+STARTED = "document.querySelector('#generate-btn').disabled"  # Generate is off while a request runs
+FINISHED = ("document.querySelector('#status').innerText.startsWith('Finished')"
+            " && !document.querySelector('#generate-btn').disabled"
+            " && !document.querySelector('#trace-json').disabled")
 
 
 def _run(pages) -> list[dict]:
-    """Click Generate on every page at one moment, wait for all to finish, return their traces."""
+    """Click Generate on every page at one moment, wait for all to finish, return their traces.
+
+    The waits poll inside the pages (no round trips from this process, which also serves them).
+    """
     click_all(pages)
-    for page in pages:  # Generate stays disabled while the request runs
-        assert wait_until(lambda: not page.locator("#generate-btn").is_enabled(), 30, every=0.02)
     for page in pages:
-        assert wait_until(lambda: _finished(page), 180), page.locator("#status").inner_text()
+        page.wait_for_function(STARTED, polling=100, timeout=30_000)
+    for page in pages:
+        page.wait_for_function(FINISHED, polling=250, timeout=180_000)
     traces = []
     for page in pages:
         with page.expect_download(timeout=30_000) as dl:
