@@ -21,19 +21,28 @@ import gradio as gr
 TEMPLATE = "<div class='live-plot'></div>"
 # Draws props.value (the figure's JSON) into the panel's div, again whenever it changes; waits
 # for plotly.js if the page is still loading it. Same settings as gr.Plot: responsive, autosize.
+# A hidden panel (another tab) is drawn when it shows, and a panel whose width changes (window,
+# sidebar) is resized: Plotly sizes a plot drawn while hidden at its default 700 px.
 DRAW_JS = r"""
 const box = element.querySelector('.live-plot');
-let shown = null;
+let shown = null, pending = false;
 const draw = () => {
   const value = props.value;
   if (!value || value === shown) return;
   if (!window.Plotly) { setTimeout(draw, 50); return; }
+  if (!box.offsetWidth) { pending = true; return; }
+  pending = false;
   shown = value;
   const fig = JSON.parse(value);
   fig.layout = fig.layout || {};
   fig.layout.autosize = true;
   window.Plotly.react(box, fig.data || [], fig.layout, {responsive: true});
 };
+new ResizeObserver(() => {
+  if (!box.offsetWidth) return;
+  if (pending) draw();
+  else if (shown !== null && window.Plotly) window.Plotly.Plots.resize(box);
+}).observe(box);
 watch('value', draw);
 draw();
 """
