@@ -10,10 +10,9 @@ from __future__ import annotations
 import html
 import math
 
-import plotly.graph_objects as go
-
-from .figures import DECODE, PREFILL, _hint, _layout
+from .figures import DECODE, HEIGHT, PREFILL
 from .fmt import fmt_int, fmt_seconds
+from .plainfig import PlainFigure, add_hint, base_layout
 
 OTHER_DECODE = "#A9CCE3"   # light blue: other users' decode
 OTHER_PREFILL = "#F5B7A5"  # light orange: other users' prefill
@@ -29,7 +28,9 @@ def plain_steps(steps) -> list[dict]:
     """``BatchInfo`` objects (or dicts) as plain dicts, oldest first."""
     out = []
     for s in steps or []:
-        d = s if isinstance(s, dict) else (s.to_dict() if hasattr(s, "to_dict") else dict(vars(s)))
+        # a shallow copy: the engine never changes a step's record once made (asdict's deep
+        # copy of 64 steps cost more than drawing them)
+        d = s if isinstance(s, dict) else (vars(s) if hasattr(s, "__dict__") else s.to_dict())
         out.append({**d, "request_ids": [str(r) for r in d.get("request_ids") or []]})
     return out
 
@@ -59,7 +60,81 @@ def step_phases(steps: list[dict]) -> list[dict[str, str]]:
     return out
 
 
-def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> go.Figure:
+_STRIP_GROUPS = {(True, "prefill"): ("your request: prefill", PREFILL),
+                 (True, "decode"): ("your request: decode", DECODE),
+                 (False, "prefill"): ("other requests: prefill", OTHER_PREFILL),
+                 (False, "decode"): ("other requests: decode", OTHER_DECODE)}
+
+
+class StripPicture:
+    """The recent-steps strip of one list of steps: the cells are laid out once, and
+    :meth:`figure` only sorts them into "yours" and "others" for a viewer.
+
+    Args:
+        steps: plain step dicts (:func:`plain_steps`), oldest first.
+        idle: whether the engine is idle now (said in the title).
+    """
+
+    def __init__(self, steps: list[dict], idle: bool = False) -> None:
+        first_seen: dict[str, int] = {}
+        for i, s in enumerate(steps):
+            for r in s["request_ids"]:
+                first_seen.setdefault(r, i)
+        # one cell per (step, request): (request id, phase, x, base, hover text, hover text "you")
+        self.cells: list[tuple[str, str, int, int, str, str]] = []
+        for s, phases in zip(steps, step_phases(steps)):
+            ids = sorted(s["request_ids"], key=lambda r: first_seen[r])
+            summary = (f"step {s['step_id']}: {len(ids)} requests, {s.get('prefill_tokens', 0)} prefill + "
+                       f"{s.get('decode_tokens', 0)} decode tokens, {s.get('waiting', 0)} waiting")
+            for slot, r in enumerate(ids):
+                name = html.escape(r)
+                self.cells.append((r, phases[r], s["step_id"], slot, f"{name}: {phases[r]}<br>{summary}",
+                                   f"{name} (you): {phases[r]}<br>{summary}"))
+        self.request_ids = frozenset(first_seen)
+        title = "Recent engine steps: who shared each forward pass" + (" (engine idle now)" if idle and steps else "")
+        self.top = max([len(s["request_ids"]) for s in steps] + [2])
+        self.title = title
+        self.empty = not steps
+        self._figures: dict[frozenset, PlainFigure] = {}
+
+    def figure(self, mine: set[str]) -> PlainFigure:
+        """The strip as ``mine`` sees it (one figure per distinct set of own requests shown)."""
+        key = self.request_ids.intersection(mine or ())
+        fig = self._figures.get(key)
+        if fig is None:
+            fig = self._figures[key] = self._draw(key)
+        return fig
+
+    def _draw(self, mine: frozenset) -> PlainFigure:
+        cells = {k: ([], [], []) for k in _STRIP_GROUPS}
+        for r, phase, x, base, text, text_you in self.cells:
+            you = r in mine
+            xs, bases, texts = cells[(you, phase)]
+            xs.append(x)
+            bases.append(base)
+            texts.append(text_you if you else text)
+        traces = []
+        for key, (name, color) in _STRIP_GROUPS.items():
+            xs, bases, texts = cells[key]
+            traces.append({
+                "type": "bar", "name": name, "x": xs, "y": [1] * len(xs), "base": bases,
+                "hovertext": texts, "width": 0.85,
+                "marker": {"color": color, "line": {"color": "#1b1b1b" if key[0] else "white",
+                                                    "width": 1.2 if key[0] else 0.5}},
+                "hovertemplate": "%{hovertext}<extra></extra>"})
+        # always show the key: Plotly hides a legend with a single non-empty trace, which is the
+        # usual picture once a lone request's prefill has scrolled out of the strip
+        layout = base_layout(self.title, "engine step (newest on the right)", "requests in the step", HEIGHT,
+                             barmode="overlay", bargap=0.1, showlegend=True)
+        layout["yaxis"]["range"] = [0, self.top + 0.2]
+        if self.top <= 10:
+            layout["yaxis"]["dtick"] = 1
+        if self.empty:
+            add_hint(layout, "Press Generate: each engine step adds a column")
+        return PlainFigure(traces, layout)
+
+
+def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> PlainFigure:
     """Recent engine steps: one column per step, one cell per request in its forward pass.
 
     Cells stack in order of joining, so a column's height is the step's batch size; your
@@ -69,46 +144,10 @@ def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> go.Fi
         A figure with four bar traces: ``your request: prefill``, ``your request: decode``,
         ``other requests: prefill``, ``other requests: decode`` (x = step id, base = slot).
     """
-    groups = {(True, "prefill"): ("your request: prefill", PREFILL),
-              (True, "decode"): ("your request: decode", DECODE),
-              (False, "prefill"): ("other requests: prefill", OTHER_PREFILL),
-              (False, "decode"): ("other requests: decode", OTHER_DECODE)}
-    cells = {k: {"x": [], "base": [], "text": []} for k in groups}
-    first_seen: dict[str, int] = {}
-    for i, s in enumerate(steps):
-        for r in s["request_ids"]:
-            first_seen.setdefault(r, i)
-    for s, phases in zip(steps, step_phases(steps)):
-        ids = sorted(s["request_ids"], key=lambda r: first_seen[r])
-        summary = (f"step {s['step_id']}: {len(ids)} requests, {s.get('prefill_tokens', 0)} prefill + "
-                   f"{s.get('decode_tokens', 0)} decode tokens, {s.get('waiting', 0)} waiting")
-        for slot, r in enumerate(ids):
-            you = r in mine
-            c = cells[(you, phases[r])]
-            c["x"].append(s["step_id"])
-            c["base"].append(slot)
-            c["text"].append(f"{html.escape(r)}{' (you)' if you else ''}: {phases[r]}<br>{summary}")
-    fig = go.Figure()
-    for key, (name, color) in groups.items():
-        c = cells[key]
-        fig.add_trace(go.Bar(
-            name=name, x=c["x"], y=[1] * len(c["x"]), base=c["base"], hovertext=c["text"], width=0.85,
-            marker={"color": color, "line": {"color": "#1b1b1b" if key[0] else "white",
-                                             "width": 1.2 if key[0] else 0.5}},
-            hovertemplate="%{hovertext}<extra></extra>"))
-    title = "Recent engine steps: who shared each forward pass" + (" (engine idle now)" if idle and steps else "")
-    _layout(fig, title, "engine step (newest on the right)", "requests in the step")
-    # always show the key: Plotly hides a legend with a single non-empty trace, which is the
-    # usual picture once a lone request's prefill has scrolled out of the strip
-    fig.update_layout(barmode="overlay", bargap=0.1, showlegend=True)
-    top = max([len(s["request_ids"]) for s in steps] + [2])
-    fig.update_yaxes(range=[0, top + 0.2], dtick=1 if top <= 10 else None)
-    if not steps:
-        _hint(fig, "Press Generate: each engine step adds a column")
-    return fig
+    return StripPicture(steps, idle).figure(mine)
 
 
-def _owners(snapshot: dict, mine: set[str]) -> dict[int, list[tuple[str, int]]]:
+def _owners(snapshot: dict, mine: set[str] | None = None) -> dict[int, list[tuple[str, int]]]:
     """Physical block -> [(request id, logical index)] over the running requests."""
     owners: dict[int, list[tuple[str, int]]] = {}
     for t in snapshot.get("tables") or []:
@@ -117,95 +156,180 @@ def _owners(snapshot: dict, mine: set[str]) -> dict[int, list[tuple[str, int]]]:
     return owners
 
 
+_RANK = {c: i for i, c in enumerate(POOL_CLASSES)}
+
+
+class PoolPicture:
+    """The block pool of one snapshot, drawn once: every square's class and tooltip without a
+    viewer, and which squares each running request holds. :meth:`html` marks one viewer's
+    squares, so a page costs work in proportion to its own blocks, not to the pool.
+
+    Args:
+        snapshot: ``engine.block_snapshot()``.
+        max_cells: most squares drawn (a larger pool puts several blocks in one square).
+    """
+
+    def __init__(self, snapshot: dict, max_cells: int = MAX_CELLS) -> None:
+        self.state = state = snapshot.get("state") or []
+        self.block_size = snapshot.get("block_size", "?")
+        self.owners = owners = _owners(snapshot)
+        self.per = per = max(1, math.ceil(len(state) / max_cells))
+        self.base: list[str] = []  # each square's class for a viewer with no running request
+        for start in range(0, len(state), per):
+            best = "free"
+            for b in range(start, min(start + per, len(state))):
+                cls = "other" if state[b] == "used" else "cached" if state[b] == "cached" else "free"
+                best = cls if _RANK[cls] > _RANK[best] else best
+            self.base.append(best)
+        self.squares: dict[str, set[int]] = {}  # request id -> squares holding one of its blocks
+        for block, holders in owners.items():
+            for r, _ in holders:
+                self.squares.setdefault(r, set()).add(block // per)
+        self.cells = [self._cell(i, cls, ()) for i, cls in enumerate(self.base)]
+        self.counts = {c: self.base.count(c) for c in POOL_CLASSES} if per == 1 else None
+        self._html: dict[frozenset, str] = {}
+
+    def mine_squares(self, mine) -> set[int]:
+        """The squares that hold a block of one of ``mine``'s requests."""
+        out: set[int] = set()
+        for r in mine or ():
+            out |= self.squares.get(r, set())
+        return out
+
+    def classes(self, mine) -> list[str]:
+        """Each square's class as ``mine`` sees it (``free``, ``cached``, ``other``, ``mine``)."""
+        out = list(self.base)
+        for i in self.mine_squares(mine):
+            out[i] = "mine"
+        return out
+
+    def _cell(self, i: int, cls: str, mine) -> str:
+        if self.per == 1:
+            who = "; ".join(f"{r}{' (you)' if r in mine else ''}, logical block {lb}"
+                            for r, lb in self.owners.get(i, ()))
+            tip = f"block {i}: {POOL_LABELS[cls]}" + (f" — {who}" if who else "")
+        else:
+            end = min(len(self.state), (i + 1) * self.per) - 1
+            tip = f"blocks {i * self.per}–{end}: {POOL_LABELS[cls]} (strongest)"
+        return f"<i class='bp-cell bp-{cls}' title='{html.escape(tip, quote=True)}'></i>"
+
+    def html(self, mine) -> str:
+        """The pool as a grid of squares, one per KV block, with a legend and per-block tooltips."""
+        if not self.state:
+            return "<div class='bp-empty'>No paged KV block pool in this engine.</div>"
+        key = frozenset(r for r in (mine or ()) if r in self.squares)
+        out = self._html.get(key)
+        if out is None:
+            out = self._html[key] = self._draw(key)
+        return out
+
+    def _draw(self, mine: frozenset) -> str:
+        cells, counts = self.cells, self.counts
+        own = self.mine_squares(mine)
+        if own:
+            cells = list(cells)
+            counts = dict(counts) if counts else None
+            for i in own:
+                cells[i] = self._cell(i, "mine", mine)
+                if counts:
+                    counts[self.base[i]] -= 1
+                    counts["mine"] += 1
+        legend = "".join(f"<span title='{POOL_TIPS[c]}'><i class='bp-cell bp-{c}'></i>{POOL_LABELS[c]}"
+                         f"{f' ({fmt_int(counts[c])})' if counts else ''}</span>" for c in POOL_CLASSES)
+        scale = (f"each square is one block of {self.block_size} tokens' keys and values" if self.per == 1 else
+                 f"each square is {self.per} blocks of {self.block_size} tokens (pool too large to draw block by block)")
+        return (f"<div class='bp'><div class='bp-title'>KV block pool: {fmt_int(len(self.state))} blocks "
+                f"({scale})</div><div class='bp-legend'>{legend}</div>"
+                f"<div class='bp-grid'>{''.join(cells)}</div></div>")
+
+
 def pool_cells(snapshot: dict, mine: set[str], max_cells: int = MAX_CELLS) -> tuple[list[str], int]:
     """Each cell's class (``free``, ``cached``, ``other``, ``mine``) and blocks per cell.
 
     A cell of several blocks takes the strongest class among them (mine > other > cached > free).
     """
-    state = snapshot.get("state") or []
-    owners = _owners(snapshot, mine)
-    per = max(1, math.ceil(len(state) / max_cells))
-    rank = {c: i for i, c in enumerate(POOL_CLASSES)}
-    cells = []
-    for start in range(0, len(state), per):
-        best = "free"
-        for b in range(start, min(start + per, len(state))):
-            if any(r in mine for r, _ in owners.get(b, ())):
-                cls = "mine"
-            elif state[b] == "used":
-                cls = "other"
-            else:
-                cls = "cached" if state[b] == "cached" else "free"
-            best = cls if rank[cls] > rank[best] else best
-        cells.append(best)
-    return cells, per
+    pic = PoolPicture(snapshot, max_cells)
+    return pic.classes(mine), pic.per
 
 
 def pool_html(snapshot: dict, mine: set[str], max_cells: int = MAX_CELLS) -> str:
     """The block pool as a grid of squares, one per KV block, with a legend and per-block tooltips."""
-    state = snapshot.get("state") or []
-    if not state:
-        return "<div class='bp-empty'>No paged KV block pool in this engine.</div>"
-    cells, per = pool_cells(snapshot, mine, max_cells)
-    owners = _owners(snapshot, mine)
-    counts = {c: cells.count(c) for c in POOL_CLASSES} if per == 1 else None
-    out = []
-    for i, cls in enumerate(cells):
-        if per == 1:
-            who = "; ".join(f"{r}{' (you)' if r in mine else ''}, logical block {lb}" for r, lb in owners.get(i, ()))
-            tip = f"block {i}: {POOL_LABELS[cls]}" + (f" — {who}" if who else "")
-        else:
-            tip = f"blocks {i * per}–{min(len(state), (i + 1) * per) - 1}: {POOL_LABELS[cls]} (strongest)"
-        out.append(f"<i class='bp-cell bp-{cls}' title='{html.escape(tip, quote=True)}'></i>")
-    legend = "".join(f"<span title='{POOL_TIPS[c]}'><i class='bp-cell bp-{c}'></i>{POOL_LABELS[c]}"
-                     f"{f' ({fmt_int(counts[c])})' if counts else ''}</span>" for c in POOL_CLASSES)
-    size = snapshot.get("block_size", "?")
-    scale = (f"each square is one block of {size} tokens' keys and values" if per == 1 else
-             f"each square is {per} blocks of {size} tokens (pool too large to draw block by block)")
-    return (f"<div class='bp'><div class='bp-title'>KV block pool: {fmt_int(len(state))} blocks "
-            f"({scale})</div><div class='bp-legend'>{legend}</div>"
-            f"<div class='bp-grid'>{''.join(out)}</div></div>")
+    return PoolPicture(snapshot, max_cells).html(mine)
+
+
+class TablesPicture:
+    """The running requests' block tables of one snapshot: each row's chips are drawn once;
+    :meth:`html` puts the viewer's rows first and marks them.
+
+    Args:
+        snapshot: ``engine.block_snapshot()``.
+        max_rows: most rows shown; max_chips: most chips per row.
+    """
+
+    def __init__(self, snapshot: dict, max_rows: int = 8, max_chips: int = 24) -> None:
+        self.tables = list(snapshot.get("tables") or [])
+        self.size = int(snapshot.get("block_size") or 16)
+        self.max_rows, self.max_chips = max_rows, max_chips
+        self.users: dict[int, int] = {}
+        for t in self.tables:
+            for b in t.get("blocks") or []:
+                self.users[int(b)] = self.users.get(int(b), 0) + 1
+        self.ids = frozenset(str(t["request_id"]) for t in self.tables)
+        self._chips: dict[str, str] = {}
+        self._html: dict[frozenset, str] = {}
+
+    def _row_chips(self, t: dict) -> str:
+        rid = str(t["request_id"])
+        if rid not in self._chips:
+            blocks, tokens, size = list(t.get("blocks") or []), int(t.get("tokens") or 0), self.size
+            chips = []
+            for lb, pb in enumerate(blocks[:self.max_chips]):
+                filled = max(0, min(size, tokens - lb * size))
+                shared = self.users.get(int(pb), 0) > 1
+                tip = f"logical block {lb} → physical block {pb}: {filled}/{size} tokens" + (
+                    " · shared with another request (same prefix)" if shared else "")
+                cls = "bt-chip" + (" bt-partial" if filled < size else "") + (" bt-shared" if shared else "")
+                chips.append(f"<span class='{cls}' title='{html.escape(tip, quote=True)}'>"
+                             f"<sub>{lb}</sub>{pb}</span>")
+            if len(blocks) > self.max_chips:
+                chips.append(f"<span class='bt-more'>… +{len(blocks) - self.max_chips} blocks</span>")
+            self._chips[rid] = "".join(chips)
+        return self._chips[rid]
+
+    def html(self, mine) -> str:
+        """Each running request's block table: logical block → physical block, yours first and marked."""
+        if not self.tables:
+            return ("<div class='bt'><div class='bp-title'>Block tables</div>"
+                    "<div class='bp-empty'>No request is running right now.</div></div>")
+        key = self.ids.intersection(mine or ())
+        out = self._html.get(key)
+        if out is None:
+            out = self._html[key] = self._draw(key)
+        return out
+
+    def _draw(self, mine: frozenset) -> str:
+        tables = sorted(self.tables, key=lambda t: (str(t["request_id"]) not in mine, str(t["request_id"])))
+        rows = []
+        for t in tables[:self.max_rows]:
+            rid, n_blocks, tokens = str(t["request_id"]), len(t.get("blocks") or []), int(t.get("tokens") or 0)
+            you = rid in mine
+            who = "<b class='bt-you'>you</b>" if you else "<span class='bt-other'>other</span>"
+            rows.append(f"<div class='bt-row{' bt-mine' if you else ''}'>{who}<span class='bt-id'>"
+                        f"{html.escape(rid)} · {fmt_int(tokens)} tokens in {n_blocks} blocks</span>"
+                        f"<span class='bt-chips'>{self._row_chips(t)}</span></div>")
+        more = (f"<div class='bt-more'>… and {len(tables) - self.max_rows} more running requests</div>"
+                if len(tables) > self.max_rows else "")
+        return ("<div class='bt'><div class='bp-title'>Block tables of the running requests</div>"
+                "<div class='bt-help'>Each chip maps one of the request's blocks to the pool: "
+                "<span class='bt-chip'><sub>2</sub>417</span> = its logical block 2 is physical block 417. "
+                "<span class='bt-chip bt-partial'>dashed</span> = partly filled; "
+                "<span class='bt-chip bt-shared'>purple</span> = a prompt-prefix block shared with another "
+                f"request (stored once).</div>{''.join(rows)}{more}</div>")
 
 
 def tables_html(snapshot: dict, mine: set[str], max_rows: int = 8, max_chips: int = 24) -> str:
     """Each running request's block table: logical block → physical block, yours first and marked."""
-    tables = list(snapshot.get("tables") or [])
-    size = int(snapshot.get("block_size") or 16)
-    if not tables:
-        return ("<div class='bt'><div class='bp-title'>Block tables</div>"
-                "<div class='bp-empty'>No request is running right now.</div></div>")
-    tables.sort(key=lambda t: (str(t["request_id"]) not in mine, str(t["request_id"])))
-    users = {}
-    for t in tables:
-        for b in t.get("blocks") or []:
-            users[int(b)] = users.get(int(b), 0) + 1
-    rows = []
-    for t in tables[:max_rows]:
-        rid, blocks, tokens = str(t["request_id"]), list(t.get("blocks") or []), int(t.get("tokens") or 0)
-        you = rid in mine
-        chips = []
-        for lb, pb in enumerate(blocks[:max_chips]):
-            filled = max(0, min(size, tokens - lb * size))
-            shared = users.get(int(pb), 0) > 1
-            tip = f"logical block {lb} → physical block {pb}: {filled}/{size} tokens" + (
-                " · shared with another request (same prefix)" if shared else "")
-            cls = "bt-chip" + (" bt-partial" if filled < size else "") + (" bt-shared" if shared else "")
-            chips.append(f"<span class='{cls}' title='{html.escape(tip, quote=True)}'>"
-                         f"<sub>{lb}</sub>{pb}</span>")
-        if len(blocks) > max_chips:
-            chips.append(f"<span class='bt-more'>… +{len(blocks) - max_chips} blocks</span>")
-        who = "<b class='bt-you'>you</b>" if you else "<span class='bt-other'>other</span>"
-        rows.append(f"<div class='bt-row{' bt-mine' if you else ''}'>{who}<span class='bt-id'>"
-                    f"{html.escape(rid)} · {fmt_int(tokens)} tokens in {len(blocks)} blocks</span>"
-                    f"<span class='bt-chips'>{''.join(chips)}</span></div>")
-    more = (f"<div class='bt-more'>… and {len(tables) - max_rows} more running requests</div>"
-            if len(tables) > max_rows else "")
-    return ("<div class='bt'><div class='bp-title'>Block tables of the running requests</div>"
-            "<div class='bt-help'>Each chip maps one of the request's blocks to the pool: "
-            "<span class='bt-chip'><sub>2</sub>417</span> = its logical block 2 is physical block 417. "
-            "<span class='bt-chip bt-partial'>dashed</span> = partly filled; "
-            "<span class='bt-chip bt-shared'>purple</span> = a prompt-prefix block shared with another "
-            f"request (stored once).</div>{''.join(rows)}{more}</div>")
+    return TablesPicture(snapshot, max_rows, max_chips).html(mine)
 
 
 def kv_utilization(snapshot: dict) -> float | None:
@@ -260,23 +384,55 @@ def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None
     return f"<div class='bs'>{pills}</div>"
 
 
+class BatchSection:
+    """One refresh of the batching section, drawn once for every viewer: the pictures of the
+    pool, the tables and the strip; :meth:`frame` marks one viewer's requests.
+
+    Args:
+        stats: ``engine.stats()``; snapshot: ``engine.block_snapshot()``;
+        steps: ``engine.recent_steps`` (``BatchInfo`` objects or dicts), oldest first.
+    """
+
+    def __init__(self, stats: dict, snapshot: dict, steps) -> None:
+        self.stats = stats
+        self.steps = plain_steps(steps)
+        self.batching = bool(stats.get("batching", False))
+        snapshot = snapshot or {}
+        if self.batching:
+            self.pool = PoolPicture(snapshot)
+            self.tables = TablesPicture(snapshot)
+            self.strip = StripPicture(self.steps, idle=not stats.get("running") and not stats.get("waiting"))
+            self.util = kv_utilization(snapshot) if stats.get("running") else None
+            self.stats_line = stats_html(stats, self.steps, None, self.util)
+        else:
+            note = stats.get("batching_note") or "This engine serves one request at a time (no continuous batching)."
+            self.note = f"<div class='status status-warn'>{html.escape(note)}</div>"
+            self.strip = StripPicture([])
+        last = self.steps[-1].get("step_id") if self.steps else None
+        self.key = (last, stats.get("running"), stats.get("waiting"), stats.get("blocks_used"),
+                    stats.get("blocks_cached"))
+
+    def frame(self, mine, queue_time_s: float | None = None) -> dict:
+        """The section's four outputs for a viewer whose own request ids are ``mine``."""
+        mine = mine or ()
+        if not self.batching:
+            return {"batch_stats": self.note, "pool": "", "tables": "", "strip": self.strip.figure(set())}
+        line = self.stats_line if queue_time_s is None else stats_html(self.stats, self.steps, queue_time_s, self.util)
+        return {"batch_stats": line, "pool": self.pool.html(mine), "tables": self.tables.html(mine),
+                "strip": self.strip.figure(mine)}
+
+    def signature(self, mine) -> tuple:
+        """What a viewer's section shows, cheaply: unchanged signature = nothing to redraw."""
+        return self.key + (tuple(sorted(mine or ())),)
+
+
 def batch_frame(stats: dict, snapshot: dict, steps, mine: set[str], queue_time_s: float | None = None) -> dict:
     """The section's four outputs: ``batch_stats`` and ``pool`` / ``tables`` HTML, ``strip`` figure.
 
     Without continuous batching (``stats["batching"]`` false) the numbers give way to the
     engine's ``batching_note`` and the picture stays empty.
     """
-    steps = plain_steps(steps)
-    mine = set(mine or ())
-    if not stats.get("batching", False):
-        note = stats.get("batching_note") or "This engine serves one request at a time (no continuous batching)."
-        fig = strip_figure([], mine)
-        return {"batch_stats": f"<div class='status status-warn'>{html.escape(note)}</div>",
-                "pool": "", "tables": "", "strip": fig}
-    util = kv_utilization(snapshot or {}) if stats.get("running") else None
-    return {"batch_stats": stats_html(stats, steps, queue_time_s, util),
-            "pool": pool_html(snapshot or {}, mine), "tables": tables_html(snapshot or {}, mine),
-            "strip": strip_figure(steps, mine, idle=not stats.get("running") and not stats.get("waiting"))}
+    return BatchSection(stats, snapshot, steps).frame(set(mine or ()), queue_time_s)
 
 
 def signature(stats: dict, steps, mine: set[str]) -> tuple:

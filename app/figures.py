@@ -1,7 +1,8 @@
 """Plotly figures of the live panels, as pure functions of plain numbers.
 
 Nothing here knows about Gradio, the engine or torch: each builder takes lists and dicts and
-returns a ``plotly.graph_objects.Figure``, so the tests check the data points directly.
+returns a :class:`app.plainfig.PlainFigure` (plain dicts, no plotly validation on the hot path),
+so the tests check the data points directly.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from .fmt import fmt_bytes, fmt_int
+from .plainfig import PlainFigure, add_hint, base_layout
 
 PREFILL = "#E4572E"   # orange-red: the prefill step
 DECODE = "#2E86AB"    # blue: decode steps
@@ -36,31 +38,21 @@ PART_LABELS = {
 HEIGHT = 330
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str) -> go.Figure:
-    fig.update_layout(
-        title={"text": title, "font": {"size": 15}, "x": 0.01, "xanchor": "left"},
-        template="plotly_white",
-        height=HEIGHT,
-        margin={"l": 60, "r": 20, "t": 40, "b": 40},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "xanchor": "left", "x": 0.0,
-                "traceorder": "normal"},
-        font={"size": 13},
-        hovermode="closest",
-    )
-    fig.update_xaxes(title_text=x_title)
-    fig.update_yaxes(title_text=y_title)
-    return fig
-
-
 def _hint(fig: go.Figure, text: str) -> go.Figure:
+    """A grey note in the middle of a ``go.Figure`` (the Lessons' figures use it)."""
     fig.add_annotation(text=text, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
                        font={"size": 14, "color": "#888"})
     return fig
 
 
+def _scatter(name: str, x: list, y: list, mode: str, hovertemplate: str, **props) -> dict:
+    return {"type": "scatter", "name": name, "x": x, "y": y, "mode": mode,
+            "hovertemplate": hovertemplate, **props}
+
+
 def latency_figure(token_index: list[int], step_ms: list[float], phases: list[str],
                    prompt_tokens: int = 0, use_kv_cache: bool = True,
-                   batch_sizes: list[int] | None = None, prefill_computed: int | None = None) -> go.Figure:
+                   batch_sizes: list[int] | None = None, prefill_computed: int | None = None) -> PlainFigure:
     """Per-token latency: how long each engine step took, prefill marked apart from decode.
 
     Args:
@@ -77,27 +69,29 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
     Returns:
         A figure with a ``prefill`` trace (one marker) and a ``decode`` trace (a line).
     """
-    fig = go.Figure()
     batch = list(batch_sizes) if batch_sizes and len(batch_sizes) == len(token_index) else [1] * len(token_index)
-    rows = list(zip(token_index, step_ms, phases, batch))
-    pre = [r for r in rows if r[2] == "prefill"]
-    dec = [r for r in rows if r[2] != "prefill"]
-    fig.add_trace(go.Scatter(
-        name=_prefill_name(prompt_tokens, prefill_computed),
-        x=[r[0] for r in pre], y=[r[1] for r in pre], customdata=[r[3] for r in pre], mode="markers",
-        marker={"color": PREFILL, "size": 13, "symbol": "diamond"},
-        hovertemplate="prefill → token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>"))
-    fig.add_trace(go.Scatter(
-        name="decode (1 new token per step)" if use_kv_cache else "decode (no cache: whole sequence each step)",
-        x=[r[0] for r in dec], y=[r[1] for r in dec], customdata=[r[3] for r in dec], mode="lines+markers",
-        line={"color": DECODE, "width": 2}, marker={"size": 4},
-        hovertemplate="token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>"))
+    pre = ([], [], [])
+    dec = ([], [], [])
+    for row in zip(token_index, step_ms, phases, batch):
+        xs, ys, cs = pre if row[2] == "prefill" else dec
+        xs.append(row[0])
+        ys.append(row[1])
+        cs.append(row[3])
+    traces = [
+        _scatter(_prefill_name(prompt_tokens, prefill_computed), pre[0], pre[1], "markers",
+                 "prefill → token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
+                 customdata=pre[2], marker={"color": PREFILL, "size": 13, "symbol": "diamond"}),
+        _scatter("decode (1 new token per step)" if use_kv_cache else "decode (no cache: whole sequence each step)",
+                 dec[0], dec[1], "lines+markers",
+                 "token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
+                 customdata=dec[2], line={"color": DECODE, "width": 2}, marker={"size": 4}),
+    ]
     title = "Latency per token" + ("" if use_kv_cache else " — KV cache OFF")
-    _layout(fig, title, "output token #", "step time (ms)")
-    fig.update_yaxes(rangemode="tozero")
+    layout = base_layout(title, "output token #", "step time (ms)", HEIGHT)
+    layout["yaxis"]["rangemode"] = "tozero"
     if not token_index:
-        _hint(fig, "Press Generate: one point per token appears here")
-    return fig
+        add_hint(layout, "Press Generate: one point per token appears here")
+    return PlainFigure(traces, layout)
 
 
 def _prefill_name(prompt_tokens: int, computed: int | None) -> str:
@@ -110,7 +104,7 @@ def _prefill_name(prompt_tokens: int, computed: int | None) -> str:
 
 
 def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
-              use_kv_cache: bool = True, max_tokens_hint: int | None = None) -> go.Figure:
+              use_kv_cache: bool = True, max_tokens_hint: int | None = None) -> PlainFigure:
     """KV cache growth: measured cache bytes against cached tokens, with the formula's line.
 
     Args:
@@ -123,31 +117,27 @@ def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
     Returns:
         A figure with a ``formula`` line trace and a ``measured`` marker trace.
     """
-    fig = go.Figure()
     top = max([0] + list(kv_tokens) + [max_tokens_hint or 0])
-    fig.add_trace(go.Scatter(
-        name=f"formula: {fmt_int(bytes_per_token)} B × tokens",
-        x=[0, top], y=[0, bytes_per_token * top], mode="lines",
-        line={"color": FORMULA, "dash": "dash", "width": 1.5},
-        hovertemplate="%{x} tokens → %{y:,} B (formula)<extra></extra>"))
-    fig.add_trace(go.Scatter(
-        name="measured (cache tensors)",
-        x=list(kv_tokens), y=list(kv_bytes), mode="markers",
-        marker={"color": PREFILL, "size": 6},
-        hovertemplate="%{x} tokens → %{y:,} B measured<extra></extra>"))
+    traces = [
+        _scatter(f"formula: {fmt_int(bytes_per_token)} B × tokens", [0, top], [0, bytes_per_token * top], "lines",
+                 "%{x} tokens → %{y:,} B (formula)<extra></extra>",
+                 line={"color": FORMULA, "dash": "dash", "width": 1.5}),
+        _scatter("measured (cache tensors)", list(kv_tokens), list(kv_bytes), "markers",
+                 "%{x} tokens → %{y:,} B measured<extra></extra>", marker={"color": PREFILL, "size": 6}),
+    ]
     last = f": {fmt_bytes(kv_bytes[-1])} now" if kv_bytes and use_kv_cache else ""
     title = ("KV cache size" + last) if use_kv_cache else "KV cache OFF: nothing is kept between steps"
-    _layout(fig, title, "tokens in the cache", "bytes")
-    fig.update_yaxes(rangemode="tozero", tickformat="~s")
-    fig.update_xaxes(rangemode="tozero")
+    layout = base_layout(title, "tokens in the cache", "bytes", HEIGHT)
+    layout["yaxis"].update(rangemode="tozero", tickformat="~s")
+    layout["xaxis"]["rangemode"] = "tozero"
     if not kv_tokens:
-        _hint(fig, "Press Generate: the cache grows by one token per step")
+        add_hint(layout, "Press Generate: the cache grows by one token per step")
     elif not use_kv_cache:
-        _hint(fig, "Each step recomputes keys and values of the whole sequence")
-    return fig
+        add_hint(layout, "Each step recomputes keys and values of the whole sequence")
+    return PlainFigure(traces, layout)
 
 
-def memory_figure(memory: dict | None, request_kv_bytes: int | None = None) -> go.Figure:
+def memory_figure(memory: dict | None, request_kv_bytes: int | None = None) -> PlainFigure:
     """Memory breakdown as one stacked horizontal bar; estimated parts hatched and marked (est.).
 
     Args:
@@ -158,7 +148,7 @@ def memory_figure(memory: dict | None, request_kv_bytes: int | None = None) -> g
     Returns:
         A figure with one bar trace per part, named like ``"weights 538.1 MB"``.
     """
-    fig = go.Figure()
+    traces = []
     title = "Memory breakdown"
     if memory and memory.get("parts"):
         for part in memory["parts"]:
@@ -169,24 +159,25 @@ def memory_figure(memory: dict | None, request_kv_bytes: int | None = None) -> g
                 label = (f"KV cache pool {fmt_bytes(part['bytes'])} (allocated up front; "
                          f"your request uses {fmt_bytes(request_kv_bytes)})")
             note = part.get("note") or ("estimate from the formulas" if est else "measured")
-            fig.add_trace(go.Bar(
-                name=label, y=[memory.get("device") or "memory"], x=[part["bytes"]], orientation="h",
-                marker={"color": PART_COLORS.get(name, "#999999"),
-                        "pattern": {"shape": "/" if est else "", "fgcolor": "#333", "solidity": 0.35},
-                        "line": {"color": "white", "width": 1}},
-                hovertemplate=f"{label}<br>%{{x:,}} B<br>{note}<extra></extra>"))
+            traces.append({
+                "type": "bar", "name": label, "y": [memory.get("device") or "memory"], "x": [part["bytes"]],
+                "orientation": "h",
+                "marker": {"color": PART_COLORS.get(name, "#999999"),
+                           "pattern": {"shape": "/" if est else "", "fgcolor": "#333", "solidity": 0.35},
+                           "line": {"color": "white", "width": 1}},
+                "hovertemplate": f"{label}<br>%{{x:,}} B<br>{note}<extra></extra>"})
         title = f"Memory: {memory.get('total_label', 'total')} {fmt_bytes(memory.get('total_bytes'))}"
-    _layout(fig, title, "bytes", "")
-    fig.update_layout(barmode="stack", legend={"y": -0.15})
-    fig.update_xaxes(tickformat="~s", title_text="")
-    fig.update_yaxes(showticklabels=False)
+    layout = base_layout(title, "", "", HEIGHT, barmode="stack")
+    layout["legend"]["y"] = -0.15
+    layout["xaxis"] = {"title": {"text": ""}, "tickformat": "~s"}
+    layout["yaxis"] = {"title": {"text": ""}, "showticklabels": False}
     if not memory or not memory.get("parts"):
-        _hint(fig, "Memory appears after the first step (hatched = estimated)")
-    return fig
+        add_hint(layout, "Memory appears after the first step (hatched = estimated)")
+    return PlainFigure(traces, layout)
 
 
 def device_figure(samples: list[dict], gpu_available: bool, reason: str = "",
-                  name: str = "") -> go.Figure:
+                  name: str = "") -> PlainFigure:
     """Device over time: GPU utilization, power and temperature, or CPU load and RSS on CPU.
 
     Args:
@@ -200,33 +191,27 @@ def device_figure(samples: list[dict], gpu_available: bool, reason: str = "",
     Returns:
         A figure; the right-hand axis carries watts (GPU) or process RSS (CPU).
     """
-    fig = go.Figure()
     ts = [s["t"] for s in samples]
 
-    def col(key):
-        return [s.get(key) for s in samples]
+    def line(label, key, color, **props):
+        return {"type": "scatter", "name": label, "x": ts, "y": [s.get(key) for s in samples],
+                "mode": "lines", "line": {"color": color, **props.pop("line", {})}, **props}
 
     if gpu_available:
-        fig.add_trace(go.Scatter(name="GPU util %", x=ts, y=col("util_pct"), mode="lines",
-                                 line={"color": DECODE}))
-        fig.add_trace(go.Scatter(name="temp °C", x=ts, y=col("temp_c"), mode="lines",
-                                 line={"color": PREFILL}))
-        fig.add_trace(go.Scatter(name="power W", x=ts, y=col("power_w"), mode="lines", yaxis="y2",
-                                 line={"color": "#F3A712", "dash": "dot"}))
+        traces = [line("GPU util %", "util_pct", DECODE), line("temp °C", "temp_c", PREFILL),
+                  line("power W", "power_w", "#F3A712", yaxis="y2", line={"dash": "dot"})]
         title = f"GPU: {name}" if name else "GPU"
         right = "watts"
     else:
-        fig.add_trace(go.Scatter(name="CPU util % (whole machine)", x=ts, y=col("cpu_pct"), mode="lines",
-                                 line={"color": DECODE}))
-        fig.add_trace(go.Scatter(name="process RSS", x=ts, y=col("rss_bytes"), mode="lines", yaxis="y2",
-                                 line={"color": "#8E7DBE", "dash": "dot"}))
+        traces = [line("CPU util % (whole machine)", "cpu_pct", DECODE),
+                  line("process RSS", "rss_bytes", "#8E7DBE", yaxis="y2", line={"dash": "dot"})]
         title = reason or "no GPU reading"
         right = "RSS bytes"
-    _layout(fig, title, "seconds ago", "% or °C" if gpu_available else "CPU %")
-    fig.update_layout(yaxis={"range": [0, 105]},
-                      yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero",
-                              "title": {"text": right}, "tickformat": "~s", "showgrid": False},
-                      margin={"l": 60, "r": 60, "t": 40, "b": 40})
+    layout = base_layout(title, "seconds ago", "% or °C" if gpu_available else "CPU %", HEIGHT,
+                         yaxis2={"overlaying": "y", "side": "right", "rangemode": "tozero", "tickmode": "auto",
+                                 "title": {"text": right}, "tickformat": "~s", "showgrid": False},
+                         margin={"l": 60, "r": 60, "t": 40, "b": 40})
+    layout["yaxis"]["range"] = [0, 105]
     if not samples:
-        _hint(fig, "Waiting for the first device reading…")
-    return fig
+        add_hint(layout, "Waiting for the first device reading…")
+    return PlainFigure(traces, layout)

@@ -7,21 +7,30 @@ engine and read the frames directly.
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterator
 
 from engine import QueueFullError, SamplingParams
 
-from . import batch_view, cards, fields, figures
+from . import cards, fields, figures
 from .errors import log_internal
 from .session import RunState, Throttle
-from .tokens_view import tokens_html
+from .shared import shared
+from .tokens_view import TokenChips, tokens_html
 
 OUTPUTS = ("chat", "history", "completion", "message", "status", "tokens", "cards", "latency", "kv",
            "kv_formula", "memory", "rolling", "batch_stats", "pool", "tables", "strip", "trace", "busy")
 BATCH_KEYS = ("batch_stats", "pool", "tables", "strip")
-TEXT_EVERY_S = 0.25    # text, token chips and stat cards
-FIGURES_EVERY_S = 0.75  # Plotly panels (heavier to send and draw)
+# A streaming page sends at most one frame per TEXT_EVERY_S; the heavier parts ride along with
+# a text frame when their own interval has passed, so a page costs at most 4 frames a second
+# and about 3 Plotly redraws a second (each one 10-20 ms of the browser's time).
+TEXT_EVERY_S = 0.25    # text, token chips, stat cards and the KV formula line
+FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
+MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)
 BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
+BATCH_MAX_AGE_S = 0.5  # ... drawn once for all streaming pages, at most this long ago
+PLOT_KEYS = ("latency", "kv", "memory")
+PLOTS_RESET_S = 0.5    # the last answer's plots stay until the first token, or this long in the queue
 
 
 def make_params(temperature: float, top_p: float, top_k: int, min_p: float,
@@ -88,11 +97,12 @@ def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> 
     }
 
 
-def _text_frame(state: RunState, mode: str, chat_base: list, prompt_text: str) -> dict:
+def _text_frame(state: RunState, mode: str, chat_base: list, prompt_text: str,
+                chips: TokenChips | None = None) -> dict:
     answer = state.text
     frame = {
         "status": cards.status_html(state.status_line(), "busy"),
-        "tokens": tokens_html(state.tokens),
+        "tokens": chips.html(state.tokens) if chips is not None else tokens_html(state.tokens),
         "cards": cards.stat_cards_html(state.live_metrics()),
     }
     if mode == "chat":
@@ -110,16 +120,18 @@ def _kv_formula(pg, state: RunState) -> str:
                                  state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token)
 
 
-def _figure_frame(pg, state: RunState, max_new: int) -> dict:
-    return {
+def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:
+    frame = {
         "latency": figures.latency_figure(state.token_index, state.step_ms, state.phases,
                                           state.prompt_tokens, state.use_kv_cache, state.batch_sizes,
                                           state.prefill_computed),
         "kv": figures.kv_figure(state.kv_tokens, state.kv_bytes, pg.bytes_per_token, state.use_kv_cache,
                                 max_tokens_hint=(state.prompt_tokens + max_new) if state.prompt_tokens else None),
         "kv_formula": _kv_formula(pg, state),
-        "memory": figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None),
     }
+    if memory:
+        frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None)
+    return frame
 
 
 def generate(pg, session_id: str, mode: str, message: str, history: list | None, system_prompt: str,
@@ -184,13 +196,20 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
     """:func:`generate`'s frames once the request is in the engine, until its final frame."""
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
-    first = {**empty_panels(pg, "Queued…"), **_text_frame(state, mode, chat_base, message),
-             **batch_frame(pg, session_id), "busy": True}
+    chips = TokenChips()  # each token's chip is drawn once, not at every frame
+    # the plots keep the last answer until this one's first token redraws them (usually well under
+    # a second: three redraws fewer per request); a request still queued gets empty plots
+    panels = empty_panels(pg, "Queued…")
+    first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
+             **_text_frame(state, mode, chat_base, message, chips), **batch_frame(pg, session_id), "busy": True}
+    reset_at = time.perf_counter() + PLOTS_RESET_S
     if mode == "chat":
         first["message"] = ""
     yield first
     text_due, figs_due, batch_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S), Throttle(BATCH_EVERY_S)
+    memory_due = Throttle(MEMORY_EVERY_S)
     batch_due.due()  # the first frame drew it
+    drawn = 0  # steps the figures showed when last drawn
     stopping_shown = False
     for batch in pg.follow(handle):
         for ev in batch:
@@ -199,12 +218,18 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
             state.queue_position = handle.queue_position()
         frame = {}
         if text_due.due():
-            frame.update(_text_frame(state, mode, chat_base, message))
+            frame.update(_text_frame(state, mode, chat_base, message, chips))
             frame["kv_formula"] = _kv_formula(pg, state)
-        if batch and figs_due.due():
-            frame.update(_figure_frame(pg, state, params.max_tokens))
-        if batch_due.due():  # also while queued: the student sees what fills the engine
-            frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]))
+            if len(state.token_index) > drawn and figs_due.due():
+                frame.update(_figure_frame(pg, state, params.max_tokens, memory_due.due()))
+                drawn = len(state.token_index)
+            elif reset_at is not None and not drawn and time.perf_counter() >= reset_at:
+                frame.update({k: panels[k] for k in PLOT_KEYS})
+            if drawn or "latency" in frame:
+                reset_at = None
+            if batch_due.due():  # also while queued: the student sees what fills the engine
+                frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"],
+                                         max_age_s=BATCH_MAX_AGE_S))
         if handle.abort_requested and ("status" in frame or not stopping_shown):
             frame["status"] = cards.status_html(STOPPING, "warn")
             stopping_shown = True
@@ -213,8 +238,8 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
     output = handle.output
     state.finish(output)
     trace = pg.write_trace(output, handle.events, session_id)
-    final = {**_text_frame(state, mode, chat_base, message), **_figure_frame(pg, state, params.max_tokens),
-             "rolling": cards.rolling_table_html(pg.rolling_summary()),
+    final = {**_text_frame(state, mode, chat_base, message, chips),
+             **_figure_frame(pg, state, params.max_tokens), "rolling": shared(pg).rolling_html(),
              **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
     kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
     final["status"] = cards.status_html(state.status_line(), kind)
@@ -240,11 +265,16 @@ def stop(pg, session_id: str) -> bool:
     return pg.stop(session_id)
 
 
-def batch_frame(pg, session_id: str, queue_time_s: float | None = None) -> dict:
+def batch_frame(pg, session_id: str, queue_time_s: float | None = None, max_age_s: float = 0.0) -> dict:
     """The batching section for one session: the block pool, block tables, recent steps and
-    numbers, with the session's own requests marked "you" (keys :data:`BATCH_KEYS`)."""
-    stats, snapshot, steps = pg.batch_data()
-    return batch_view.batch_frame(stats, snapshot, steps, pg.session_request_ids(session_id), queue_time_s)
+    numbers, with the session's own requests marked "you" (keys :data:`BATCH_KEYS`).
+
+    The engine's data is read and the pictures drawn once for all pages
+    (:meth:`app.shared.SharedViews.batch_section`; ``max_age_s``: how old a drawing may be);
+    this session only marks its own requests in them.
+    """
+    section = shared(pg).batch_section(max_age_s)
+    return section.frame(pg.session_request_ids(session_id), queue_time_s)
 
 
 def idle_batch_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tuple | None]:
@@ -256,18 +286,16 @@ def idle_batch_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tup
     """
     if pg.session_busy(session_id):
         return {}, seen
-    stats, snapshot, steps = pg.batch_data()
+    section = shared(pg).batch_section()
     mine = pg.session_request_ids(session_id)
-    sig = batch_view.signature(stats, steps, mine)
+    sig = section.signature(mine)
     if sig == seen:
         return {}, seen
-    return batch_view.batch_frame(stats, snapshot, steps, mine), sig
+    return section.frame(mine), sig
 
 
 def device_frame(pg) -> dict:
-    """The Device panel and the rolling table (refreshed by a timer on every open page)."""
-    mon = pg.device
-    return {
-        "device": figures.device_figure(mon.samples(), mon.gpu_available, mon.reason, mon.name),
-        "rolling": cards.rolling_table_html(pg.rolling_summary()),
-    }
+    """The Device panel and the rolling table (refreshed by a timer on every open page; both
+    drawn once for all pages, see :mod:`app.shared`)."""
+    views = shared(pg)
+    return {"device": views.device_figure(), "rolling": views.rolling_html()}

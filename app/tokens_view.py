@@ -141,6 +141,20 @@ def tokens_html(tokens: list) -> str:
     return "".join(token_html(t, i + 1) for i, t in enumerate(tokens))
 
 
+class TokenChips:
+    """The token inspector's body for one streaming answer, grown chip by chip: each token is
+    drawn once, however often the page redraws (:func:`tokens_html` redraws them all)."""
+
+    def __init__(self) -> None:
+        self._chips: list[str] = []
+
+    def html(self, tokens: list) -> str:
+        """All tokens as chips, in order (the same HTML as :func:`tokens_html`)."""
+        for i in range(len(self._chips), len(tokens)):
+            self._chips.append(token_html(tokens[i], i + 1))
+        return "".join(self._chips) if tokens else tokens_html([])
+
+
 def inspector_html(tokens: list) -> str:
     """The whole token inspector: legend plus chips, wrapped in one container."""
     return inspector_template().replace("${value}", tokens_html(tokens))

@@ -10,6 +10,7 @@ from . import batch_view, cards, figures, handlers
 from .assets import load_examples
 from .errors import log_internal
 from .fmt import fmt_int
+from .plot_panel import plot_panel, serve_plotly_js
 from .tokens_view import TOOLTIP_JS, inspector_template
 
 INTRO = (
@@ -93,15 +94,15 @@ def _panels(pg, empty: dict) -> dict:
     """The live Plotly panels, the KV formula, the batching section, the rolling table and the
     trace downloads."""
     p = {}
+    head = serve_plotly_js()
     with gr.Row():
-        p["latency"] = gr.Plot(empty["latency"], show_label=False, elem_id="latency-plot")
-        p["kv_plot"] = gr.Plot(empty["kv"], show_label=False, elem_id="kv-plot")
+        p["latency"] = plot_panel(empty["latency"], "latency-plot", head)
+        p["kv_plot"] = plot_panel(empty["kv"], "kv-plot", head)
     p["kv_formula"] = gr.HTML(empty["kv_formula"], elem_id="kv-formula")
-    p.update(_batching(pg))
+    p.update(_batching(pg, head))
     with gr.Row():
-        p["memory"] = gr.Plot(empty["memory"], show_label=False, elem_id="memory-plot")
-        p["device"] = gr.Plot(figures.device_figure([], False, pg.device.reason), show_label=False,
-                              elem_id="device-plot")
+        p["memory"] = plot_panel(empty["memory"], "memory-plot", head)
+        p["device"] = plot_panel(figures.device_figure([], False, pg.device.reason), "device-plot", head)
     with gr.Row():
         with gr.Column(scale=3):
             gr.Markdown("### Recent requests (every user of this server)")
@@ -117,7 +118,7 @@ def _panels(pg, empty: dict) -> dict:
     return p
 
 
-def _batching(pg) -> dict:
+def _batching(pg, head: str) -> dict:
     """The continuous-batching section: numbers, the live block pool and tables, recent steps."""
     stats, snapshot, steps = pg.batch_data()
     first = batch_view.batch_frame(stats, snapshot, steps, set())
@@ -130,7 +131,7 @@ def _batching(pg) -> dict:
             b["pool"] = gr.HTML(first["pool"], visible=show, elem_id="block-pool")
             b["tables"] = gr.HTML(first["tables"], visible=show, elem_id="block-tables")
         with gr.Column(scale=4):
-            b["strip"] = gr.Plot(first["strip"], show_label=False, visible=show, elem_id="step-strip")
+            b["strip"] = plot_panel(first["strip"], "step-strip", head, visible=show)
     return b
 
 
