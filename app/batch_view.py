@@ -173,7 +173,12 @@ class PoolPicture:
         self.state = state = snapshot.get("state") or []
         self.block_size = snapshot.get("block_size", "?")
         self.owners = owners = _owners(snapshot)
+        # a pool of more than 4,096 blocks comes from the engine already in cells of several
+        # blocks; ``per`` groups those cells again into at most ``max_cells`` squares
+        self.cell_blocks = max(1, int(snapshot.get("blocks_per_cell") or 1))
+        self.num_blocks = int(snapshot.get("num_blocks") or len(state) * self.cell_blocks)
         self.per = per = max(1, math.ceil(len(state) / max_cells))
+        self.span = span = per * self.cell_blocks  # blocks per square
         self.base: list[str] = []  # each square's class for a viewer with no running request
         for start in range(0, len(state), per):
             best = "free"
@@ -184,9 +189,9 @@ class PoolPicture:
         self.squares: dict[str, set[int]] = {}  # request id -> squares holding one of its blocks
         for block, holders in owners.items():
             for r, _ in holders:
-                self.squares.setdefault(r, set()).add(block // per)
+                self.squares.setdefault(r, set()).add(block // span)
         self.cells = [self._cell(i, cls, ()) for i, cls in enumerate(self.base)]
-        self.counts = {c: self.base.count(c) for c in POOL_CLASSES} if per == 1 else None
+        self.counts = {c: self.base.count(c) for c in POOL_CLASSES} if span == 1 else None
         self._html: dict[frozenset, str] = {}
 
     def mine_squares(self, mine) -> set[int]:
@@ -204,13 +209,13 @@ class PoolPicture:
         return out
 
     def _cell(self, i: int, cls: str, mine) -> str:
-        if self.per == 1:
+        if self.span == 1:
             who = "; ".join(f"{r}{' (you)' if r in mine else ''}, logical block {lb}"
                             for r, lb in self.owners.get(i, ()))
             tip = f"block {i}: {POOL_LABELS[cls]}" + (f" — {who}" if who else "")
         else:
-            end = min(len(self.state), (i + 1) * self.per) - 1
-            tip = f"blocks {i * self.per}–{end}: {POOL_LABELS[cls]} (strongest)"
+            end = min(self.num_blocks, (i + 1) * self.span) - 1
+            tip = f"blocks {i * self.span}–{end}: {POOL_LABELS[cls]} (strongest)"
         return f"<i class='bp-cell bp-{cls}' title='{html.escape(tip, quote=True)}'></i>"
 
     def html(self, mine) -> str:
@@ -236,9 +241,9 @@ class PoolPicture:
                     counts["mine"] += 1
         legend = "".join(f"<span title='{POOL_TIPS[c]}'><i class='bp-cell bp-{c}'></i>{POOL_LABELS[c]}"
                          f"{f' ({fmt_int(counts[c])})' if counts else ''}</span>" for c in POOL_CLASSES)
-        scale = (f"each square is one block of {self.block_size} tokens' keys and values" if self.per == 1 else
-                 f"each square is {self.per} blocks of {self.block_size} tokens (pool too large to draw block by block)")
-        return (f"<div class='bp'><div class='bp-title'>KV block pool: {fmt_int(len(self.state))} blocks "
+        scale = (f"each square is one block of {self.block_size} tokens' keys and values" if self.span == 1 else
+                 f"each square is {self.span} blocks of {self.block_size} tokens (pool too large to draw block by block)")
+        return (f"<div class='bp'><div class='bp-title'>KV block pool: {fmt_int(self.num_blocks)} blocks "
                 f"({scale})</div><div class='bp-legend'>{legend}</div>"
                 f"<div class='bp-grid'>{''.join(cells)}</div></div>")
 
@@ -339,15 +344,14 @@ def kv_utilization(snapshot: dict) -> float | None:
     count it once per request and pass 100%). ``None`` when no block is in use.
     """
     size = int(snapshot.get("block_size") or 16)
-    used = sum(1 for s in snapshot.get("state") or [] if s == "used")
-    if not used:
-        return None
-    filled: dict[int, int] = {}
+    filled: dict[int, int] = {}  # every block in use belongs to a running request's table
     for t in snapshot.get("tables") or []:
         tokens = int(t.get("tokens") or 0)
         for lb, pb in enumerate(t.get("blocks") or []):
             filled[int(pb)] = max(filled.get(int(pb), 0), max(0, min(size, tokens - lb * size)))
-    return min(1.0, sum(filled.values()) / (used * size))
+    if not filled:
+        return None
+    return min(1.0, sum(filled.values()) / (len(filled) * size))
 
 
 def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None,

@@ -55,11 +55,28 @@ def plotly_js() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
+_STATIC: Path | None = None
+
+
 def serve_plotly_js() -> str:
-    """Let Gradio serve plotly.min.js (call before the Blocks are built); returns its ``<script>``."""
-    path = plotly_js()
-    gr.set_static_paths([str(path.parent)])
-    return f"<script src='/gradio_api/file={path}'></script>"
+    """Let Gradio serve plotly.min.js (call before the Blocks are built); returns its ``<script>``.
+
+    The file is copied once into a private folder of its own that holds nothing else, and only
+    that folder is made public: the URL names neither the installed packages' location nor any
+    other server file.
+    """
+    global _STATIC
+    if _STATIC is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="llm-playground-static-"))
+        shutil.copyfile(plotly_js(), folder / "plotly.min.js")
+        atexit.register(shutil.rmtree, folder, True)
+        _STATIC = folder
+    gr.set_static_paths([str(_STATIC)])
+    return f"<script src='/gradio_api/file={_STATIC / 'plotly.min.js'}'></script>"
 
 
 def as_value(fig) -> str:

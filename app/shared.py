@@ -53,7 +53,7 @@ class SharedViews:
             if section is not None and now - self._section_at < max_age_s:
                 return section
             engine = self.pg.engine
-            stats = dict(engine.stats())
+            stats = self.pg._visible(engine.stats())  # no other users' prefix hits unless shared
             stats.setdefault("batching", False)
             recent = getattr(engine, "recent_steps", None)
             last = _last_step_id(recent)

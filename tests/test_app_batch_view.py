@@ -214,3 +214,19 @@ def test_step_phases_use_the_engine_record_when_present():
     steps = [{"request_ids": ["a", "b"], "phases": ["decode", "prefill"], "prefill_tokens": 30,
               "decode_tokens": 1}]
     assert step_phases(steps) == [{"a": "decode", "b": "prefill"}]
+
+
+def test_pool_picture_of_an_engine_pool_drawn_in_cells():
+    """A GPU-sized pool arrives from the engine in cells of several blocks: the picture counts
+    blocks, not cells, and a request's blocks land in the right square."""
+    from app.batch_view import PoolPicture
+
+    snapshot = {"block_size": 16, "num_blocks": 200_000, "blocks_per_cell": 49,
+                "state": ["used"] + ["free"] * 4081,
+                "tables": [{"request_id": "r1", "blocks": [0, 1, 2], "tokens": 40},
+                           {"request_id": "r2", "blocks": [199_999], "tokens": 3}]}
+    pic = PoolPicture(snapshot, max_cells=4096)
+    html = pic.html({"r2"})
+    assert "200,000 blocks" in html and "each square is 49 blocks" in html
+    assert pic.mine_squares({"r2"}) == {199_999 // 49}
+    assert pic.mine_squares({"r1"}) == {0}
