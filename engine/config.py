@@ -7,6 +7,10 @@ from dataclasses import dataclass
 DEFAULT_KV_BUDGET_CPU = 512 * 2**20
 """KV pool bytes on CPU when ``kv_cache_bytes`` is not given (512 MiB)."""
 
+KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+"""Choices of ``kv_cache_dtype``: ``auto`` = the model's compute dtype; ``fp8`` = e4m3 with a
+per-layer scale (stored in fp8, attention computes in the model's dtype)."""
+
 
 @dataclass
 class EngineConfig:
@@ -27,6 +31,9 @@ class EngineConfig:
         telemetry: memory breakdown on every step, rolling latency percentiles, NVML readings.
         weight_stationary: on CPU, run decode steps of 2-4 sequences with the
             weight-stationary linear layout (:mod:`engine.worker.weight_stationary`).
+        kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
+            formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but
+            ``auto`` needs the paged cache (``batching`` on a paged family).
 
     Raises:
         ValueError: from ``__post_init__``, naming the field, for a value out of range.
@@ -41,6 +48,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     telemetry: bool = True
     weight_stationary: bool = True
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -52,3 +60,6 @@ class EngineConfig:
                 or self.kv_cache_bytes < 1):
             raise ValueError(f"kv_cache_bytes must be a positive integer or None, "
                              f"got {self.kv_cache_bytes!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                             f"got {self.kv_cache_dtype!r}")
