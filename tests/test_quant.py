@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import ModelLoadError
+from engine.model.quant.fused import GROUPS
 from engine.model.quant.int4 import Int4Linear, cpu_layout_ok, quantize_groups, unpack_cpu
 from engine.model.quant.int8 import Int8Linear
 
@@ -45,12 +46,12 @@ def test_int4_kernel_matches_dequantized_fp32_reference():
     q, d, m = quantize_groups(w)
     layer = Int4Linear(576, 1536, q, d, m)
     ref_w = (q.float().view(1536, 18, 32) * d[..., None] + m[..., None]).view(1536, 576)
-    for rows in (1, 5, 100):   # kernel at 1 and 5 rows; bf16 GEMM on dequantized weights at 100
+    for rows in (1, 5, 100):
         x = torch.randn(rows, 576, generator=g)
         y, ref = layer(x), F.linear(x, ref_w)
         assert y.dtype == torch.float32 and y.shape == ref.shape
         assert (y - ref).abs().max() <= 0.01 * ref.abs().max()
-    # the bf16 weights the large-product path uses are the kernel's affine form
+    # the bf16 weights of embedding rows are the kernel's affine form
     assert (layer.dequantize().float() - ref_w).abs().max() <= 2 ** -7 * ref_w.abs().max()
 
 
@@ -93,12 +94,20 @@ def test_q4_1_import_matches_transformers_dequantization(loaded):
         checked += 1
     assert checked == 14 and exact_max == 0.0
     model = load_q4_model(str(_gguf()), loaded_folder(loaded), torch.float32)
-    worst = 0.0
+    worst, seen = 0.0, 0
     for name, mod in model.named_modules():
-        if isinstance(mod, Int4Linear):
-            r = ref[f"{name}.weight"]
+        if isinstance(mod, Int4Linear):   # q/k/v and gate/up are stacked: compare the stack
+            path, _, leaf = name.rpartition(".")
+            members = next((g for g in GROUPS if path.endswith(g[0])), None) if leaf == "fused" else None
+            if members:
+                block = path.rpartition(".")[0]
+                r = torch.cat([ref[f"{block}.{m}.weight"] for m in members])
+            else:
+                r = ref[f"{name}.weight"]
             diff = (mod.dequantize().float() - r).abs().max().item()
             worst = max(worst, diff / r.abs().max().item())
+            seen += r.shape[0]
+    assert seen == 30 * (576 + 192 + 192 + 576 + 1536 + 1536 + 576)   # q k v o gate up down rows
     assert 0 < worst <= 1 / 128
     head = model.lm_head   # Q8_0 in the file, int8 per row here
     assert isinstance(head, Int8Linear)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.model.quant import fused
 from engine.model.quant.embedding import QuantEmbedding
 from engine.model.quant.int4 import GROUP_SIZE, Int4Linear, check_shape
 from engine.model.quant.int8 import Int8Linear
@@ -67,8 +68,16 @@ def quantize_model(model: nn.Module, weights: str, dtype: torch.dtype) -> list[s
             check_shape(name, m.out_features, m.in_features, GROUP_SIZE)
     skipped = [n for n, m in model.named_modules()
                if type(m).__name__ == "Conv1D"]  # GPT-2's transposed linears stay float
+    make = Int4Linear.from_linear if weights == "int4" else Int8Linear.from_linear
+    for parent in list(model.modules()):
+        for names in fused.GROUPS:   # q/k/v and gate/up of a block as one stacked product
+            if fused.fusable(parent, names):
+                mods = [getattr(parent, n) for n in names]
+                fused.install(parent, names, make(_as_linear(torch.cat([m.weight for m in mods]))),
+                              [m.out_features for m in mods])
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and m is not head]
     for name, m in linears:
-        _set(model, name, Int4Linear.from_linear(m) if weights == "int4" else Int8Linear.from_linear(m))
+        _set(model, name, make(m))
     tied = isinstance(head, nn.Linear) and isinstance(embed, nn.Embedding) and \
         head.weight.data_ptr() == embed.weight.data_ptr()
     if isinstance(head, nn.Linear):

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from engine.model.quant import fused
 from engine.model.quant.embedding import QuantEmbedding
 from engine.model.quant.int4 import GROUP_SIZE, Int4Linear, quantize_groups
 from engine.model.quant.int8 import Int8Linear, quantize_rows
@@ -138,6 +139,7 @@ def load_q4_model(gguf_path: str, folder: str, dtype: torch.dtype, device="cpu",
     reader = GGUFReader(gguf_path)
     params = dict(model.named_parameters(remove_duplicate=False))
     done: set[str] = set()
+    blocks: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     embed_key = "model.embed_tokens.weight"
     for t in reader.tensors:
         hf = names.get(t.name)
@@ -167,8 +169,8 @@ def load_q4_model(gguf_path: str, folder: str, dtype: torch.dtype, device="cpu",
             q, d, m = quantize_groups(matrix_values(raw, t.tensor_type), GROUP_SIZE)
         if order is not None:
             q, d, m = q[order], d[order], m[order]
-        q, d, m = q.to(device), d.to(device), m.to(device)
-        _set(model, hf.removesuffix(".weight"), Int4Linear(q.shape[1], q.shape[0], q, d, m))
+        blocks[hf.removesuffix(".weight")] = (q.to(device), d.to(device), m.to(device))
+    _install_int4(model, blocks)
     missing = [n for n, p in model.named_parameters() if p.device.type == "meta"]
     if missing:
         raise ValueError(f"the GGUF file leaves {len(missing)} parameters unset, e.g. {missing[0]}")
@@ -177,6 +179,23 @@ def load_q4_model(gguf_path: str, folder: str, dtype: torch.dtype, device="cpu",
     model.to(device)   # the rotary buffers (the rest is there already)
     model.eval()
     return model
+
+
+def _install_int4(model: nn.Module, blocks: dict) -> None:
+    """Put the int4 layers in place: q/k/v and gate/up of each block as one stacked product
+    (:mod:`engine.model.quant.fused`), every other matrix alone."""
+    for path in sorted({p.rpartition(".")[0] for p in blocks}):
+        parent = model.get_submodule(path)
+        for names in fused.GROUPS:
+            keys = [f"{path}.{n}" for n in names]
+            if all(k in blocks for k in keys) and fused.fusable(parent, names):
+                q, d, m = (torch.cat([blocks[k][i] for k in keys]) for i in range(3))
+                fused.install(parent, names, Int4Linear(q.shape[1], q.shape[0], q, d, m),
+                              [blocks[k][0].shape[0] for k in keys])
+                for k in keys:
+                    del blocks[k]
+    for path, (q, d, m) in blocks.items():
+        _set(model, path, Int4Linear(q.shape[1], q.shape[0], q, d, m))
 
 
 def gguf_names(model: nn.Module, config) -> dict[str, str]:
