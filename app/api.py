@@ -88,7 +88,10 @@ def make_stats(pg):
     def stats() -> dict:
         """Engine queue and outcome counts, plus p50/p90/p99 of TTFT, TPOT and e2e (seconds)."""
         return {"engine": pg.stats(), "rolling": pg.rolling_summary(),
-                "model": {"name": pg.info.name, "device": pg.info.device, "dtype": pg.info.dtype}}
+                "model": {"name": pg.info.name, "device": pg.info.device, "dtype": pg.info.dtype,
+                          "weights": getattr(pg.info, "weights", "") or pg.info.dtype,
+                          "weights_bytes": pg.info.weights_bytes,
+                          "kv_cache_dtype": getattr(pg.info, "kv_dtype", "") or pg.info.dtype}}
 
     return stats
 

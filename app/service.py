@@ -16,6 +16,7 @@ from typing import Iterator
 
 from engine import SamplingParams
 
+from .cards import kv_element_bytes
 from .monitor import DeviceMonitor
 
 KEEP_TRACES = 100  # trace file pairs kept on disk
@@ -35,7 +36,8 @@ class Playground:
     def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True) -> None:
         self.engine = engine
         self.info = engine.info
-        self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(self.info.dtype_bytes))
+        self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(kv_element_bytes(self.info)))
+        self.pool_bytes = getattr(getattr(engine, "pool", None), "nbytes", None)
         self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-"))
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         self.device = DeviceMonitor(getattr(engine, "gpu", None), self.info.device)
@@ -136,7 +138,7 @@ class Playground:
 
         try:
             paths = write_trace(self.trace_dir, output, events, getattr(self.engine, "spec", None),
-                                self.info.dtype_bytes)
+                                kv_element_bytes(self.info))
         except Exception:  # a trace is a nicety: never fail the request for it
             return None
         self._prune_traces()

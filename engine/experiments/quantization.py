@@ -128,7 +128,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, variants=None,
     Args:
         loaded: the bench's model; its name and device are used (its own weights are reused
             when a variant asks for them).
-        quick: 256 text tokens, 16 decode tokens, a 128-token prefill, 4 × 8 batch tokens,
+        quick: 128 text tokens, 8 decode tokens, a 64-token prefill, 4 × 4 batch tokens,
             one round; else the whole text, 64, 512, 16 × 32, three rounds.
         engine: unused (every variant has its own engine, apart from any serving one).
         variants: ``[(weights, kv_cache_dtype), ...]`` instead of :data:`VARIANTS`.
@@ -139,17 +139,18 @@ def run(loaded, quick: bool = False, progress=None, engine=None, variants=None,
     from engine.model.loader import load_model
 
     variants = [tuple(v) for v in (variants or VARIANTS)]
-    text_tokens = text_tokens or (256 if quick else None)
-    decode_tokens = decode_tokens or (16 if quick else 64)
-    prefill_tokens = prefill_tokens or (128 if quick else 512)
+    text_tokens = text_tokens or (128 if quick else None)
+    decode_tokens = decode_tokens or (8 if quick else 64)
+    prefill_tokens = prefill_tokens or (64 if quick else 512)
     batch = batch or (4 if quick else 16)
-    batch_tokens = batch_tokens or (8 if quick else 32)
+    batch_tokens = batch_tokens or (4 if quick else 32)
     repeats = repeats or (1 if quick else 3)
     params = {"variants": [list(v) for v in variants], "text_tokens": text_tokens,
               "decode_tokens": decode_tokens, "prefill_tokens": prefill_tokens, "batch": batch,
               "batch_tokens": batch_tokens, "repeats": repeats}
     res = result(NAME, TITLE, quick, params, model=loaded.info.name, device=loaded.info.device)
     ids = quality_text_ids(loaded.tokenizer, text_tokens)
+    res["params"]["text_tokens_actual"] = len(ids)
     models, engines, rows = {}, {}, []
     try:
         for i, w in enumerate(dict.fromkeys(v[0] for v in variants)):
@@ -183,7 +184,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, variants=None,
                          "kv_dtype": eng.info.kv_dtype, "weights_note": lm.info.weights_note})
         del ref, lp
         prefill_prompt, n_prefill = prompt_of_length(loaded.tokenizer, prefill_tokens, unique=False)
-        params["prefill_tokens_actual"] = n_prefill
+        res["params"]["prefill_tokens_actual"] = n_prefill
         for eng in engines.values():   # warm every engine once before any timing
             eng.generate(salted("Hi"), greedy(2))
         runs = {k: [] for k in engines}
