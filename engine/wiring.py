@@ -73,7 +73,8 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
                       kv_dtype, info.device, compute_dtype=model_dtype)
         bm = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         runner = runner or PagedModelRunner(loaded.model, pool, config.block_size, sampler,
-                                            config.weight_stationary)
+                                            config.weight_stationary,
+                                            decode_threads(config, info))
         if pool.fp8:
             calibrate_kv_scales(loaded.model, loaded.tokenizer, pool)
         scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,
@@ -95,6 +96,15 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         probe = MemoryProbe(loaded.model, info.device, spec, info.dtype_bytes, gpu=gpu)
     return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats(),
                        kv_dtype)
+
+
+def decode_threads(config: EngineConfig, info) -> int:
+    """Intra-op threads for decode-only steps: ``config.decode_threads``, or when it is 0
+    (auto) 1 for int8/int4 weights on CPU, else 0 (PyTorch's own setting)."""
+    if config.decode_threads:
+        return config.decode_threads
+    quantized = getattr(info, "weights", "") in ("int8", "int4")
+    return 1 if quantized and info.device == "cpu" else 0
 
 
 def default_kv_budget(device: str) -> int:

@@ -201,3 +201,20 @@ def test_bad_combinations_name_the_field(monkeypatch, tmp_path, loaded):
     tiny = loader.load_model(str(tmp_path), device="cpu", weights="int8", random_weights=True,
                              progress=None)
     assert tiny.info.weights == "int8"
+
+
+def test_decode_threads_follow_the_weights(loaded):
+    """auto: one intra-op thread for decode steps of int8/int4 weights on CPU; fp32 keeps
+    PyTorch's setting; an explicit value wins; a negative one is refused naming the field."""
+    from types import SimpleNamespace
+
+    from engine.config import EngineConfig
+    from engine.wiring import decode_threads
+
+    q = SimpleNamespace(weights="int4", device="cpu")
+    assert decode_threads(EngineConfig(), q) == 1
+    assert decode_threads(EngineConfig(), loaded.info) == 0
+    assert decode_threads(EngineConfig(decode_threads=2), q) == 2
+    assert decode_threads(EngineConfig(), SimpleNamespace(weights="int4", device="cuda:0")) == 0
+    with pytest.raises(ValueError, match="decode_threads must be an integer >= 0"):
+        EngineConfig(decode_threads=-1)
