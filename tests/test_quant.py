@@ -218,3 +218,17 @@ def test_decode_threads_follow_the_weights(loaded):
     assert decode_threads(EngineConfig(), SimpleNamespace(weights="int4", device="cuda:0")) == 0
     with pytest.raises(ValueError, match="decode_threads must be an integer >= 0"):
         EngineConfig(decode_threads=-1)
+
+
+def test_estimator_counts_the_quantized_bytes_as_stored(loaded):
+    """The offline estimate of int4/int8 weights equals the measured bytes of the loaded model,
+    less its rotary tables (two fp32 buffers of 32 values: 256 B, not parameters)."""
+    from engine.model.loader import load_model
+    from engine.telemetry.estimator import estimate
+
+    for weights in ("int4", "int8"):
+        lm = load_model("smollm2-135m", device="cpu", weights=weights, progress=None)
+        est = estimate(loaded.model.config, dtype="bf16", weights=weights, kv_dtype="fp8", seq_len=100)
+        assert est.weights_bytes == lm.info.weights_bytes - 256, weights
+        assert est.kv_bytes_per_token == 11_520 and est.kv_bytes == 100 * 11_520
+        assert "× 1 B" in est.to_dict()["kv_formula"]

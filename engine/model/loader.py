@@ -316,11 +316,15 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
     gguf = _gguf_path(emb) if emb is not None else None
     try:
         choice = resolve_weights(weights, dtype, resolve_dtype(dtype, dev), dev,
-                                 embedded=gguf is not None or (emb is not None and _cached(emb)))
+                                 embedded=emb is not None)
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from exc
     torch_dtype = choice.dtype
     direct_q4 = choice.weights == "int4" and gguf is not None and not random_weights
+    if direct_q4 and dev != "cpu":   # no kernel on this GPU: the float path notes the fallback
+        from engine.model.quant.apply import kernel_available
+
+        direct_q4 = all(kernel_available(w, torch.device(dev))[0] for w in ("int4", "int8"))
     if direct_q4:
         where, source, extra = str(_embedded_meta(emb, gguf, progress)), f"embedded GGUF {gguf.name}", {}
     else:

@@ -57,6 +57,7 @@ def quantize_model(model: nn.Module, weights: str, dtype: torch.dtype) -> list[s
     device = next(model.parameters()).device
     notes: list[str] = []
     ok, why = kernel_available(weights, device)
+    head_ok, head_why = (ok, why) if weights == "int8" else kernel_available("int8", device)
     if not ok:
         _cast_float_parameters(model, dtype)
         return [f"weights={weights}: no {weights} kernel on {device.type} ({why}); the weights "
@@ -80,12 +81,15 @@ def quantize_model(model: nn.Module, weights: str, dtype: torch.dtype) -> list[s
         _set(model, name, make(m))
     tied = isinstance(head, nn.Linear) and isinstance(embed, nn.Embedding) and \
         head.weight.data_ptr() == embed.weight.data_ptr()
-    if isinstance(head, nn.Linear):
+    if not head_ok:
+        notes.append(f"no int8 kernel on {device.type} ({head_why}): the LM head and embedding "
+                     f"stay {str(dtype).replace('torch.', '')}")
+    elif isinstance(head, nn.Linear):
         q_head = Int8Linear.from_linear(head)
         model.set_output_embeddings(q_head)
         if tied:
             model.set_input_embeddings(QuantEmbedding(q_head, dtype, embed.padding_idx))
-    if isinstance(embed, nn.Embedding) and not tied:
+    if head_ok and isinstance(embed, nn.Embedding) and not tied:
         table = Int8Linear.from_linear(_as_linear(embed.weight))
         model.set_input_embeddings(QuantEmbedding(table, dtype, embed.padding_idx, owns=True))
     _cast_float_parameters(model, dtype)
