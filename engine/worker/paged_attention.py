@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 ATTN_NAME = "paged"
 
@@ -169,8 +170,9 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)  # [B, 1, heads, d]
         else:  # PyTorch 2.13's CPU kernel runs one bf16 query 5-10x slower than fp32 (620 vs
             # 50 us for 512 keys on one core): decode queries compute in fp32, then cast back
-            o, _ = sdpa(module, q.float(), k.float(), v.float(), mask, scaling=scaling, dropout=0.0)
-            o = o.to(q.dtype)
+            o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                               scale=scaling, enable_gqa=True)
+            o = o.to(q.dtype).transpose(1, 2)                            # [B, 1, heads, d]
         if paged.decode_only:
             return o.reshape(1, b, *o.shape[2:]), None
         out[0][:, paged.decode_q] = o[:, 0].transpose(0, 1)

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 GROUP_SIZE = 32
+_MM_CPU = torch.ops.aten._weight_int4pack_mm_for_cpu  # looked up once: 120 calls per decode step
 CPU_BLOCK_N = 64  # rows per tile of the CPU packed layout (see :func:`unpack_cpu`)
 
 
@@ -163,6 +164,7 @@ class Int4Linear(nn.Module):
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 8)
         self.register_buffer("weight_packed", packed)
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self._bind()
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int = GROUP_SIZE) -> "Int4Linear":
@@ -175,21 +177,25 @@ class Int4Linear(nn.Module):
         """Logical weight elements ``N × K`` (for parameter counts)."""
         return self.in_features * self.out_features
 
+    def _bind(self) -> None:
+        """Keep the kernel and its tensors in one plain attribute: a decode step makes about 120
+        of these calls, and each buffer read through ``nn.Module.__getattr__`` costs a lookup."""
+        mm = torch.ops.aten._weight_int4pack_mm if self.weight_packed.device.type == "cuda" else _MM_CPU
+        self._call = (mm, self.weight_packed, self.group_size, self.scales_and_zeros, self.bias)
+
     def _kernel(self, x2: torch.Tensor) -> torch.Tensor:
-        if self.weight_packed.device.type == "cuda":
-            return torch.ops.aten._weight_int4pack_mm(x2, self.weight_packed, self.group_size,
-                                                      self.scales_and_zeros)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.weight_packed, self.group_size,
-                                                          self.scales_and_zeros)
+        mm, packed, group, sz, _ = self._call
+        return mm(x2, packed, group, sz)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., K]`` → ``[..., N]`` in ``x``'s dtype."""
+        mm, packed, group, sz, bias = self._call
         x2 = x.reshape(-1, self.in_features)
         if x2.dtype != torch.bfloat16:
             x2 = x2.to(torch.bfloat16)
-        y = self._kernel(x2)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
+        y = mm(x2, packed, group, sz)
+        if bias is not None:
+            y = y + bias.to(y.dtype)
         return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -216,6 +222,7 @@ class Int4Linear(nn.Module):
             raise RuntimeError(f"Int4Linear packed for {kind} can't move to "
                                f"{self.weight_packed.device.type}: load the model on that device")
         self.scales_and_zeros = self.scales_and_zeros.to(torch.bfloat16)
+        self._bind()
         return self
 
     def extra_repr(self) -> str:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+_MM = torch.ops.aten._weight_int8pack_mm
 DEQUANT_ROWS = 64
 """On CPU, products of at least this many rows dequantize the weight to bf16 (one conversion and
 one multiply) and use the bf16 GEMM: at 64 / 512 rows one SmolLM2 layer took 2.5 / 9 ms that
@@ -35,6 +36,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("weight_int8", q.to(torch.int8).contiguous())
         self.register_buffer("scales", s.to(torch.bfloat16).contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self._call = (self.weight_int8, self.scales, self.bias)   # plain attribute: no __getattr__
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
@@ -49,13 +51,14 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., K]`` → ``[..., N]`` in ``x``'s dtype."""
+        q, s, bias = self._call
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if x2.shape[0] >= DEQUANT_ROWS and x2.device.type == "cpu":
             y = F.linear(x2, self.dequantize())
         else:
-            y = torch.ops.aten._weight_int8pack_mm(x2, self.weight_int8, self.scales)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
+            y = _MM(x2, q, s)
+        if bias is not None:
+            y = y + bias.to(y.dtype)
         return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
 
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -69,6 +72,7 @@ class Int8Linear(nn.Module):
         """A dtype cast of the model leaves the scales in bf16 (the kernel's dtype)."""
         super()._apply(fn, recurse)
         self.scales = self.scales.to(torch.bfloat16)
+        self._call = (self.weight_int8, self.scales, self.bias)
         return self
 
     def extra_repr(self) -> str:
