@@ -48,15 +48,39 @@ def status_html(text: str, kind: str = "info") -> str:
     return f"<div class='status status-{kind}'>{html.escape(text)}</div>"
 
 
+def kv_element_bytes(info) -> int:
+    """Bytes per cached K or V element: the engine's KV cache dtype (``info.kv_dtype_bytes``),
+    else the model's dtype."""
+    return getattr(info, "kv_dtype_bytes", 0) or info.dtype_bytes
+
+
+def kv_dtype_label(info) -> str:
+    """The KV cache's dtype name (``fp8 (e4m3)``, ``bfloat16``...), else the model's."""
+    return getattr(info, "kv_dtype", "") or info.dtype
+
+
+def precision_line(info) -> str:
+    """Which precision runs: weights storage, compute dtype and KV cache, e.g. ``weights <b>int4</b>
+    · compute bfloat16 · KV cache bfloat16``; the loader's note (how the weights got there) as a
+    tooltip."""
+    weights = getattr(info, "weights", "") or info.dtype
+    note = getattr(info, "weights_note", "") or ""
+    return (f"<div class='model-precision' title='{html.escape(note, quote=True)}'>weights "
+            f"<b>{html.escape(weights)}</b> · compute {html.escape(info.dtype)} · KV cache "
+            f"<b>{html.escape(kv_dtype_label(info))}</b></div>")
+
+
 def model_badge_html(info) -> str:
-    """The model in use and its size, from the engine's ``ModelInfo``."""
+    """The model in use, its size and its precision, from the engine's ``ModelInfo``."""
     arch = getattr(info, "architecture", "") or ""
     spec = info.spec
+    weights = getattr(info, "weights", "") or info.dtype
     return (
         "<div class='model-badge'>"
         f"<div class='model-name'>{html.escape(info.name)}</div>"
         f"<div>{fmt_params(info.num_params)} parameters · weights {fmt_bytes(info.weights_bytes)} "
-        f"({html.escape(info.dtype)}) on <b>{html.escape(info.device)}</b></div>"
+        f"({html.escape(weights)}) on <b>{html.escape(info.device)}</b></div>"
+        f"{precision_line(info)}"
         f"<div>{spec.layers} layers · {spec.heads} query heads / {spec.kv_heads} KV heads · head_dim "
         f"{spec.head_dim} · context {fmt_int(info.context_len)} tokens"
         f"{' · ' + html.escape(arch) if arch else ''}</div>"
@@ -73,7 +97,7 @@ def _eos_line(info) -> str:
 
 
 def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,
-                    bytes_per_token: int | None = None) -> str:
+                    bytes_per_token: int | None = None, pool_bytes: int | None = None) -> str:
     """The KV cache formula written out with this model's numbers, and checked against the cache.
 
     Args:
@@ -82,18 +106,29 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
         measured_bytes: the measured cache size now.
         bytes_per_token: the engine's own per-token figure when it differs from the plain formula
             (sliding-window models); defaults to the plain formula.
+        pool_bytes: the paged KV pool's bytes: adds how many tokens it holds, and how many more
+            than in the model's dtype when the KV cache is stored in fewer bytes.
     """
     spec = info.spec
-    per_tok = bytes_per_token or kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim,
-                                                    info.dtype_bytes)
+    elem = kv_element_bytes(info)
+    per_tok = bytes_per_token or kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim, elem)
     gqa = ""
     if spec.kv_heads != spec.heads:
         gqa = (f" ({spec.heads} query heads share {spec.kv_heads} KV heads: grouped-query attention "
                f"stores {spec.heads // max(1, spec.kv_heads)}× less than one KV head per query head)")
     lines = [
         f"<div class='kv-formula'><b>KV cache bytes</b> = 2 (K and V) × {spec.layers} layers × "
-        f"{spec.kv_heads} KV heads × {spec.head_dim} head_dim × {info.dtype_bytes} bytes "
-        f"({html.escape(info.dtype)}) × tokens = <b>{fmt_int(per_tok)} B per token</b>{gqa}.</div>"]
+        f"{spec.kv_heads} KV heads × {spec.head_dim} head_dim × {elem} bytes "
+        f"({html.escape(kv_dtype_label(info))}) × tokens = <b>{fmt_int(per_tok)} B per token</b>{gqa}.</div>"]
+    if pool_bytes:
+        fits = pool_bytes // per_tok
+        line = f"The {fmt_bytes(pool_bytes)} KV pool holds {fmt_int(fits)} tokens"
+        if elem < info.dtype_bytes:
+            plain = pool_bytes // kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim,
+                                                     info.dtype_bytes)
+            line += (f": <b>{fits / plain:.0f}× as many</b> as in {html.escape(info.dtype)} "
+                     f"({fmt_int(plain)}), {fmt_int(fits - plain)} more")
+        lines.append(f"<div class='kv-pool'>{line}.</div>")
     if tokens:
         predicted = per_tok * tokens
         check = ""

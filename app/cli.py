@@ -25,7 +25,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="smollm2-135m",
                    help="embedded short name, Hugging Face model id or local folder (default smollm2-135m)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda[:N] or mps (default auto)")
-    p.add_argument("--dtype", default="auto", help="auto, float32, float16 or bfloat16 (default auto)")
+    p.add_argument("--dtype", default="auto", help="compute dtype: auto, float32, float16 or bfloat16 "
+                   "(default auto)")
+    p.add_argument("--weights", default="auto", choices=("auto", "fp32", "bf16", "fp16", "int8", "int4"),
+                   help="weight storage (default auto: int4 for the embedded model on CPU, else the "
+                        "dtype); int8 per channel, int4 in groups of 32")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "bf16", "fp16", "fp8"),
+                   help="KV cache storage (default auto: the model's dtype); fp8 is e4m3 with a "
+                        "per-layer scale")
     p.add_argument("--max-queue", type=int, default=32, help="most requests waiting in the engine (default 32)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
     p.add_argument("--shared-prefix-cache", action="store_true",
@@ -55,15 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     print(f"Loading {args.model} ...", flush=True)
     try:
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype,
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights,
                             progress=lambda msg: print(f"  {msg}", flush=True))
+        engine = LLMEngine(loaded, max_queue=args.max_queue, telemetry=True,
+                           kv_cache_dtype=args.kv_cache_dtype)
     except (ModelLoadError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    engine = LLMEngine(loaded, max_queue=args.max_queue, telemetry=True)
     info = engine.info
-    print(f"Model ready in {time.perf_counter() - t0:.1f} s: {info.name} on {info.device} ({info.dtype})",
-          flush=True)
+    print(f"Model ready in {time.perf_counter() - t0:.1f} s: {info.name} on {info.device} ({info.weights} "
+          f"weights, compute {info.dtype}, KV cache {info.kv_dtype})", flush=True)
 
     return serve(engine, args)
 

@@ -92,7 +92,8 @@ def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> 
         "cards": cards.stat_cards_html(None),
         "latency": figures.latency_figure([], [], []),
         "kv": figures.kv_figure([], [], pg.bytes_per_token),
-        "kv_formula": cards.kv_formula_html(pg.info, bytes_per_token=pg.bytes_per_token),
+        "kv_formula": cards.kv_formula_html(pg.info, bytes_per_token=pg.bytes_per_token,
+                                            pool_bytes=getattr(pg, "pool_bytes", None)),
         "memory": figures.memory_figure(None),
     }
 
@@ -117,7 +118,8 @@ def _kv_formula(pg, state: RunState) -> str:
     always agrees with the token counts on the cards)."""
     last_tokens = state.kv_tokens[-1] if state.kv_tokens else None
     return cards.kv_formula_html(pg.info, last_tokens if state.use_kv_cache else None,
-                                 state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token)
+                                 state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token,
+                                 getattr(pg, "pool_bytes", None))
 
 
 def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:

@@ -1,7 +1,9 @@
-"""The Lessons tab: four small experiments for a classroom, on the page's own engine.
+"""The Lessons tab: five small experiments for a classroom, on the page's own engine.
 
 (a) KV cache on against off, live; (b) prompt length sweep and decode share on demand; (c) the
-KV cache calculator against common GPUs; (d) the sampling explorer. The work that needs torch
+KV cache calculator against common GPUs; (d) the sampling explorer; (e) quantization: every
+weights and KV cache precision side by side (each variant loaded briefly, apart from the engine
+that serves the page). The work that needs torch
 lives in ``engine.experiments``; here are the layout, plain handler functions (testable without
 a browser) and Plotly figures built from plain numbers. This module never imports torch.
 """
@@ -17,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine import QueueFullError, SamplingParams
-from engine.experiments import calculator, decode_share, explorer, prompt_length
+from engine.experiments import calculator, decode_share, explorer, prompt_length, quantization
 from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
 
 from . import fields
@@ -48,6 +50,12 @@ TEXT = {
                 "those scores into a choice. Lower the temperature to sharpen the bars, raise it "
                 "to flatten them; top-k, top-p and min-p cut the tail (grey outlines are the "
                 "untouched probabilities). The red bar is the token the answer actually took.",
+    "quant": "Each precision is loaded for a moment and scored on a fixed text (English, Chinese "
+             "and code) against fp32: how often its most likely next token agrees, and how far its "
+             "next-token distribution moves (KL). When the weights dominate memory and time, as "
+             "in batch-1 decode, quantize the weights; when the KV cache dominates (long contexts, "
+             "many users), quantize or page the KV cache; when activations dominate (long "
+             "prefills), use memory-efficient attention. A run takes a minute or two.",
 }
 
 
@@ -382,6 +390,47 @@ def explorer_figure(sl, temperature, top_k, top_p, min_p) -> go.Figure:
     return fig
 
 
+# ---- (e) quantization ----------------------------------------------------------------------------
+def quant_figure(res: dict) -> go.Figure:
+    """Per variant: weight MB, decode tokens/s (× fp32) and top-1 agreement with fp32 (%)."""
+    rows = res.get("rows", [])
+    names = [r["label"].replace(" weights", "") for r in rows]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("weights (MB)", "decode tok/s, × fp32",
+                                                        "top-1 agreement with fp32 (%)"))
+    for col, (vals, color) in enumerate((([r["weights_bytes"] / 1e6 for r in rows], ON),
+                                         ([r["decode_tokens_per_s_vs_fp32"] for r in rows], OFF),
+                                         ([r["top1_agreement"] * 100 for r in rows], "#F3A712")), 1):
+        fig.add_trace(go.Bar(x=names, y=vals, marker_color=color, showlegend=False), row=1, col=col)
+    _layout(fig, "Precision: memory, speed and agreement with fp32", "", "")
+    fig.update_yaxes(range=[80, 100], row=1, col=3)
+    return fig
+
+
+def quant_table(res: dict) -> str:
+    """Markdown table: one row per variant with every measured figure."""
+    lines = ["| precision | perplexity | top-1 vs fp32 | KL (nats) | weights | KV per token | "
+             "decode b1 | prefill | batch |", "|" + " --- |" * 9]
+    for r in res.get("rows", []):
+        lines.append(
+            f"| {r['label']} | {r['perplexity']:.2f} | {r['top1_agreement'] * 100:.1f}% | "
+            f"{r['kl_mean']:.4f} | {fmt_bytes(r['weights_bytes'])} | {fmt_int(r['kv_bytes_per_token'])} B | "
+            f"{r['decode_tokens_per_s']:.1f} tok/s ({r['decode_tokens_per_s_vs_fp32']:.2f}×) | "
+            f"{r['prefill_tokens_per_s']:.0f} tok/s | {r['batch_tokens_per_s']:.0f} tok/s |")
+    p = res.get("params", {})
+    lines.append(f"\nText: {p.get('text_tokens_actual')} tokens; prefill "
+                 f"{p.get('prefill_tokens_actual', p.get('prefill_tokens'))} tokens; batch "
+                 f"{p.get('batch')} × {p.get('batch_tokens')} new tokens; one quick round, so "
+                 "speeds move with the machine's load (`python -m engine bench quantization` "
+                 "runs the full sizes).")
+    return "\n".join(lines)
+
+
+def run_quantization(engine, progress=None) -> tuple[go.Figure, str]:
+    """The ``quantization`` experiment in quick mode on the page's model (its own engines)."""
+    res = quantization.run(engine.loaded, quick=True, progress=_adapter(progress))
+    return quant_figure(res), quant_table(res)
+
+
 # ---- layout and wiring -------------------------------------------------------------------------
 def build_lessons(engine, session_kwargs=None) -> dict:
     """Build the Lessons tab's content inside an open ``gr.Blocks``/``gr.Tab`` context.
@@ -467,6 +516,11 @@ def build_lessons(engine, session_kwargs=None) -> dict:
                                        **ids("ex_step"))
             c["ex_plot"] = gr.Plot(explorer_figure(None, 1, 0, 1, 0), show_label=False, **ids("ex_plot"))
             answer, logits = gr.State({}), gr.State(None)
+        with gr.Tab("Quantization"):
+            gr.Markdown(TEXT["quant"])
+            c["quant_run"] = gr.Button("Compare precisions", variant="primary", **ids("quant_run"))
+            c["quant_plot"] = gr.Plot(show_label=False, **ids("quant_plot"))
+            c["quant_table"] = gr.Markdown("", **ids("quant_table"))
     _wire(engine, c, answer, logits, session_kwargs or (lambda session_id: {}))
     return c
 
@@ -486,6 +540,11 @@ def _wire(engine, c: dict, answer, logits, session_kwargs) -> None:
     def on_share(n, progress=gr.Progress()):
         return run_share(engine, n, progress)
 
+    def on_quant(progress=gr.Progress()):
+        return run_quantization(engine, progress)
+
+    c["quant_run"].click(guard(on_quant), None, [c["quant_plot"], c["quant_table"]],
+                         concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
     c["sweep_run"].click(guard(on_sweep), c["sweep_max"], [c["sweep_plot"], c["prefill_status"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
     c["share_run"].click(guard(on_share), c["share_tokens"], [c["share_plot"], c["prefill_status"]],

@@ -30,6 +30,7 @@ from typing import Iterator
 
 from engine import SamplingParams
 
+from .cards import kv_element_bytes
 from .monitor import DeviceMonitor
 
 KEEP_TRACES = 100  # trace file pairs kept on disk
@@ -60,11 +61,12 @@ class Playground:
             self._salted = False
         self._salts: OrderedDict[str, str] = OrderedDict()
         self.info = engine.info
-        self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(self.info.dtype_bytes))
+        self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(kv_element_bytes(self.info)))
         self._own_trace_dir = trace_dir is None
         self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-", dir=trace_parent))
         self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._trace_dirs: dict[str, Path] = {}  # session -> its private trace folder
+        self.pool_bytes = getattr(getattr(engine, "pool", None), "nbytes", None)
         self.device = DeviceMonitor(getattr(engine, "gpu", None), self.info.device)
         if monitor:
             self.device.start()
@@ -201,7 +203,7 @@ class Playground:
 
         try:
             paths = write_trace(self._session_trace_dir(session_id), output, events,
-                                getattr(self.engine, "spec", None), self.info.dtype_bytes)
+                                getattr(self.engine, "spec", None), kv_element_bytes(self.info))
             for path in paths:
                 os.chmod(path, 0o600)
         except Exception:  # a trace is a nicety: never fail the request for it

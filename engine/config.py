@@ -7,6 +7,10 @@ from dataclasses import dataclass
 DEFAULT_KV_BUDGET_CPU = 512 * 2**20
 """KV pool bytes on CPU when ``kv_cache_bytes`` is not given (512 MiB)."""
 
+KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
+"""Choices of ``kv_cache_dtype``: ``auto`` = the model's compute dtype; ``fp8`` = e4m3 with a
+per-layer scale (stored in fp8, attention computes in the model's dtype)."""
+
 
 @dataclass
 class EngineConfig:
@@ -32,6 +36,13 @@ class EngineConfig:
         cuda_graphs: replay decode steps of up to 32 sequences from CUDA graphs
             (:mod:`engine.worker.cuda_graph_runner`): ``None`` = on CUDA only; True also on
             CPU, where the same static buffers run eagerly (for tests); False never.
+        decode_threads: intra-op threads for decode-only steps on CPU; 0 = auto: 1 with int8 or
+            int4 weights (their kernels take 20-60 µs each, about what waking a second thread
+            costs on a shared 2-core machine: batch-1 decode ran 1.47× faster on one thread
+            there, fp32 1.07×), else PyTorch's setting. Prefill steps keep PyTorch's setting.
+        kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
+            formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but
+            ``auto`` needs the paged cache (``batching`` on a paged family).
 
     Raises:
         ValueError: from ``__post_init__``, naming the field, for a value out of range.
@@ -48,6 +59,8 @@ class EngineConfig:
     weight_stationary: bool = True
     warmup: bool = True
     cuda_graphs: bool | None = None
+    kv_cache_dtype: str = "auto"
+    decode_threads: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -59,3 +72,10 @@ class EngineConfig:
                 or self.kv_cache_bytes < 1):
             raise ValueError(f"kv_cache_bytes must be a positive integer or None, "
                              f"got {self.kv_cache_bytes!r}")
+        if isinstance(self.decode_threads, bool) or not isinstance(self.decode_threads, int) \
+                or self.decode_threads < 0:
+            raise ValueError(f"decode_threads must be an integer >= 0 (0 = auto), "
+                             f"got {self.decode_threads!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                             f"got {self.kv_cache_dtype!r}")

@@ -26,6 +26,7 @@ from engine.output.handle import RequestHandle
 from engine.output.output_processor import OutputProcessor
 from engine.params import SamplingParams
 from engine.wiring import build_parts, note_pool, release_free_memory
+from engine.worker.kv_pool import kv_dtype_name
 
 log = logging.getLogger("engine")
 
@@ -54,6 +55,10 @@ class LLMEngine:
         self.tokenizer = loaded.tokenizer
         parts = build_parts(loaded, self.config,
                             loaded.eos_token_ids | special_token_ids(loaded.tokenizer), runner)
+        if parts.kv_dtype is not None:   # the KV cache's storage, as this engine keeps it
+            self.info = dataclasses.replace(
+                self.info, kv_dtype=kv_dtype_name(parts.kv_dtype),
+                kv_dtype_bytes=torch.empty(0, dtype=parts.kv_dtype).element_size())
         self.paged, self.batching_note = parts.paged, parts.note
         self.pool, self.block_manager = parts.pool, parts.block_manager
         self.runner, self.scheduler = parts.runner, parts.scheduler

@@ -10,7 +10,8 @@ from engine.config import DEFAULT_KV_BUDGET_CPU, EngineConfig
 from engine.core.block_manager import BlockManager, ContiguousCacheManager
 from engine.core.scheduler import Scheduler
 from engine.model.loader import LoadedModel
-from engine.worker.kv_pool import KVPool
+from engine.worker.kv_calibration import calibrate_kv_scales
+from engine.worker.kv_pool import KVPool, resolve_kv_dtype
 from engine.worker.model_runner import ModelRunner
 from engine.worker.paged_model_runner import PagedModelRunner
 from engine.worker.sampler import Sampler
@@ -33,6 +34,7 @@ class EngineParts:
     gpu: object
     probe: object
     rolling: object
+    kv_dtype: torch.dtype | None = None
 
 
 def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
@@ -59,13 +61,18 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
     sampler = Sampler(exempt_ids=exempt_ids)
     info, spec = loaded.info, loaded.spec
     pool = None
+    model_dtype = next(loaded.model.parameters()).dtype
+    if config.kv_cache_dtype != "auto" and not paged:
+        raise ValueError(f"kv_cache_dtype={config.kv_cache_dtype} needs the paged KV cache "
+                         f"(batching on a Llama, Qwen2 or Mistral model); use auto here")
+    kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, model_dtype)
     if paged:
         budget = config.kv_cache_bytes or default_kv_budget(info.device)
-        per_token = spec.kv_bytes_per_token(info.dtype_bytes)
+        per_token = spec.kv_bytes_per_token(torch.empty(0, dtype=kv_dtype).element_size())
         num_blocks = max(2, min(KVPool.blocks_for_budget(budget, per_token, config.block_size),
                                 pool_cap_blocks(config, info.context_len)))
         pool = KVPool(spec.layers, spec.kv_heads, spec.head_dim, num_blocks, config.block_size,
-                      next(loaded.model.parameters()).dtype, info.device)
+                      kv_dtype, info.device, compute_dtype=model_dtype)
         graphs = config.cuda_graphs
         if graphs is None:
             graphs = info.device.startswith("cuda")
@@ -79,7 +86,10 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
                                      scratch_block=num_blocks - 1,
                                      max_blocks_per_seq=-(-info.context_len // config.block_size))
         runner = runner or PagedModelRunner(loaded.model, pool, config.block_size, sampler,
-                                            config.weight_stationary)
+                                            config.weight_stationary,
+                                            decode_threads(config, info))
+        if pool.fp8:
+            calibrate_kv_scales(loaded.model, loaded.tokenizer, pool)
         scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,
                               config.max_num_batched_tokens)
     else:
@@ -98,7 +108,17 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
             gpu = GpuMonitor(torch.device(info.device).index or 0,
                              uuid=torch_gpu_uuid(info.device))
         probe = MemoryProbe(loaded.model, info.device, spec, info.dtype_bytes, gpu=gpu)
-    return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats())
+    return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats(),
+                       kv_dtype)
+
+
+def decode_threads(config: EngineConfig, info) -> int:
+    """Intra-op threads for decode-only steps: ``config.decode_threads``, or when it is 0
+    (auto) 1 for int8/int4 weights on CPU, else 0 (PyTorch's own setting)."""
+    if config.decode_threads:
+        return config.decode_threads
+    quantized = getattr(info, "weights", "") in ("int8", "int4")
+    return 1 if quantized and info.device == "cpu" else 0
 
 
 POOL_HEADROOM = 1.25

@@ -242,6 +242,21 @@ def test_model_badge_names_the_model_and_its_size():
     assert "smollm2-135m" in html and "134.5M parameters" in html and "538.1 MB" in html and "cpu" in html
 
 
+def test_badge_shows_the_precision_and_the_kv_formula_follows_the_kv_dtype():
+    import dataclasses
+
+    info = dataclasses.replace(FakeInfo(), weights_bytes=94_835_584, dtype="bfloat16", dtype_bytes=2)
+    info.weights, info.weights_note, info.kv_dtype, info.kv_dtype_bytes = "int4", "Q4_1 blocks", "fp8 (e4m3)", 1
+    badge = cards.model_badge_html(info)
+    assert "weights <b>int4</b>" in badge and "compute bfloat16" in badge and "fp8 (e4m3)" in badge
+    assert "94.8 MB (int4)" in badge and "Q4_1 blocks" in badge
+    html = cards.kv_formula_html(info, tokens=10, measured_bytes=115_200, pool_bytes=512 * 2**20)
+    assert "× 1 bytes (fp8 (e4m3))" in html and "11,520 B per token" in html and "✓ equal" in html
+    assert "holds 46,603 tokens" in html and "2× as many</b> as in bfloat16 (23,301)" in html
+    plain = cards.kv_formula_html(FakeInfo(), pool_bytes=512 * 2**20)
+    assert "holds 11,650 tokens." in plain and "as many" not in plain   # same dtype: no comparison
+
+
 # ---- assets -------------------------------------------------------------------------------------
 def test_examples_include_english_and_chinese_poems():
     examples = load_examples()

@@ -33,6 +33,7 @@ FIELDS = {
                  "bandwidth_repeats", "weights_bytes", "kv_bytes_mean", "bytes_per_step",
                  "ceiling_tokens_per_s", "achieved_tokens_per_s", "achieved_fraction",
                  "achieved_gb_per_s", "prompt_tokens", "new_tokens", "engine"},
+    "quantization": {"rows", "model", "device"},
     "llama-cpp": {"gguf_path", "prompt_tokens", "new_tokens", "llama_cpp_decode_tokens_per_s",
                   "llama_cpp_ttft_s", "engine_decode_tokens_per_s", "engine_ttft_s", "ratio",
                   "matching_prefix", "engine"},
@@ -73,6 +74,22 @@ def test_quick_run_has_documented_fields(quick, name, tmp_path):
     png = EXPERIMENTS[name].plot(res, str(tmp_path / f"{name}.png"))
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_quantization_rows(quick, loaded):
+    """fp32 is the reference; measured KV bytes equal the formula; int4 weights fit in 30% of
+    fp32's; every row is scored and timed."""
+    res, _ = quick("quantization")
+    rows = {(r["weights"], r["kv_cache_dtype"]): r for r in res["rows"]}
+    ref = rows[("fp32", "auto")]
+    assert ref["top1_agreement"] == 1.0 and ref["kl_mean"] == 0.0
+    assert ref["weights_bytes"] == loaded.info.weights_bytes
+    assert rows[("int4", "auto")]["weights_bytes"] <= 0.30 * ref["weights_bytes"]
+    assert rows[("fp32", "fp8")]["kv_bytes_per_token"] == 11_520
+    for r in res["rows"]:
+        assert r["kv_bytes_per_token"] == r["kv_bytes_per_token_formula"]
+        assert 0.8 <= r["top1_agreement"] <= 1.0 and r["perplexity"] > 1
+        assert r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 and r["batch_tokens_per_s"] > 0
 
 
 def test_batch_mixed_lengths_compares_the_same_requests(quick):

@@ -255,3 +255,25 @@ def test_kv_figure_before_any_run_has_real_axes_and_a_hint():
     assert list(fig.layout.xaxis.range) == [0, 33] and list(fig.layout.yaxis.range) == [0, 100]
     assert "Run" in fig.layout.annotations[0].text
     assert not kv_live_figure([12.0], [30.0], 32).layout.annotations  # data: no hint
+
+
+def test_quantization_lesson_figure_and_table():
+    """The lesson's view of a quantization result (made-up numbers, no model run)."""
+    from app import lessons
+
+    def r(label, w, kv, top1, mb, dec):
+        return {"label": label, "weights": w, "kv_cache_dtype": kv, "perplexity": 15.6,
+                "top1_agreement": top1, "kl_mean": 0.003, "weights_bytes": int(mb * 1e6),
+                "kv_bytes_per_token": 11_520 if kv == "fp8" else 46_080, "decode_tokens_per_s": dec,
+                "decode_tokens_per_s_vs_fp32": dec / 20, "prefill_tokens_per_s": 700.0,
+                "batch_tokens_per_s": 150.0}
+    res = {"rows": [r("fp32 weights", "fp32", "auto", 1.0, 538.1, 20.0),
+                    r("int4 weights, fp8 KV", "int4", "fp8", 0.93, 94.8, 70.0)],
+           "params": {"text_tokens_actual": 128, "prefill_tokens_actual": 64, "batch": 4,
+                      "batch_tokens": 4}}
+    fig = lessons.quant_figure(res)
+    assert len(fig.data) == 3 and list(fig.data[0].x) == ["fp32", "int4, fp8 KV"]
+    table = lessons.quant_table(res)
+    assert "| int4 weights, fp8 KV | 15.60 | 93.0% |" in table and "11,520 B" in table
+    assert "3.50×" in table and "128 tokens" in table
+    assert "quantize the weights" in lessons.TEXT["quant"] and "KV cache" in lessons.TEXT["quant"]

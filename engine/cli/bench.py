@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 
 from engine.cli.common import fail
+from engine.cli.generate import WEIGHTS
+from engine.config import KV_CACHE_DTYPES
 
 EXPERIMENT_NAMES = ["vs-hf", "kv-cache", "prompt-length", "decode-share", "batch", "roofline",
-                    "telemetry-cost", "llama-cpp"]  # the registry's order, listed here so --help needs no torch
+                    "telemetry-cost", "llama-cpp", "quantization"]  # the registry's order, listed here so --help needs no torch
 
 
 def register(sub) -> None:
@@ -25,6 +27,11 @@ def register(sub) -> None:
     p.add_argument("--model", default="smollm2-135m", help="embedded name, local folder or Hub id")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--weights", default="auto", choices=WEIGHTS,
+                   help="weight storage of the model the experiments run on (default auto: int4 "
+                        "for the embedded model on CPU); the quantization experiment loads every option")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="KV cache storage of the experiments' engine (default auto)")
     p.add_argument("--quick", action="store_true",
                    help="small sizes: all experiments in under two minutes on 2 CPU cores")
     p.add_argument("--out", default="bench-out", help="output folder (default: bench-out)")
@@ -108,8 +115,9 @@ def summary_markdown(doc: dict) -> str:
              f"- Machine: {m['cpu']}, {m['logical_cores']} logical cores, "
              f"{m['ram_bytes'] / 1e9:.1f} GB RAM" + (f", GPU {m['gpu']}" if m.get("gpu") else ", no GPU"),
              f"- Software: Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}",
-             f"- Model: {model.get('name')} ({model.get('dtype')} on {model.get('device')}, "
-             f"{model.get('weights_bytes', 0):,} weight bytes)",
+             f"- Model: {model.get('name')} ({model.get('weights', '')} weights, compute "
+             f"{model.get('dtype')} on {model.get('device')}, {model.get('weights_bytes', 0):,} "
+             f"weight bytes; KV cache {doc.get('engine', {}).get('kv_cache_dtype', 'auto')})",
              f"- Engine: {_engine_line(doc.get('engine', {}))}",
              f"- Time: {m['timestamp']}; load average at start {m.get('load_average')}", "",
              "| experiment | metric | value | unit |", "| --- | --- | --- | --- |"]
@@ -127,9 +135,10 @@ def summary_markdown(doc: dict) -> str:
 def command_line(args) -> str:
     """The ``python -m engine bench ...`` line that reproduces this run."""
     parts = ["python -m engine bench", *args.experiments]
-    for flag, default in (("model", "smollm2-135m"), ("device", "auto"), ("dtype", "auto")):
-        if getattr(args, flag) != default:
-            parts.append(f"--{flag} {getattr(args, flag)}")
+    for flag, default in (("model", "smollm2-135m"), ("device", "auto"), ("dtype", "auto"),
+                          ("weights", "auto"), ("kv_cache_dtype", "auto")):
+        if getattr(args, flag, default) != default:
+            parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag)}")
     if args.quick:
         parts.append("--quick")
     parts.append(f"--out {args.out}")
@@ -153,12 +162,16 @@ def run(args) -> int:
     t0 = time.perf_counter()
     try:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype,
+                            weights=getattr(args, "weights", "auto"),
                             progress=lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
     except ModelLoadError as exc:
         fail(str(exc))
     doc = {"command": command_line(args),
            "quick": bool(args.quick), "machine": describe(loaded), "experiments": {}}
-    engine = private_engine(loaded)
+    try:
+        engine = private_engine(loaded, kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"))
+    except ValueError as exc:
+        fail(str(exc), 2)
     doc["engine"] = engine_config(engine)
     bar = _Bar(len(names))
     try:

@@ -6,6 +6,9 @@ import json
 import sys
 
 from engine.cli.common import fail
+from engine.config import KV_CACHE_DTYPES
+
+WEIGHTS = ("auto", "fp32", "bf16", "fp16", "int8", "int4")  # engine.model.quant.options.WEIGHTS (no torch here)
 
 
 def register(sub) -> None:
@@ -16,7 +19,12 @@ def register(sub) -> None:
     p.add_argument("--system", help="system prompt (chat mode)")
     p.add_argument("--model", default="smollm2-135m", help="embedded name, local folder or Hub id")
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--dtype", default="auto", help="compute dtype: auto, float32, bfloat16, float16")
+    p.add_argument("--weights", default="auto", choices=WEIGHTS,
+                   help="weight storage: auto (int4 for the embedded model on CPU), fp32, bf16, "
+                        "fp16, int8 (per channel) or int4 (groups of 32)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="KV cache storage: auto (the model's dtype), bf16, fp16 or fp8 (e4m3)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -53,10 +61,15 @@ def run(args) -> int:
 
     progress = None if args.json else (lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
     try:
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype, progress=progress)
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, progress=progress,
+                            weights=args.weights)
     except ModelLoadError as exc:
         fail(str(exc))
-    engine = LLMEngine(loaded, telemetry=not args.no_telemetry)
+    try:
+        engine = LLMEngine(loaded, telemetry=not args.no_telemetry,
+                           kv_cache_dtype=args.kv_cache_dtype)
+    except ValueError as exc:
+        fail(str(exc), 2)
     try:
         try:
             handle = engine.submit(prompt, params, raw=args.raw, use_kv_cache=not args.no_kv_cache)
@@ -91,6 +104,8 @@ def result_json(out, events, engine) -> dict:
     memory = out.memory.to_dict() if out.memory is not None else None
     return {
         "model": engine.info.name, "device": engine.info.device, "dtype": engine.info.dtype,
+        "weights": engine.info.weights, "weights_bytes": engine.info.weights_bytes,
+        "kv_cache_dtype": engine.info.kv_dtype,
         "text": out.text, "token_ids": out.token_ids, "prompt_token_ids": out.prompt_token_ids,
         "finish_reason": out.finish_reason, "stop_reason": out.stop_reason, "error": out.error,
         "deltas": out.deltas, "use_kv_cache": out.use_kv_cache,
@@ -100,8 +115,8 @@ def result_json(out, events, engine) -> dict:
                     "queue_s": m.queue_time_s},
         "kv_cache_bytes": out.kv_cache_bytes,
         "kv_cache_bytes_formula": engine.spec.kv_cache_bytes(
-            len(out.prompt_token_ids) + max(len(out.token_ids) - 1, 0), engine.info.dtype_bytes)
+            len(out.prompt_token_ids) + max(len(out.token_ids) - 1, 0), engine.info.kv_dtype_bytes)
         if out.use_kv_cache else 0,
         "memory": memory,
-        "steps": trace_rows(events, engine.spec, engine.info.dtype_bytes),
+        "steps": trace_rows(events, engine.spec, engine.info.kv_dtype_bytes),
     }

@@ -107,12 +107,13 @@ def prompt_of_length(tokenizer, n_tokens: int, unique: bool = True) -> tuple[str
     return cut, len(encode_prompt(tokenizer, cut, raw=True))
 
 
-def private_engine(loaded):
+def private_engine(loaded, **options):
     """A benchmark engine: the shipped settings, but no telemetry and no prefix caching (a
-    repeated prompt must pay its prefill every time)."""
+    repeated prompt must pay its prefill every time); ``options`` are more
+    :class:`engine.config.EngineConfig` fields (e.g. ``kv_cache_dtype``)."""
     from engine.engine import LLMEngine
 
-    return LLMEngine(loaded, telemetry=False, enable_prefix_caching=False)
+    return LLMEngine(loaded, telemetry=False, enable_prefix_caching=False, **options)
 
 
 def engine_config(engine) -> dict:
@@ -124,7 +125,7 @@ def engine_config(engine) -> dict:
             "prefix_caching": paged and cfg.enable_prefix_caching,
             "max_num_seqs": cfg.max_num_seqs if paged else 1,
             "max_num_batched_tokens": cfg.max_num_batched_tokens,
-            "telemetry": cfg.telemetry}
+            "telemetry": cfg.telemetry, "kv_cache_dtype": cfg.kv_cache_dtype}
 
 
 @contextmanager

@@ -27,7 +27,7 @@ def describe(loaded=None) -> dict:
         A JSON-ready dict: ``cpu``, ``logical_cores``, ``physical_cores``, ``torch_threads``,
         ``ram_bytes``, ``gpu`` (name or ``None``), ``os``, ``python``, ``torch``,
         ``transformers``, ``load_average`` (1/5/15 min, or ``None``), ``timestamp`` (UTC, ISO
-        8601) and ``model`` (name, source, device, dtype, parameters, weights bytes).
+        8601) and ``model`` (name, source, device, dtype, parameters, weights bytes, weights option).
     """
     import psutil
     import torch
@@ -52,5 +52,6 @@ def describe(loaded=None) -> dict:
     if loaded is not None:
         i = loaded.info
         out["model"] = {"name": i.name, "source": i.source, "device": i.device, "dtype": i.dtype,
-                        "num_params": i.num_params, "weights_bytes": i.weights_bytes}
+                        "num_params": i.num_params, "weights_bytes": i.weights_bytes,
+                        "weights": getattr(i, "weights", ""), "weights_note": getattr(i, "weights_note", "")}
     return out

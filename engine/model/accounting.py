@@ -24,10 +24,14 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 
 def parameter_count(model: torch.nn.Module) -> int:
-    """Number of unique parameters (tied weights once)."""
+    """Number of unique parameters (tied weights once); a quantized matrix
+    (:mod:`engine.model.quant`, stored as buffers) counts its ``num_weights`` logical elements."""
     seen: dict[int, int] = {}
     for p in model.parameters():
         seen[p.data_ptr()] = p.numel()
+    for m in model.modules():
+        if hasattr(m, "num_weights") and not isinstance(m, torch.nn.Parameter):
+            seen[id(m)] = m.num_weights
     return sum(seen.values())
 
 

@@ -51,7 +51,15 @@ EMBEDDED = {
 class ModelInfo:
     """What the page and CLI show about the loaded model (sizes in bytes); its shape (layers,
     heads, KV heads, head_dim, sizes) is ``spec``, the :class:`engine.model.model_spec.ModelSpec`.
-    ``eos_tokens`` lists ``(id, token text)`` of every token that ends generation."""
+    ``eos_tokens`` lists ``(id, token text)`` of every token that ends generation.
+
+    ``dtype``/``dtype_bytes`` are the compute dtype (activations, norms, float weights);
+    ``weights`` says how the matrices are stored (``fp32``, ``bf16``, ``fp16``, ``int8``,
+    ``int4``; see :mod:`engine.model.quant.options`) and ``weights_note`` how they got there
+    (e.g. the GGUF's Q4_1 blocks), with any fallback. ``weights_bytes`` are measured: packed
+    codes, scales and zeros of quantized matrices, as stored. ``kv_dtype``/``kv_dtype_bytes``
+    are the KV cache's storage (the compute dtype as loaded; an engine's own ``info`` carries
+    its ``kv_cache_dtype``)."""
 
     name: str
     source: str
@@ -65,6 +73,10 @@ class ModelInfo:
     spec: ModelSpec
     load_seconds: float = 0.0
     eos_tokens: tuple[tuple[int, str], ...] = ()
+    weights: str = ""
+    weights_note: str = ""
+    kv_dtype: str = ""
+    kv_dtype_bytes: int = 0
 
 
 @dataclass
@@ -145,6 +157,50 @@ def _embedded_folder(emb: EmbeddedModel, progress) -> tuple[Path, str]:
     return target, f"embedded GGUF, dequantized to fp32 and cached in {target}"
 
 
+def _embedded_for(name: str) -> EmbeddedModel | None:
+    """The embedded model ``name`` refers to (its short name, or its Hub id when offline)."""
+    key = name.lower()
+    if key in EMBEDDED:
+        return EMBEDDED[key]
+    return next((e for e in EMBEDDED.values() if key == e.hub_id.lower()
+                 and os.environ.get("HF_HUB_OFFLINE") == "1"), None)
+
+
+def _gguf_path(emb: EmbeddedModel) -> Path | None:
+    spec = importlib.util.find_spec(emb.package)
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / emb.gguf_file
+    return path if path.exists() else None
+
+
+def _embedded_meta(emb: EmbeddedModel, gguf: Path, progress) -> Path:
+    """A folder with the embedded model's config and tokenizer (no weights): the fp32 cache when
+    it exists, else one built once from the GGUF's metadata (a few seconds, no dequantization)."""
+    if _cached(emb):
+        return cache_dir() / emb.short_name
+    target = cache_dir() / f"{emb.short_name}-config"
+    if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+        return target
+    from transformers import AutoConfig, AutoTokenizer
+
+    _say(progress, f"first start: reading the config and tokenizer from {emb.gguf_file}")
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        config.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def _locate(name: str, progress) -> tuple[str, str, dict]:
     """Map a model name to (path or hub id, source description, extra from_pretrained kwargs)."""
     key = name.lower()
@@ -183,7 +239,7 @@ def _locate(name: str, progress) -> tuple[str, str, dict]:
 def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
                trust_remote_code: bool = False,
                progress: Callable[[str], None] | None = default_progress,
-               random_weights: bool = False, seed: int = 0) -> LoadedModel:
+               random_weights: bool = False, seed: int = 0, weights: str = "auto") -> LoadedModel:
     """Load a causal LM and its tokenizer for the engine.
 
     Args:
@@ -196,26 +252,55 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
             loading them (the folder then needs only the config and tokenizer files): for
             timing and parity checks on a machine the weights can't be carried to.
         seed: the ``torch.manual_seed`` of those random weights.
+        weights: how the matrices are stored: ``auto``, ``fp32``, ``bf16``, ``fp16``, ``int8``
+            or ``int4`` (:mod:`engine.model.quant.options`). ``int4`` on the embedded model
+            reads the GGUF's Q4_1 blocks directly; other models are quantized as they load.
 
     Returns:
         :class:`LoadedModel`.
 
     Raises:
-        ModelLoadError: the model can't be found or loaded; the message names it and says why.
+        ModelLoadError: the model can't be found or loaded, or ``weights`` and ``dtype`` don't fit
+            this model or device; the message names the model or the field and says why.
     """
+    from engine.model.quant.options import resolve_weights
+
     t0 = time.perf_counter()
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, dev)
-    where, source, extra = _locate(name, progress)
-    _say(progress, f"loading {name} ({source}) on {dev} as {str(torch_dtype).replace('torch.', '')}")
+    emb = _embedded_for(name)
+    gguf = _gguf_path(emb) if emb is not None else None
+    try:
+        choice = resolve_weights(weights, dtype, resolve_dtype(dtype, dev), dev,
+                                 embedded=emb is not None)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    torch_dtype = choice.dtype
+    direct_q4 = choice.weights == "int4" and gguf is not None and not random_weights
+    if direct_q4 and dev != "cpu":   # no kernel on this GPU: the float path notes the fallback
+        from engine.model.quant.apply import kernel_available
+
+        direct_q4 = all(kernel_available(w, torch.device(dev))[0] for w in ("int4", "int8"))
+    if direct_q4:
+        where, source, extra = str(_embedded_meta(emb, gguf, progress)), f"embedded GGUF {gguf.name}", {}
+    else:
+        where, source, extra = _locate(name, progress)
+    _say(progress, f"loading {name} ({source}) on {dev}, weights {choice.weights}, compute "
+                   f"{str(torch_dtype).replace('torch.', '')}")
     if dev.startswith("cuda"):
         _say(progress, cuda_report(dev))
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    note = ""
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code, **extra)
-        if random_weights:
+        if direct_q4:
+            from engine.model.quant.gguf_q4 import load_q4_model
+
+            model = load_q4_model(str(gguf), where, torch_dtype, dev, progress)
+            note = ("Q4_1 blocks of the GGUF as int4 groups of 32 (scale d, zero m + 8·d); "
+                    "embedding and tied LM head int8 per row from the file's Q8_0 values")
+        elif random_weights:
             from transformers import AutoConfig
 
             torch.manual_seed(seed)
@@ -224,32 +309,44 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
                                                      trust_remote_code=trust_remote_code)
             source += f", random weights (seed {seed})"
         else:  # on CUDA straight onto the GPU: no full copy in host memory first
+            load_dtype = torch.float32 if choice.quantized and dev == "cpu" else torch_dtype
             on_gpu = {"device_map": {"": dev}} if dev.startswith("cuda") else {}
             model = AutoModelForCausalLM.from_pretrained(
-                where, dtype=torch_dtype, trust_remote_code=trust_remote_code, **on_gpu, **extra)
+                where, dtype=load_dtype, trust_remote_code=trust_remote_code, **on_gpu, **extra)
     except Exception as exc:  # noqa: BLE001 - any loader failure becomes one clear message
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = " (offline: HF_HUB_OFFLINE=1 and not in the local cache)" if offline else ""
         raise ModelLoadError(f"model {name!r} could not be loaded from {source}{hint}: {why}") from exc
     model.to(dev)  # already there when loaded with device_map (CUDA); CPU and MPS move here
     model.eval()
+    if choice.quantized and not direct_q4:
+        from engine.model.quant.apply import quantize_model
+
+        try:
+            notes = quantize_model(model, choice.weights, torch_dtype)
+        except ValueError as exc:
+            raise ModelLoadError(f"model {name!r}: {exc}") from exc
+        note = "; ".join([f"quantized as it loaded ({'int4 groups of 32, LM head int8' if choice.weights == 'int4' else 'int8 per output channel'})", *notes])
     try:
         gen_cfg = GenerationConfig.from_pretrained(where)
     except Exception:  # noqa: BLE001 - many folders have no generation_config.json
         gen_cfg = model.generation_config
     spec = ModelSpec.from_config(model.config, name=name, source=source)
     eos = eos_token_ids(tokenizer, gen_cfg, model.config)
-    first = next(model.parameters())
     info = ModelInfo(
         name=name, source=source, architecture=type(model).__name__, device=dev,
-        dtype=str(first.dtype).replace("torch.", ""), dtype_bytes=first.element_size(),
+        dtype=str(torch_dtype).replace("torch.", ""),
+        dtype_bytes=torch.empty(0, dtype=torch_dtype).element_size(),
         num_params=parameter_count(model), weights_bytes=weight_bytes(model),
         context_len=_context_len(model.config, tokenizer), spec=spec,
         load_seconds=time.perf_counter() - t0,
         eos_tokens=tuple((i, tokenizer.convert_ids_to_tokens(i)) for i in sorted(eos)),
+        weights=choice.weights, weights_note=note,
     )
+    info.kv_dtype, info.kv_dtype_bytes = info.dtype, info.dtype_bytes
     _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "
-                   f"{info.weights_bytes / 2**20:.1f} MiB of weights, in {info.load_seconds:.1f} s")
+                   f"{info.weights_bytes / 2**20:.1f} MiB of {info.weights} weights, "
+                   f"in {info.load_seconds:.1f} s")
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, spec=spec, eos_token_ids=eos)
 
 

@@ -131,10 +131,11 @@ class MemoryEstimate:
     Attributes:
         model: the spec's name; dtype: the dtype name asked for; dtype_bytes: bytes per element.
         batch, seq_len: sequences and tokens per sequence.
-        weights_bytes: parameters × dtype bytes. kv_bytes: the KV cache at ``seq_len`` tokens.
+        weights_bytes: parameters × dtype bytes (as stored, for quantized weights). kv_bytes: the KV cache at ``seq_len`` tokens.
         kv_bytes_per_token: one token of one sequence in a full-attention cache.
         activation_bytes: :func:`activation_estimate` for a prefill of ``seq_len`` tokens.
         total_bytes: weights + KV + activations. spec: the numbers used.
+        kv_dtype_bytes: bytes per KV element when the KV cache has its own dtype (0: ``dtype``).
     """
 
     model: str
@@ -148,11 +149,13 @@ class MemoryEstimate:
     activation_bytes: int
     total_bytes: int
     spec: ModelSpec
+    kv_dtype_bytes: float = 0
 
     def to_dict(self) -> dict:
         """A JSON-ready dict, the spec nested and the KV formula spelled out as ``kv_formula``."""
         d = asdict(self)
-        d["kv_formula"] = self.spec.formula_text(self.dtype_bytes, self.seq_len, self.batch)
+        d["kv_formula"] = self.spec.formula_text(self.kv_dtype_bytes or self.dtype_bytes,
+                                                 self.seq_len, self.batch)
         return d
 
 
@@ -164,23 +167,59 @@ def _spec_of(config) -> ModelSpec:
     return ModelSpec.from_config(config, source="config given by the caller")
 
 
-def estimate(config, dtype: str = "fp16", batch: int = 1, seq_len: int = 2048) -> MemoryEstimate:
+def quantized_weight_bytes(spec: ModelSpec, weights: str, compute_bytes: float) -> int:
+    """Bytes of the weights as :mod:`engine.model.quant` stores them (what ``weight_bytes``
+    measures once loaded, less non-parameter buffers such as rotary tables).
+
+    ``int4``: each decoder matrix ``N × K`` as packed codes (``N·K/2``) plus a bf16 scale and
+    zero per 32 inputs (``N·K/32 × 4``); ``int8``: ``N·K`` codes plus a bf16 scale per output
+    row (``N × 2``). In both, the LM head and the input embedding are int8 per row (once when
+    tied); norms and biases stay in the compute dtype.
+
+    Args:
+        spec: the model's numbers; weights: ``int4`` or ``int8``; compute_bytes: bytes per
+            element of the compute dtype.
+    """
+    h, inter, v = spec.hidden_size, spec.intermediate_size, spec.vocab_size
+    q, kv = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
+    mats = [(q, h), (kv, h), (kv, h), (h, q)] + [(inter, h)] * (spec.mlp_matrices - 1) + [(h, inter)]
+    if weights == "int4":
+        per = sum(n * k // 2 + n * k // 32 * 4 for n, k in mats)
+    else:
+        per = sum(n * k + n * 2 for n, k in mats)
+    table = v * h + v * 2
+    floats = spec.weight_count() - v * h * (1 if spec.tie_word_embeddings else 2) \
+        - spec.layers * sum(n * k for n, k in mats)
+    return int(spec.layers * per + table * (1 if spec.tie_word_embeddings else 2)
+               + round(floats * compute_bytes))
+
+
+def estimate(config, dtype: str = "fp16", batch: int = 1, seq_len: int = 2048,
+             weights: str | None = None, kv_dtype: str | None = None) -> MemoryEstimate:
     """Estimate weights, KV cache and activation bytes for ``batch`` sequences of ``seq_len``.
 
     Args:
         config: a :class:`ModelSpec`, a config dict or ``PretrainedConfig``, or a name/path for
             :func:`load_spec`.
-        dtype: a name from :data:`DTYPE_BYTES` (weights, KV cache and activations all use it).
+        dtype: a name from :data:`DTYPE_BYTES` (weights, KV cache and activations all use it,
+            unless ``weights``/``kv_dtype`` say otherwise).
+        weights: ``int4`` or ``int8`` for quantized weights (:func:`quantized_weight_bytes`),
+            ``None`` for ``dtype``.
+        kv_dtype: the KV cache's dtype name (``fp8``, ``bf16``...), ``None`` for ``dtype``.
 
     Raises:
         LookupError: unknown model name (see :func:`load_spec`). ValueError: unknown dtype.
     """
     spec = _spec_of(config)
     nbytes = dtype_bytes(dtype)
-    weights = int(round(spec.weight_count() * nbytes))
-    kv = spec.kv_cache_bytes(seq_len, nbytes, batch)
+    if weights in ("int4", "int8"):
+        weights_b = quantized_weight_bytes(spec, weights, nbytes)
+    else:
+        weights_b = int(round(spec.weight_count() * dtype_bytes(weights or dtype)))
+    kv_b = dtype_bytes(kv_dtype) if kv_dtype else nbytes
+    kv = spec.kv_cache_bytes(seq_len, kv_b, batch)
     act = activation_estimate(spec, nbytes, batch, seq_len)
     return MemoryEstimate(
         model=spec.name, dtype=str(dtype), dtype_bytes=nbytes, batch=batch, seq_len=seq_len,
-        weights_bytes=weights, kv_bytes=kv, kv_bytes_per_token=spec.kv_bytes_per_token(nbytes),
-        activation_bytes=act, total_bytes=weights + kv + act, spec=spec)
+        weights_bytes=weights_b, kv_bytes=kv, kv_bytes_per_token=spec.kv_bytes_per_token(kv_b),
+        activation_bytes=act, total_bytes=weights_b + kv + act, spec=spec, kv_dtype_bytes=kv_b)

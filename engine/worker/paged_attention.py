@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 ATTN_NAME = "paged"
 
@@ -108,7 +109,7 @@ def _prefix_mask(q_len: int, context_len: int, window: int | None, device) -> to
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                    paged: PagedContext | None = None, **kwargs):
+                    paged: PagedContext | None = None, kv_probe: dict | None = None, **kwargs):
     """Attention for a packed, paged step (or plain SDPA without ``paged``).
 
     Args:
@@ -119,19 +120,23 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         attention_mask: ignored in paged mode (each sequence's mask is built here).
         scaling: softmax scale (``head_dim ** -0.5`` for Llama).
         paged: the step's :class:`PagedContext`.
+        kv_probe: without ``paged``, a dict that receives ``layer -> [max |K|, max |V|]``
+            (fp8 KV calibration, :mod:`engine.worker.kv_calibration`).
 
     Returns:
         ``(attn_output [1, T, heads, head_dim], None)``, the layout transformers expects.
     """
     sdpa = _sdpa()
     if paged is None:
+        if kv_probe is not None:
+            kv_probe[module.layer_idx] = [key.abs().max().item(), value.abs().max().item()]
         return sdpa(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                     **kwargs)
     layer = module.layer_idx
-    k_pool, v_pool = paged.pool.layer(layer)
+    pool = paged.pool
+    k_pool, v_pool = pool.layer(layer)
     # write the new tokens' K/V at their slots: pool layout [slots, kv_heads, head_dim]
-    k_pool.index_copy_(0, paged.new_slots, key[0].transpose(0, 1))
-    v_pool.index_copy_(0, paged.new_slots, value[0].transpose(0, 1))
+    pool.write(layer, paged.new_slots, key[0].transpose(0, 1), value[0].transpose(0, 1))
     # Mistral passes its window as a keyword; Qwen2 sets it on sliding layers' modules
     window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
     out = None if paged.decode_only else torch.empty_like(query)
@@ -139,8 +144,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     for s in paged.prefills:
         q = query[:, :, s.q_start:s.q_start + s.q_len]
         total = s.context_len + s.q_len
-        k = gather_blocks(k_pool, s.blocks, bs)[:total].transpose(0, 1)[None]
-        v = gather_blocks(v_pool, s.blocks, bs)[:total].transpose(0, 1)[None]
+        k = pool.decode(layer, "k", gather_blocks(k_pool, s.blocks, bs)[:total]).transpose(0, 1)[None]
+        v = pool.decode(layer, "v", gather_blocks(v_pool, s.blocks, bs)[:total]).transpose(0, 1)[None]
         mask = None
         if s.context_len or (window and s.q_len > window):
             mask = _prefix_mask(s.q_len, s.context_len, window, query.device)
@@ -154,14 +159,20 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         b, smax = paged.decode_blocks.shape[0], paged.decode_max_len
         k = gather_blocks(k_pool, paged.decode_blocks, bs).view(b, -1, *k_pool.shape[1:])
         v = gather_blocks(v_pool, paged.decode_blocks, bs).view(b, -1, *v_pool.shape[1:])
-        k = k[:, :smax].permute(0, 2, 1, 3)                              # [B, kv_heads, S, d]
-        v = v[:, :smax].permute(0, 2, 1, 3)
+        k = pool.decode(layer, "k", k[:, :smax]).permute(0, 2, 1, 3)     # [B, kv_heads, S, d]
+        v = pool.decode(layer, "v", v[:, :smax]).permute(0, 2, 1, 3)
         mask = paged.decode_mask
         if window and smax > window:
             k_pos = torch.arange(k.shape[2], device=k.device)[None, :]
             recent = k_pos >= (paged.decode_lens[:, None] - window)
             mask = recent[:, None, None] if mask is None else mask & recent[:, None, None]
-        o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)  # [B, 1, heads, d]
+        if q.dtype == torch.float32 or q.device.type != "cpu":
+            o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)  # [B, 1, heads, d]
+        else:  # PyTorch 2.13's CPU kernel runs one bf16 query 5-10x slower than fp32 (620 vs
+            # 50 us for 512 keys on one core): decode queries compute in fp32, then cast back
+            o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                               scale=scaling, enable_gqa=True)
+            o = o.to(q.dtype).transpose(1, 2)                            # [B, 1, heads, d]
         if paged.decode_only:
             return o.reshape(1, b, *o.shape[2:]), None
         out[0][:, paged.decode_q] = o[:, 0].transpose(0, 1)

@@ -110,16 +110,20 @@ class PagedModelRunner(ModelRunner):
         block_size: tokens per block.
         sampler: the :class:`engine.worker.sampler.Sampler`.
         weight_stationary: allow that layout (False keeps ``F.linear`` for every step).
+        decode_threads: intra-op threads for decode-only steps on CPU (0: PyTorch's setting);
+            other steps run with the setting the engine thread started with.
     """
 
     def __init__(self, model, pool, block_size: int, sampler: Sampler | None = None,
-                 weight_stationary: bool = True):
+                 weight_stationary: bool = True, decode_threads: int = 0):
         super().__init__(model, sampler)
         from engine.worker.paged_attention import register
 
         self.pool = pool
         self.block_size = block_size
         self.weight_stationary = weight_stationary
+        self.decode_threads = decode_threads if self.device.type == "cpu" else 0
+        self._threads: tuple[int, int] | None = None  # (the thread's own setting, the current)
         model.set_attn_implementation(register())
         # a ready 4-D mask makes transformers skip building a causal mask that the paged
         # function ignores (and its packed-sequence check, a host-device wait on a GPU)
@@ -169,6 +173,20 @@ class PagedModelRunner(ModelRunner):
             out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
             out.spans[rid] = (start, end)
 
+    def _set_threads(self, decode_only: bool) -> None:
+        """Switch the engine thread's intra-op threads between decode-only steps
+        (``decode_threads``) and the rest (the thread's own setting), only when it changes."""
+        if not self.decode_threads:
+            return
+        if self._threads is None:
+            own = torch.get_num_threads()
+            self._threads = (own, own)
+        own, now = self._threads
+        want = self.decode_threads if decode_only else own
+        if want != now:
+            torch.set_num_threads(want)
+            self._threads = (own, want)
+
     def kv_bytes(self, request_id: str, num_tokens: int) -> int:
         """Bytes of ``num_tokens`` tokens' keys and values in the pool (its tensors' bytes per
         token slot; a block shared by several requests counts for each)."""
@@ -192,6 +210,7 @@ class PagedModelRunner(ModelRunner):
             drop = True
         else:
             drop = False
+        self._set_threads(ctx.decode_only)
         layout = contextlib.nullcontext()
         if self.weight_stationary and use_weight_stationary(self.device, input_ids.shape[1],
                                                             ctx.decode_only):
