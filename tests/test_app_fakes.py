@@ -26,6 +26,10 @@ class FakeInfo:
     num_params: int = 134_515_008
     weights_bytes: int = 538_060_288
     context_len: int = 8192
+    weights: str = "fp32"
+    weights_note: str = ""
+    kv_dtype: str = "float32"
+    kv_dtype_bytes: int = 4
     spec: ModelSpec = field(default_factory=lambda: ModelSpec(
         name="smollm2-135m", architecture="LlamaForCausalLM", layers=30, heads=9, kv_heads=3,
         head_dim=64, hidden_size=576, intermediate_size=1536, vocab_size=49152,

@@ -118,7 +118,8 @@ def private_engine(loaded, **options):
 
 def engine_config(engine) -> dict:
     """The settings of ``engine`` that change the numbers: batching, prefix caching, the
-    per-step token budget (longer prompts are prefilled in chunks of it) and telemetry."""
+    per-step token budget (longer prompts are prefilled in chunks of it), telemetry and the KV
+    cache's storage dtype."""
     paged = bool(getattr(engine, "paged", False))
     cfg = engine.config
     return {"batching": paged,
