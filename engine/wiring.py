@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.config import DEFAULT_KV_BUDGET_CPU, EngineConfig
-from engine.core.block_manager import BlockManager, ContiguousCacheManager
+from engine.core.block_manager import BlockManager
+from engine.core.contiguous_cache_manager import ContiguousCacheManager
 from engine.core.scheduler import Scheduler
 from engine.model.loader import LoadedModel
 from engine.worker.kv_calibration import calibrate_kv_scales

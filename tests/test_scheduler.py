@@ -3,7 +3,8 @@
 import pytest
 
 from engine import FinishReason, SamplingParams
-from engine.core.block_manager import BlockManager, ContiguousCacheManager
+from engine.core.block_manager import BlockManager
+from engine.core.contiguous_cache_manager import ContiguousCacheManager
 from engine.core.scheduler import QueueFullError, Scheduler
 from engine.core.scheduler_output import phase_of
 from engine.core.sequence import Sequence, SequenceStatus

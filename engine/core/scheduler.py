@@ -30,7 +30,7 @@ class Scheduler:
 
     Args:
         block_manager: a :class:`engine.core.block_manager.BlockManager` (paged cache) or
-            :class:`engine.core.block_manager.ContiguousCacheManager` (each request's own
+            :class:`engine.core.contiguous_cache_manager.ContiguousCacheManager` (each request's own
             cache, never short of room).
         eos_token_ids: ids that end a sequence (unless its params ignore EOS).
         max_queue: most requests allowed to wait (``add`` past it raises ``QueueFullError``).

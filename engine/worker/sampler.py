@@ -19,6 +19,7 @@ import torch
 from engine.errors import NonFiniteLogitsError
 from engine.params import SAMPLING_EPS, SamplingParams
 from engine.outputs import SampleResult
+from engine.worker.sampling_ops import min_p_rows, padded_ids, count_ids, top_k_rows, top_p_rows
 
 TOP_CANDIDATES = 5
 
@@ -180,10 +181,10 @@ class Sampler:
         temps = [1.0 if p.greedy else p.temperature for p in params]
         if any(t != 1.0 for t in temps):
             x = x / torch.tensor(temps, dtype=x.dtype, device=dev)[:, None]
-        x = _top_k(x, [p.top_k for p in params])
-        x = _top_p(x, [p.top_p for p in params], [p.top_k for p in params])
+        x = top_k_rows(x, [p.top_k for p in params])
+        x = top_p_rows(x, [p.top_p for p in params], [p.top_k for p in params])
         probs = torch.softmax(x, dim=-1)
-        probs = _min_p(probs, [p.min_p for p in params])
+        probs = min_p_rows(probs, [p.min_p for p in params])
         tokens = torch.argmax(scored, dim=-1)
         drawn = [i for i, p in enumerate(params) if not p.greedy]
         failed: dict[int, Exception] = {}
@@ -241,14 +242,14 @@ class Sampler:
             ex = None
         rep = [params[i].repetition_penalty for i in rows]
         if any(r != 1.0 for r in rep):
-            seen = _scatter_ids(_padded(ctx, vocab, dev), len(rows), vocab) > 0
+            seen = count_ids(padded_ids(ctx, vocab, dev), len(rows), vocab) > 0
             if ex is not None:
                 seen &= ~ex
             pen = torch.tensor(rep, dtype=x.dtype, device=dev)[:, None]
             sub = torch.where(seen, torch.where(sub > 0, sub / pen, sub * pen), sub)
         fp = [(params[i].frequency_penalty, params[i].presence_penalty) for i in rows]
         if any(f or p for f, p in fp):
-            counts = _scatter_ids(_padded(outs, vocab, dev), len(rows), vocab).to(x.dtype)
+            counts = count_ids(padded_ids(outs, vocab, dev), len(rows), vocab).to(x.dtype)
             if ex is not None:
                 counts = counts.masked_fill(ex, 0)
             f = torch.tensor([a for a, _ in fp], dtype=x.dtype, device=dev)[:, None]
@@ -257,81 +258,6 @@ class Sampler:
         x = x.clone()
         x[rows] = sub
         return x
-
-
-def _padded(seqs, pad: int, device) -> torch.Tensor:
-    """``[R, L]`` int64 ids, each row padded with ``pad`` (one upload from host lists)."""
-    lists = [s.tolist() if isinstance(s, torch.Tensor) else list(s) for s in seqs]
-    width = max(1, max(len(s) for s in lists))
-    host = torch.tensor([s + [pad] * (width - len(s)) for s in lists], dtype=torch.long)
-    if torch.device(device).type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host
-
-
-def _scatter_ids(ids: torch.Tensor, rows: int, vocab: int) -> torch.Tensor:
-    """``[R, V]`` counts of each id per row (``vocab`` is the padding id, dropped)."""
-    counts = torch.zeros((rows, vocab + 1), dtype=torch.int32, device=ids.device)
-    counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=torch.int32))
-    return counts[:, :vocab]
-
-
-def _top_k(x: torch.Tensor, ks: list[int]) -> torch.Tensor:
-    """Keep each row's ``k`` largest logits (rows with ``k`` off, or ``k >= V``, unchanged)."""
-    vocab = x.shape[-1]
-    rows = [i for i, k in enumerate(ks) if 0 < k < vocab]
-    if not rows:
-        return x
-    kmax = max(ks[i] for i in rows)
-    sub = x[rows]
-    vals = torch.topk(sub, kmax, dim=-1).values
-    kth = vals.gather(1, torch.tensor([ks[i] - 1 for i in rows], device=x.device)[:, None])
-    x = x.clone()
-    x[rows] = sub.masked_fill(sub < kth, float("-inf"))
-    return x
-
-
-def _top_p(x: torch.Tensor, ps: list[float], ks: list[int]) -> torch.Tensor:
-    """Nucleus filter on the rows with ``top_p < 1`` (the rule of :func:`apply_filters`).
-
-    Rows that top-k already cut to ``k`` tokens sort only those ``k`` (the others are -inf,
-    past the nucleus in any order); the rest sort the whole vocabulary.
-    """
-    vocab = x.shape[-1]
-    rows = [i for i, p in enumerate(ps) if p < 1.0]
-    if not rows:
-        return x
-    x = x.clone()
-    cut = [i for i in rows if 0 < ks[i] < vocab]
-    full = [i for i in rows if not 0 < ks[i] < vocab]
-    for group, width in ((cut, max((ks[i] for i in cut), default=0)), (full, vocab)):
-        if not group:
-            continue
-        sub = x[group]
-        sorted_x, order = torch.topk(sub, width, dim=-1) if width < vocab else \
-            torch.sort(sub, dim=-1, descending=True)
-        probs_sorted = torch.softmax(sorted_x, dim=-1)
-        mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
-        top_p = torch.tensor([ps[i] for i in group], dtype=sub.dtype, device=x.device)[:, None]
-        drop_sorted = mass_before >= top_p
-        drop_sorted[:, 0] = False
-        drop = torch.zeros(sub.shape, dtype=torch.bool, device=x.device).scatter(
-            1, order, drop_sorted)
-        x[group] = sub.masked_fill(drop, float("-inf"))
-    return x
-
-
-def _min_p(probs: torch.Tensor, ms: list[float]) -> torch.Tensor:
-    """Drop tokens below ``min_p`` × the row's top probability and renormalise."""
-    rows = [i for i, m in enumerate(ms) if m > 0]
-    if not rows:
-        return probs
-    sub = probs[rows]
-    m = torch.tensor([ms[i] for i in rows], dtype=sub.dtype, device=probs.device)[:, None]
-    sub = sub.masked_fill(sub < m * sub.max(dim=-1, keepdim=True).values, 0.0)
-    probs = probs.clone()
-    probs[rows] = sub / sub.sum(dim=-1, keepdim=True)
-    return probs
 
 
 def _result(token: int, prob: float, top_ids: list[int], top_probs: list[float]) -> SampleResult:
