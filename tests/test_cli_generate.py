@@ -31,11 +31,24 @@ def test_generate_json_fields():
     n_prompt, n_out = len(out["prompt_token_ids"]), len(out["token_ids"])
     # the default on CPU is int4 weights with bf16 compute, so the KV cache holds bf16:
     # 2 × 30 × 3 × 64 × 2 = 23,040 bytes per token (46,080 in fp32)
+    assert out["weights"] == "int4" and out["kv_cache_dtype"] == "bfloat16"   # the CPU default
     assert out["kv_cache_bytes"] == 23_040 * (n_prompt + n_out - 1) == out["kv_cache_bytes_formula"]
     assert len(out["steps"]) == n_out and out["steps"][0]["phase"] == "prefill"
     assert all(s["kv_bytes"] == s["kv_bytes_formula"] for s in out["steps"])
     parts = {p["name"]: p for p in out["memory"]["parts"]}
     assert parts["kv_cache"]["bytes"] > 0 and parts["activations"]["measured"] is False
+
+
+def test_generate_weights_and_kv_cache_dtype_flags():
+    r = run("generate", "--prompt", "Say hello.", "--temperature", "0", "--max-tokens", "6",
+            "--weights", "fp32", "--kv-cache-dtype", "fp8", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["weights"] == "fp32" and out["kv_cache_dtype"] == "fp8 (e4m3)"
+    n = len(out["prompt_token_ids"]) + len(out["token_ids"]) - 1
+    assert out["kv_cache_bytes"] == 11_520 * n == out["kv_cache_bytes_formula"]
+    bad = run("generate", "--prompt", "x", "--weights", "bf16", "--dtype", "float32")
+    assert bad.returncode == 1 and "weights=bf16 and dtype=float32" in bad.stderr
 
 
 def test_generate_streams_text_and_metrics_line():

@@ -232,3 +232,42 @@ def test_estimator_counts_the_quantized_bytes_as_stored(loaded):
         assert est.weights_bytes == lm.info.weights_bytes - 256, weights
         assert est.kv_bytes_per_token == 11_520 and est.kv_bytes == 100 * 11_520
         assert "× 1 B" in est.to_dict()["kv_formula"]
+
+
+def test_first_int4_start_reads_the_gguf_without_an_fp32_copy(tmp_path, monkeypatch):
+    """With an empty cache, int4 builds only the config and tokenizer (from the GGUF's metadata)
+    and no fp32 safetensors; the engine then answers and its memory panel counts the packed bytes."""
+    from engine import LLMEngine, SamplingParams
+    from engine.model import loader
+
+    monkeypatch.setenv(loader.CACHE_ENV, str(tmp_path))
+    lm = loader.load_model("smollm2-135m", device="cpu", weights="int4", progress=None)
+    assert not list(tmp_path.rglob("*.safetensors"))
+    assert (tmp_path / "smollm2-135m-config" / "tokenizer.json").exists()
+    assert "Q4_1" in lm.info.weights_note
+    engine = LLMEngine(lm, kv_cache_bytes=16 * 2**20)
+    try:
+        out = engine.generate("What is the capital of France?", SamplingParams(temperature=0, max_tokens=12))
+        assert engine.probe.weights == lm.info.weights_bytes
+        assert out.memory.part("weights").bytes == lm.info.weights_bytes
+    finally:
+        engine.shutdown()
+    assert "Paris" in out.text
+
+
+@pytest.mark.gpu
+def test_int4_and_int8_kernels_on_cuda():
+    """The CUDA int4 packing (``_convert_weight_to_int4pack``) against the same dequantized
+    reference as on CPU, and the int8 kernel; 1% of the largest output."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(1536, 576, generator=g) * 0.05
+    q, d, m = quantize_groups(w)
+    ref_w = (q.float().view(1536, 18, 32) * d[..., None] + m[..., None]).view(1536, 576).cuda()
+    layer = Int4Linear(576, 1536, q.cuda(), d.cuda(), m.cuda())
+    lin8 = Int8Linear.from_linear(torch.nn.Linear(576, 1536, bias=False).cuda())
+    for rows in (1, 16, 512):
+        x = torch.randn(rows, 576, generator=g).cuda()
+        ref = F.linear(x, ref_w)
+        assert (layer(x) - ref).abs().max().item() <= 0.01 * ref.abs().max().item()
+        ref8 = F.linear(x, lin8.dequantize().float())
+        assert (lin8(x) - ref8).abs().max().item() <= 0.01 * ref8.abs().max().item()

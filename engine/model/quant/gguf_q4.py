@@ -123,8 +123,8 @@ def load_q4_model(gguf_path: str, folder: str, dtype: torch.dtype, device="cpu",
         :class:`~engine.model.quant.embedding.QuantEmbedding` reading the LM head's rows.
 
     Raises:
-        ValueError: a tensor of a type or name this loader does not know, or parameters the
-            file leaves unset.
+        ValueError: parameters the file leaves unset (tensors whose names don't map are
+            skipped, as transformers skips them).
     """
     from accelerate import init_empty_weights
     from gguf import GGMLQuantizationType as T
@@ -175,7 +175,8 @@ def load_q4_model(gguf_path: str, folder: str, dtype: torch.dtype, device="cpu",
     if missing:
         raise ValueError(f"the GGUF file leaves {len(missing)} parameters unset, e.g. {missing[0]}")
     if progress is not None:
-        progress(f"loaded {len(done)} tensors from the GGUF blocks as int4 (no fp32 copy)")
+        progress(f"read {sum(1 for t in reader.tensors if t.name in names)} GGUF tensors straight "
+                 "into int4 layers (no fp32 copy)")
     model.to(device)   # the rotary buffers (the rest is there already)
     model.eval()
     return model
