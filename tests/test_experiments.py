@@ -164,7 +164,8 @@ def test_engine_settings_are_recorded(quick):
     res, _ = quick("decode-share")
     cfg = res["engine"]
     assert set(cfg) == {"batching", "prefix_caching", "max_num_seqs", "max_num_batched_tokens",
-                        "telemetry"}
+                        "telemetry", "kv_cache_dtype"}
+    assert cfg["kv_cache_dtype"] == "auto"
 
 
 def test_private_engine_has_no_prefix_cache(loaded):
