@@ -39,7 +39,8 @@ class EngineConfig:
         decode_threads: intra-op threads for decode-only steps on CPU; 0 = auto: 1 with int8 or
             int4 weights (their kernels take 20-60 µs each, about what waking a second thread
             costs on a shared 2-core machine: batch-1 decode ran 1.47× faster on one thread
-            there, fp32 1.07×), else PyTorch's setting. Prefill steps keep PyTorch's setting.
+            there, fp32 1.07×), else PyTorch's setting. Prefill steps keep PyTorch's setting;
+            the one-request-at-a-time runner (no batching) never changes it.
         kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
             formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but
             ``auto`` needs the paged cache (``batching`` on a paged family).

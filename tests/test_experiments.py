@@ -165,6 +165,7 @@ def test_engine_settings_are_recorded(quick):
     cfg = res["engine"]
     assert set(cfg) == {"batching", "prefix_caching", "max_num_seqs", "max_num_batched_tokens",
                         "telemetry", "kv_cache_dtype"}
+    assert cfg["kv_cache_dtype"] == "auto"
 
 
 def test_private_engine_has_no_prefix_cache(loaded):

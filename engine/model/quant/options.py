@@ -7,8 +7,9 @@ Choices (:data:`WEIGHTS`):
 - ``int8``: weight-only, symmetric, one scale per output channel (:mod:`.int8`).
 - ``int4``: weight-only, group-wise (32 inputs), asymmetric (:mod:`.int4`); for the embedded
   GGUF the file's own Q4_1 blocks (:mod:`.gguf_q4`).
-- ``auto``: ``int4`` for the embedded model on CPU (3-4× the fp32 decode speed at the same
-  answers, see the README's Performance section); otherwise the float dtype of ``dtype``.
+- ``auto``: ``int4`` for the embedded model on CPU when ``dtype`` is ``auto`` (3.2× the fp32
+  decode speed at batch 1, perplexity +0.3%: the README's Performance section); otherwise the
+  float dtype of ``dtype``.
 
 Quantized weights keep norms, biases and activations in a float *compute dtype*: the ``dtype``
 option when given, else bf16 on CPU (the int4/int8 kernels take bf16 activations, so the model
