@@ -105,6 +105,22 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "llm-playground"
 
 
+def _save_folder(target: Path, *parts) -> None:
+    """Write each part's ``save_pretrained`` into ``target`` all at once: into a temporary
+    folder beside it, then renamed, so an interrupted first start leaves no half cache."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        for part in parts:
+            part.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _say(progress: Callable[[str], None] | None, msg: str) -> None:
     if progress is not None:
         progress(msg)
@@ -142,17 +158,7 @@ def _embedded_folder(emb: EmbeddedModel, progress) -> tuple[Path, str]:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{emb.short_name}-", dir=target.parent))
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    _save_folder(target, model, tok)
     _say(progress, f"saved dequantized weights to {target} (next start loads in about a second)")
     return target, f"embedded GGUF, dequantized to fp32 and cached in {target}"
 
@@ -187,17 +193,7 @@ def _embedded_meta(emb: EmbeddedModel, gguf: Path, progress) -> Path:
     _say(progress, f"first start: reading the config and tokenizer from {emb.gguf_file}")
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        config.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    _save_folder(target, config, tok)
     return target
 
 
