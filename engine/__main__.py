@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from engine.cli.common import OneLineParser
+from engine.cli.common import OneLineParser, missing_package_message
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        line = missing_package_message(exc, "engine")
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

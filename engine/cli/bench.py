@@ -132,6 +132,22 @@ def summary_markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_table(doc: dict) -> str:
+    """The results for the terminal: one aligned line per summary metric, grouped by experiment
+    (the same rows as ``summary.md``)."""
+    rows = [(name, _fmt(r["metric"]), _fmt(r["value"]), _fmt(r["unit"]))
+            for name, res in doc["experiments"].items() for r in res.get("summary", [])]
+    if not rows:
+        return "no results"
+    w = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines, last = [], None
+    for name, metric, value, unit in rows:
+        head = name if name != last else ""
+        last = name
+        lines.append(f"{head:<{w[0]}}  {metric:<{w[1]}}  {value:>{w[2]}} {unit}".rstrip())
+    return "\n".join(lines)
+
+
 def command_line(args) -> str:
     """The ``python -m engine bench ...`` line that reproduces this run."""
     parts = ["python -m engine bench", *args.experiments]
@@ -196,6 +212,7 @@ def run(args) -> int:
                                           encoding="utf-8")
     (out_dir / "summary.md").write_text(summary_markdown(doc), encoding="utf-8")
     failed = [n for n, r in doc["experiments"].items() if r["status"] == "error"]
+    print(results_table(doc))
     for n, r in doc["experiments"].items():
         state = r["status"] if r["status"] != "skipped" else f"skipped ({r.get('reason')})"
         print(f"{n:14s} {state:8s} {r['elapsed_s']:6.1f} s", file=sys.stderr)

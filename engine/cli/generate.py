@@ -87,13 +87,28 @@ def run(args) -> int:
     else:
         m = out.metrics
         print()
-        print(f"[{out.finish_reason}] prompt {m.prompt_tokens} tok, output {m.output_tokens} tok | "
+        print(f"[{finish_words(out)}] prompt {m.prompt_tokens} tok, output {m.output_tokens} tok | "
               f"TTFT {m.ttft_s * 1000:.1f} ms | TPOT {m.tpot_s * 1000:.1f} ms | "
               f"decode {m.decode_tokens_per_s:.1f} tok/s | prefill {m.prefill_tokens_per_s:.0f} tok/s | "
-              f"KV cache {out.kv_cache_bytes / 2**20:.2f} MiB", file=sys.stderr)
+              f"KV cache {out.kv_cache_bytes / 1e6:.2f} MB", file=sys.stderr)
     if out.finish_reason == "error":
         fail(out.error or "the request failed")
     return 0
+
+
+def finish_words(out) -> str:
+    """Why the answer ended, in words for the closing line (``out.finish_reason`` is the
+    machine-readable name): the model's end-of-text token, a stop string or token, the token
+    limit, or an error."""
+    reason = str(out.finish_reason)
+    if reason == "stop":
+        return ("finished: stop string or token" if out.stop_reason is not None
+                else "finished: the model's end-of-text token")
+    if reason == "length":
+        return "finished: reached max tokens"
+    if reason == "abort":
+        return "aborted"
+    return reason
 
 
 def result_json(out, events, engine) -> dict:

@@ -28,7 +28,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def _human(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= size:
             return f"{n / size:,.2f} {unit}"
     return f"{n:,.0f} B"
