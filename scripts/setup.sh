@@ -10,15 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REQS=${1:-requirements.txt}
 TORCH_VERSION=$(grep -E '^torch==' requirements.txt | head -1 | cut -d= -f3)
+build=${TORCH_BUILD:-}
+if [ -z "$build" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then build=cuda; else build=cpu; fi
+fi
+# SETUP_PRINT_BUILD=1: print the choice (cpu or cuda) and stop, installing nothing
+if [ "${SETUP_PRINT_BUILD:-}" = 1 ]; then echo "$build"; exit 0; fi
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
 
-build=${TORCH_BUILD:-}
-if [ -z "$build" ]; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then build=cuda; else build=cpu; fi
-fi
 have=$(.venv/bin/python -c "import torch; print(torch.__version__)" 2>/dev/null || true)
 if [ "${have%%+*}" != "$TORCH_VERSION" ]; then
   echo "installing torch $TORCH_VERSION ($build build)..."

