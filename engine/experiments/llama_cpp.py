@@ -2,13 +2,17 @@
 
 Runs only when ``llama_cpp`` is importable (it is not a project dependency) and the model is
 an embedded one that ships a GGUF file; otherwise the result has ``status: "skipped"`` and a
-``reason``. llama.cpp reads the quantized GGUF weights directly (Q4_1 for the embedded model),
-while our engine runs the dequantized fp32 weights, so the comparison is peer against peer,
-not like for like. Result fields beyond the common ones (see :mod:`.common`):
+``reason``. llama.cpp reads the quantized GGUF weights directly (Q4_1 for the embedded model);
+the engine runs the weights it was loaded with (``--weights``: int4 by default on CPU, read from
+the same file, or fp32 dequantized from it). The two take turns for ``rounds`` rounds, warm,
+and each figure is the median, so a noisy machine slows both alike. Result fields beyond the
+common ones (see :mod:`.common`):
 
 - ``gguf_path``, ``prompt_tokens``, ``new_tokens``.
-- ``llama_cpp_decode_tokens_per_s``, ``llama_cpp_ttft_s``: llama.cpp's greedy run.
-- ``engine_decode_tokens_per_s``, ``engine_ttft_s``: ours on the same prompt ids and count.
+- ``rounds``, ``engine_weights``.
+- ``llama_cpp_decode_tokens_per_s``, ``llama_cpp_ttft_s``: llama.cpp's greedy runs (medians).
+- ``engine_decode_tokens_per_s``, ``engine_ttft_s``: ours on the same prompt ids and count
+  (medians).
 - ``ratio``: engine / llama.cpp decode tokens/s.
 - ``matching_prefix``: how many leading tokens both produced alike (quantization may differ).
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -88,27 +93,38 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     llm = Llama(model_path=str(path), n_ctx=len(ids) + new_tokens + 16,
                 n_threads=os.cpu_count() or 1, verbose=False)
     _llama_run(llm, ids, 4)
-    report(progress, 0.2, f"llama.cpp: {new_tokens} tokens")
-    theirs, l_ttft, l_tps = _llama_run(llm, ids, new_tokens)
+    rounds = 1 if quick else 3
+    l_tpss, l_ttfts, e_tpss, e_ttfts = [], [], [], []
     with engine_for(loaded, engine) as eng:
-        report(progress, 0.6, f"engine: {new_tokens} tokens")
         config = engine_config(eng)
         run_engine(eng, salted(STORY_PROMPT), 4)
-        out, _ = run_engine(eng, prompt, new_tokens)
+        for r in range(rounds):
+            report(progress, 0.1 + 0.9 * r / rounds, f"round {r + 1}/{rounds}: llama.cpp, {new_tokens} tokens")
+            theirs, l_ttft, l_tps = _llama_run(llm, ids, new_tokens)
+            report(progress, 0.1 + 0.9 * (r + 0.5) / rounds, f"round {r + 1}/{rounds}: engine, {new_tokens} tokens")
+            out, _ = run_engine(eng, prompt, new_tokens)
+            l_tpss.append(l_tps)
+            l_ttfts.append(l_ttft)
+            e_tpss.append(out.metrics.decode_tokens_per_s)
+            e_ttfts.append(out.metrics.ttft_s)
     report(progress, 1.0, "done")
+    l_tps, l_ttft = statistics.median(l_tpss), statistics.median(l_ttfts)
     mine = out.token_ids
     same = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
-    e_tps = out.metrics.decode_tokens_per_s
+    e_tps = statistics.median(e_tpss)
+    weights = getattr(loaded.info, "weights", "fp32")
     res = result(NAME, TITLE, quick, {"new_tokens": new_tokens}, engine=config,
                  gguf_path=str(path), prompt_tokens=len(ids), new_tokens=new_tokens,
+                 rounds=rounds, engine_weights=weights,
                  llama_cpp_decode_tokens_per_s=l_tps, llama_cpp_ttft_s=l_ttft,
-                 engine_decode_tokens_per_s=e_tps, engine_ttft_s=out.metrics.ttft_s,
+                 engine_decode_tokens_per_s=e_tps, engine_ttft_s=statistics.median(e_ttfts),
                  ratio=e_tps / l_tps if l_tps > 0 else 0.0, matching_prefix=same)
-    res["summary"] = [row("llama.cpp decode", l_tps, "tok/s"), row("engine decode", e_tps, "tok/s"),
+    res["summary"] = [row("llama.cpp decode", l_tps, "tok/s"),
+                      row(f"engine decode ({weights} weights)", e_tps, "tok/s"),
                       row("ratio engine/llama.cpp", res["ratio"], "x"),
                       row("matching leading tokens", same, f"of {new_tokens}")]
-    res["notes"].append("llama.cpp reads the quantized GGUF weights; the engine reads fp32 "
-                        "weights dequantized from the same file.")
+    res["notes"].append(f"llama.cpp reads the quantized GGUF weights; the engine runs {weights} "
+                        f"weights from the same file; medians of {rounds} alternating round(s).")
     return res
 
 
@@ -118,7 +134,7 @@ def plot(res: dict, path: str) -> str:
 
     fig, (ax,) = figure(res["title"], height=3.6)
     vals = [res["llama_cpp_decode_tokens_per_s"], res["engine_decode_tokens_per_s"]]
-    ax.bar(["llama.cpp (GGUF)", "engine"], vals, color=[OTHER, ENGINE], width=0.5)
+    ax.bar(["llama.cpp (GGUF)", f"engine ({res.get('engine_weights', 'fp32')})"], vals, color=[OTHER, ENGINE], width=0.5)
     ax.set_ylabel("decode tokens/s (batch 1)")
     return save(fig, path, f"{res['prompt_tokens']}-token prompt, {res['new_tokens']} new tokens, "
                            "greedy; llama.cpp reads quantized weights")
