@@ -146,7 +146,8 @@ class LLMEngine:
         """The first sequence of a request with several samples or beams.
 
         Raises:
-            ValueError: without the paged KV cache, or wider than ``max_num_seqs``.
+            ValueError: without the paged KV cache, wider than ``max_num_seqs``, or when its
+                sequences, unshared, could not all fit the pool at full length.
         """
         if not (self.paged and use_kv_cache):
             raise ValueError("n, best_of and num_beams above 1 need the paged KV cache "
@@ -155,6 +156,14 @@ class LLMEngine:
             raise ValueError(f"{'num_beams' if params.use_beam_search else 'best_of'} must be at "
                              f"most max_num_seqs ({self.scheduler.max_num_seqs}), got "
                              f"{params.group_width}")
+        bm = self.block_manager
+        longest = len(prompt_ids) + (params.max_tokens or ctx - len(prompt_ids))
+        if params.group_width * bm.blocks_needed(min(longest, ctx)) > len(bm.blocks):
+            # after a preemption every sequence is recomputed on its own blocks: all must fit
+            raise ValueError(
+                f"{'num_beams' if params.use_beam_search else 'best_of'} = {params.group_width} "
+                f"sequences of up to {min(longest, ctx)} tokens do not fit the KV cache pool "
+                f"({len(bm.blocks) * bm.block_size} tokens); lower it or max_tokens")
         gens = [None] * params.group_width
         if params.seed is not None:
             gens = [torch.Generator(device=self.runner.device).manual_seed(sample_seed(params.seed, k))

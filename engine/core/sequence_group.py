@@ -155,7 +155,7 @@ def admit_group(sched, head: Sequence, budget: int, out) -> bool:
     if not g.forked:
         if not bm.can_allocate(head.all_ids, budget, head.cache_salt, reserve=g.width - 1):
             return False
-    elif sum(bm.blocks_needed(s.num_tokens + 1) for s in members) > bm.num_free:
+    elif sum(bm.blocks_needed(s.num_tokens) for s in members) > bm.num_free:
         return False
     for s in members:
         sched.waiting.remove(s)
