@@ -117,3 +117,18 @@ def test_cli_beams_and_samples_json():
     assert bad.returncode == 2 and "n must be in [1, 16]" in bad.stderr
     bad = run("generate", "--prompt", "x", "--n", "3", "--best-of", "2")
     assert bad.returncode == 2 and "best_of must be in" in bad.stderr
+
+
+def test_parallel_samples_case_of_the_batch_experiment(engine):
+    from engine.experiments.parallel_samples import compare
+
+    res = compare(engine, groups=2, n=4, new_tokens=6, repeats=1)
+    g, x = res["grouped"], res["independent"]
+    assert res["groups"] == 2 and res["n"] == 4 and len(res["ratio_runs"]) == 1
+    # the groups prefill each prompt once; independent requests prefill it up to 4 times (less
+    # what the prefix cache serves to those arriving after the first computed its full blocks)
+    assert g["prefill_tokens"] < x["prefill_tokens"] <= 4 * g["prefill_tokens"]
+    assert g["peak_blocks_used"] < x["peak_blocks_used"]
+    assert res["blocks_ratio"] == g["peak_blocks_used"] / x["peak_blocks_used"]
+    assert res["throughput_ratio"] == g["throughput_tokens_per_s"] / x["throughput_tokens_per_s"]
+    assert engine.stats()["blocks_used"] == 0
