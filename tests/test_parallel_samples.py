@@ -132,3 +132,19 @@ def test_parallel_samples_case_of_the_batch_experiment(engine):
     assert res["blocks_ratio"] == g["peak_blocks_used"] / x["peak_blocks_used"]
     assert res["throughput_ratio"] == g["throughput_tokens_per_s"] / x["throughput_tokens_per_s"]
     assert engine.stats()["blocks_used"] == 0
+
+
+def test_a_stop_string_ends_each_sample_on_its_own(engine):
+    h = engine.submit(PROMPT, SamplingParams(n=3, temperature=1.0, max_tokens=40, seed=11,
+                                             stop=[" the "]))
+    events = list(h)
+    out = h.result()
+    assert len(out.outputs) == 3
+    for o in out.outputs:
+        assert " the " not in o.text
+        assert "".join(e.text_delta for e in events if e.index == o.index) == o.text
+        ended = [e for e in events if e.index == o.index and e.finish_reason is not None]
+        assert len(ended) == 1 and ended[0].finish_reason == o.finish_reason
+    assert any(o.finish_reason == "stop" for o in out.outputs)
+    assert out.deltas and "".join(out.deltas) == out.text
+    assert engine.stats()["blocks_used"] == 0

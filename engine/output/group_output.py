@@ -142,8 +142,9 @@ class GroupOutputs:
             return g.aborted
         return group_result(g)[0][2]
 
-    def outputs(self, g) -> list[CompletionOutput]:
-        """Every returned answer of a finished group, the top-level one first."""
+    def outputs(self, g) -> tuple[list[CompletionOutput], list[str]]:
+        """Every returned answer of a finished group, the top-level one first, and the text
+        deltas streamed for that first one (none for beams)."""
         texts = self.samples.pop(g.request_id, {})
         outs = []
         for ids, logprob, reason, score, index in group_result(g):
@@ -162,12 +163,8 @@ class GroupOutputs:
             outs.append(CompletionOutput(index=index, text=text, token_ids=list(ids),
                                          cumulative_logprob=logprob, finish_reason=reason,
                                          score=score))
-        return outs
-
-    def deltas(self, g, index: int) -> list[str]:
-        """Text deltas streamed for sample ``index`` (empty for beams)."""
-        st = self.samples.get(g.request_id, {}).get(index)
-        return list(st.deltas) if st is not None else []
+        first = texts.get(outs[0].index) if outs and g.beam is None else None
+        return outs, (list(first.deltas) if first is not None else [])
 
 
 def _reason(seq: Sequence, st: SampleText):

@@ -179,10 +179,8 @@ class OutputProcessor:
             return None
         state = self.states.pop(g.request_id)
         state.times.finished = now_s
-        first = sorted(g.seqs, key=lambda s: s.index)[0]
-        deltas = self.groups.deltas(g, first.index)
-        outs = self.groups.outputs(g)
-        reason = self.groups.finish_reason(g)
+        outs, deltas = self.groups.outputs(g)
+        reason = g.aborted or (outs[0].finish_reason if outs else FinishReason.ABORT)
         failed = next((s for s in g.seqs if s.error is not None), None)
         best = outs[0] if outs else CompletionOutput(0, "", [], 0.0, reason)
         metrics = RequestMetrics.from_times(state.times, len(seq.prompt_ids))  # per step
@@ -192,7 +190,8 @@ class OutputProcessor:
             error=self._error_message(failed) if reason is FinishReason.ERROR else None,
             metrics=metrics, kv_cache_bytes=state.last_kv_bytes,
             stop_reason=best.token_ids[-1] if best.finish_reason == FinishReason.STOP
-            and best.token_ids and g.beam is not None else first.stop_reason,
+            and best.token_ids and g.beam is not None else next(
+                (s.stop_reason for s in g.seqs if s.index == best.index), None),
             use_kv_cache=seq.use_kv_cache, memory=state.last_memory, deltas=deltas, outputs=outs)
         self.counts[FinishReason(reason).outcome] += 1
         if self.rolling is not None:
