@@ -69,12 +69,13 @@ def test_samples_fork_after_one_prefill_and_copy_the_shared_last_block():
     assert all(s.block_table == head.block_table for s in seqs)  # forked: shared
     assert [bm.blocks[b].ref_count for b in head.block_table] == [3, 3]
     assert bm.stats().used == 2
+    shared = head.block_table[1]
     so, _ = step(sched)
     # each sample writes its first token into the half-full block: two copy it, the last
     # holder writes in place
     assert len(so.blocks_to_copy) == 2
-    src = {s for s, _ in so.blocks_to_copy}
-    assert src == {seqs[0].block_table[1]} or len(src) == 1
+    assert {s for s, _ in so.blocks_to_copy} == {shared}
+    assert shared in [s.block_table[1] for s in seqs] and bm.blocks[shared].ref_count == 1
     tables = [s.block_table for s in seqs]
     assert len({t[0] for t in tables}) == 1 and len({t[1] for t in tables}) == 3
     assert bm.blocks[tables[0][0]].ref_count == 3
@@ -87,11 +88,10 @@ def test_samples_fork_after_one_prefill_and_copy_the_shared_last_block():
 
 def test_a_fresh_group_waits_until_blocks_for_every_sequence_fit():
     sched, bm = make(num_blocks=5, block_size=4)
-    other = group("o", 10, n=1, first=500)  # a one-sequence request holding 3 blocks
     from engine.core.sequence import Sequence
     plain = Sequence(request_id="p", prompt_ids=list(range(300, 310)),
                      params=SamplingParams(temperature=0, max_tokens=20))
-    sched.add(plain)
+    sched.add(plain)  # a one-sequence request holding 3 blocks
     step(sched)
     assert bm.num_free == 2
     head = group("g", 6, n=3)  # 2 prompt blocks, +2 for the other samples' copies = 4
@@ -101,7 +101,6 @@ def test_a_fresh_group_waits_until_blocks_for_every_sequence_fit():
     sched.finish_requests(["p"], FinishReason.ABORT)
     so, _ = step(sched)
     assert head.status is SequenceStatus.RUNNING
-    del other
 
 
 def test_preemption_takes_the_whole_group_and_it_comes_back_together():

@@ -16,10 +16,9 @@ ranking through :class:`engine.core.beam_search.BeamSearch`, stops) and from
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from engine.core.beam_search import BeamSearch, Hypothesis
+from engine.core.beam_search import BeamSearch
 from engine.core.finish_reason import FinishReason
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.params import SamplingParams
@@ -319,7 +318,3 @@ def kv_sharing(seqs: list[Sequence], bm) -> dict:
             "physical_blocks": len(holders), "physical_tokens": len(holders) * bm.block_size,
             "ref_counts": {b: c for b, c in holders.items() if c > 1}}
 
-
-def logprob_of(prob: float) -> float:
-    """Natural log of a probability (``-inf`` for 0)."""
-    return math.log(prob) if prob > 0 else float("-inf")
