@@ -178,6 +178,9 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
                 panels = _panels(pg, empty)
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
                 _lessons(pg)
+            with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding"):
+                from .decoding_tab import build_decoding_tab
+                build_decoding_tab(pg)
         page = SimpleNamespace(**sidebar, **conversation, **panels, stat_cards=stat_cards, tokens=tokens,
                                timer=gr.Timer(2.0), batch_seen=gr.State(None), history=gr.State([]),
                                play_tab=play_tab,

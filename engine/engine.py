@@ -24,7 +24,8 @@ from engine.model.prompt import check_fits, encode_prompt
 from engine.output.events import RequestOutput
 from engine.output.handle import RequestHandle
 from engine.output.output_processor import OutputProcessor
-from engine.params import SamplingParams
+from engine.core.sequence_group import kv_sharing, new_group
+from engine.params import SamplingParams, sample_seed
 from engine.wiring import build_parts, note_pool, release_free_memory
 from engine.worker.kv_pool import kv_dtype_name
 
@@ -119,12 +120,15 @@ class LLMEngine:
         check_fits(len(prompt_ids), params.max_tokens, ctx,
                    "the context window" if ctx == self.info.context_len else "the KV cache pool")
         rid = request_id or f"req-{next(self._ids)}"
-        gen = None
-        if params.seed is not None:
-            gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
-        seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
-                       use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
-                       cache_salt=cache_salt)
+        if params.group_width > 1 or params.use_beam_search:
+            seq = self._new_group(rid, prompt_ids, params, use_kv_cache, ctx, cache_salt)
+        else:
+            gen = None
+            if params.seed is not None:
+                gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+            seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
+                           use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
+                           cache_salt=cache_salt)
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
         with self._wake:
@@ -137,6 +141,36 @@ class LLMEngine:
             self._wake.notify()
         return handle
 
+    def _new_group(self, rid: str, prompt_ids: list[int], params: SamplingParams,
+                   use_kv_cache: bool, ctx: int, cache_salt: str | None) -> Sequence:
+        """The first sequence of a request with several samples or beams.
+
+        Raises:
+            ValueError: without the paged KV cache, wider than ``max_num_seqs``, or when its
+                sequences, unshared, could not all fit the pool at full length.
+        """
+        if not (self.paged and use_kv_cache):
+            raise ValueError("n, best_of and num_beams above 1 need the paged KV cache "
+                             "(batching on, use_kv_cache on)")
+        if params.group_width > self.scheduler.max_num_seqs:
+            raise ValueError(f"{'num_beams' if params.use_beam_search else 'best_of'} must be at "
+                             f"most max_num_seqs ({self.scheduler.max_num_seqs}), got "
+                             f"{params.group_width}")
+        bm = self.block_manager
+        longest = len(prompt_ids) + (params.max_tokens or ctx - len(prompt_ids))
+        if params.group_width * bm.blocks_needed(min(longest, ctx)) > len(bm.blocks):
+            # after a preemption every sequence is recomputed on its own blocks: all must fit
+            raise ValueError(
+                f"{'num_beams' if params.use_beam_search else 'best_of'} = {params.group_width} "
+                f"sequences of up to {min(longest, ctx)} tokens do not fit the KV cache pool "
+                f"({len(bm.blocks) * bm.block_size} tokens); lower it or max_tokens")
+        gens = [None] * params.group_width
+        if params.seed is not None:
+            gens = [torch.Generator(device=self.runner.device).manual_seed(sample_seed(params.seed, k))
+                    for k in range(params.group_width)]
+        return new_group(rid, prompt_ids, params, gens, self.scheduler.eos_token_ids, ctx,
+                         use_kv_cache=use_kv_cache, cache_salt=cache_salt)
+
     def generate(self, prompt, params: SamplingParams | None = None, **kwargs) -> RequestOutput:
         """Submit and wait: the blocking convenience form of :meth:`submit`."""
         return self.submit(prompt, params, **kwargs).result()
@@ -148,7 +182,7 @@ class LLMEngine:
             True if the request was waiting or running, False if unknown or already finished.
         """
         with self._wake:
-            if not any(s.request_id == request_id for s in self.scheduler.all_sequences()):
+            if not any(s.group_id == request_id for s in self.scheduler.all_sequences()):
                 return False
             self._aborts.add(request_id)
             self._wake.notify()
@@ -253,7 +287,9 @@ class LLMEngine:
     def stats(self) -> dict:
         """Counts (waiting, running, finished, aborted, failed, queue_max), live KV bytes,
         and with paged attention the block pool (blocks used/free/cached, preemptions,
-        prefix-cache hit rate)."""
+        prefix-cache hit rate) and sharing: ``kv_tokens_logical`` (tokens the running sequences
+        would hold as independent caches), ``kv_tokens_physical`` (slots of the distinct blocks
+        they hold), ``kv_blocks_shared`` (blocks held by more than one)."""
         with self._lock:
             running = list(self.scheduler.running)
             out = {"waiting": len(self.scheduler.waiting), "running": len(running),
@@ -263,6 +299,10 @@ class LLMEngine:
                    "batching": self.paged, "batching_note": self.batching_note,
                    "preemptions": self.scheduler.num_preemptions}
             if self.paged:
+                share = kv_sharing(running, self.block_manager)
+                out.update(kv_tokens_logical=share["logical_tokens"],
+                           kv_tokens_physical=share["physical_tokens"],
+                           kv_blocks_shared=len(share["ref_counts"]))
                 b = self.block_manager.stats()
                 out.update(blocks_total=b.num_blocks, blocks_used=b.used, blocks_free=b.free,
                            blocks_cached=b.cached, block_size=b.block_size,
@@ -276,14 +316,17 @@ class LLMEngine:
             ``{"block_size", "num_blocks", "state": per-cell "free" / "cached" / "used",
             "blocks_per_cell", "tables": [{"request_id", "blocks", "tokens"}...]}`` where a
             cell is one block unless the pool has more than 4,096, and ``tokens`` counts the
-            slots computed or being computed by the step in flight; empty without paging.
+            slots computed or being computed by the step in flight; each table also has the
+            sample's or beam's ``index`` and each block's ``ref_counts`` (above 1: shared by
+            forked sequences or the prefix cache); empty without paging.
         """
         if not self.paged:
             return {}
         with self._lock:
             bm = self.block_manager
-            tables = [{"request_id": s.request_id, "blocks": list(s.block_table),
-                       "tokens": s.num_computed + s.num_scheduled}
+            tables = [{"request_id": s.group_id, "blocks": list(s.block_table),
+                       "tokens": s.num_computed + s.num_scheduled, "index": s.index,
+                       "ref_counts": [bm.blocks[b].ref_count for b in s.block_table]}
                       for s in self.scheduler.running if s.block_table]
             state, per_cell = bm.block_states()
         return {"block_size": bm.block_size, "num_blocks": len(bm.blocks), "state": state,

@@ -44,6 +44,12 @@ class ModelRunnerOutput:
         spans: ``(start_s, end_s)`` of the forward pass and sampling that computed each
             scheduled sequence (the packed pass, or its own pass when run alone).
         batch_size: sequences that shared the packed forward pass (1 when run one at a time).
+        group_samples: for the first token of a request with several samples, keyed by the
+            sequence that was prefilled: ``best_of`` draws from its one logits row, draw ``k``
+            with sample ``k``'s generator.
+        beam_candidates: for each beam that reached its last token, its ``2 × num_beams`` or
+            more best next tokens and their log-softmax values (fp32 of the raw logits, best
+            first): ``(token_ids, logprobs)``.
     """
 
     start_s: float
@@ -54,3 +60,5 @@ class ModelRunnerOutput:
     kv_bytes: dict[str, int] = field(default_factory=dict)
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)
     batch_size: int = 1
+    group_samples: dict[str, list[SampleResult]] = field(default_factory=dict)
+    beam_candidates: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)

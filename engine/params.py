@@ -41,6 +41,22 @@ class SamplingParams:
             A single string is taken as a list of one.
         stop_token_ids: extra token ids that end generation (besides the model's EOS ids).
         ignore_eos: keep generating past EOS (for benchmarks that need a fixed token count).
+        n: how many answers to return (samples, or beams with beam search). Range
+            ``[1, MAX_SEQS_PER_REQUEST]``; with sampling ``n > 1`` needs ``temperature > 0``.
+        best_of: samples drawn before the ``n`` with the highest cumulative logprob are kept
+            (vLLM's meaning); ``None`` means ``n``. Range ``[n, MAX_SEQS_PER_REQUEST]``.
+            Sample ``k`` (0-based) draws from its own generator seeded with
+            :func:`sample_seed` ``(seed, k)``, so with a seed it equals a one-sequence request
+            with that seed.
+        num_beams: beam width; ``> 1`` runs beam search (Hugging Face's algorithm, deterministic:
+            needs ``temperature == 0`` and no penalties, filters or stop strings). Range
+            ``[1, MAX_SEQS_PER_REQUEST]``.
+        length_penalty: beam search ranks a finished beam by ``sum of logprobs / L ** length_penalty``
+            where ``L`` counts its generated tokens, EOS included (Hugging Face's rule).
+        early_stopping: beam search's stopping rule, Hugging Face's meanings: ``True`` ends as
+            soon as ``num_beams`` beams have finished; ``False`` also ends when no running beam
+            can beat the worst finished one at its current length; ``"never"`` assumes the
+            longest possible length for that check when ``length_penalty > 0``.
 
     Raises:
         ValueError: from ``__post_init__``, naming the field and its allowed range.
@@ -58,6 +74,11 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    n: int = 1
+    best_of: int | None = None
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -84,11 +105,69 @@ class SamplingParams:
             _check_int("seed", self.seed, lambda v: 0 <= v < 2**63, "in [0, 2**63)")
         for tid in self.stop_token_ids:
             _check_int("stop_token_ids", tid, lambda v: v >= 0, "token ids >= 0")
+        self._check_group()
+
+    def _check_group(self) -> None:
+        """Checks of ``n``, ``best_of`` and the beam search settings."""
+        most = MAX_SEQS_PER_REQUEST
+        _check_int("n", self.n, lambda v: 1 <= v <= most, f"in [1, {most}]")
+        _check_int("num_beams", self.num_beams, lambda v: 1 <= v <= most, f"in [1, {most}]")
+        if self.best_of is not None:
+            _check_int("best_of", self.best_of, lambda v: self.n <= v <= most,
+                       f"in [n, {most}] (n = {self.n})")
+        _check_float("length_penalty", self.length_penalty, lambda v: True, "finite")
+        if self.early_stopping not in (True, False, "never") or isinstance(self.early_stopping, int) \
+                and not isinstance(self.early_stopping, bool):
+            raise ValueError(f"early_stopping must be true, false or \"never\", got "
+                             f"{_short(self.early_stopping)}")
+        if self.use_beam_search:
+            if not self.greedy:
+                raise ValueError("temperature must be 0 with beam search (num_beams > 1): beams "
+                                 f"are ranked by their log-probabilities, not sampled; got "
+                                 f"{self.temperature}")
+            if self.best_of is not None:
+                raise ValueError("best_of does not apply to beam search: num_beams is the width")
+            if self.n > self.num_beams:
+                raise ValueError(f"n must be at most num_beams ({self.num_beams}) with beam "
+                                 f"search, got {self.n}")
+            for name, value, off in (("top_k", self.top_k, (0, -1)), ("top_p", self.top_p, (1.0,)),
+                                     ("min_p", self.min_p, (0.0,)),
+                                     ("repetition_penalty", self.repetition_penalty, (1.0,)),
+                                     ("presence_penalty", self.presence_penalty, (0.0,)),
+                                     ("frequency_penalty", self.frequency_penalty, (0.0,))):
+                if value not in off:
+                    raise ValueError(f"{name} is not supported with beam search (num_beams > 1)")
+            if self.stop:
+                raise ValueError("stop strings are not supported with beam search (num_beams > 1)")
+        elif self.group_width > 1 and self.greedy:
+            raise ValueError("n and best_of above 1 need temperature > 0 (greedy samples would "
+                             "all be the same); use num_beams for several deterministic answers")
+
+    @property
+    def use_beam_search(self) -> bool:
+        """True when ``num_beams > 1``."""
+        return self.num_beams > 1
+
+    @property
+    def group_width(self) -> int:
+        """Sequences the request runs at once: ``num_beams`` with beam search, else ``best_of``
+        (``n`` when unset)."""
+        return self.num_beams if self.use_beam_search else (self.best_of or self.n)
 
     @property
     def greedy(self) -> bool:
         """True when the next token is the argmax (temperature below :data:`SAMPLING_EPS`)."""
         return self.temperature < SAMPLING_EPS
+
+
+MAX_SEQS_PER_REQUEST = 16
+"""Most samples (``best_of``) or beams (``num_beams``) of one request."""
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The seed of sample ``index`` of a request seeded with ``seed``: ``(seed + index) mod 2**63``
+    (sample 0 uses the request's seed itself)."""
+    return (seed + index) % 2**63
 
 
 def _check_float(name: str, value, ok, allowed: str) -> None:

@@ -33,6 +33,15 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int)
     p.add_argument("--stop", nargs="+", default=[], help="stop strings")
+    p.add_argument("--n", type=int, default=1, help="answers to return (samples, or beams with --beams)")
+    p.add_argument("--best-of", type=int, help="samples to draw; the n with the highest "
+                   "cumulative logprob are returned (default: n)")
+    p.add_argument("--beams", type=int, default=1,
+                   help="beam search with K beams (deterministic: the temperature is set to 0)")
+    p.add_argument("--length-penalty", type=float, default=1.0,
+                   help="beam search: score = sum of logprobs / length ** F (default 1.0)")
+    p.add_argument("--early-stopping", default="false", choices=("true", "false", "never"),
+                   help="beam search's stopping rule, Hugging Face's meanings (default false)")
     p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole sequence each step")
     p.add_argument("--no-telemetry", action="store_true", help="skip the per-step memory breakdown")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
@@ -43,11 +52,15 @@ def run(args) -> int:
     """Run the subcommand; returns the exit code."""
     from engine.params import SamplingParams
 
+    beams = args.beams > 1
     try:
         params = SamplingParams(
-            temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-            repetition_penalty=args.repetition_penalty, max_tokens=args.max_tokens,
-            seed=args.seed, stop=args.stop)
+            temperature=0.0 if beams else args.temperature, top_k=args.top_k, top_p=args.top_p,
+            min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+            max_tokens=args.max_tokens, seed=args.seed, stop=args.stop, n=args.n,
+            best_of=args.best_of, num_beams=args.beams, length_penalty=args.length_penalty,
+            early_stopping={"true": True, "false": False}.get(args.early_stopping,
+                                                              args.early_stopping))
     except ValueError as exc:
         fail(str(exc), 2)
     if args.raw and args.system:
@@ -76,7 +89,7 @@ def run(args) -> int:
         except ValueError as exc:
             fail(str(exc), 2)
         for ev in handle:
-            if not args.json and ev.text_delta:
+            if not args.json and ev.text_delta and ev.index == 0:
                 sys.stdout.write(ev.text_delta)
                 sys.stdout.flush()
         out = handle.output
@@ -86,6 +99,11 @@ def run(args) -> int:
         print(json.dumps(result_json(out, handle.events, engine), ensure_ascii=False))
     else:
         m = out.metrics
+        if beams:
+            sys.stdout.write(out.text)
+        for o in out.outputs[1:] if len(out.outputs) > 1 else []:
+            print(f"\n--- {'beam' if beams else 'sample'} {o.index} (cumulative logprob "
+                  f"{o.cumulative_logprob:.3f}, {o.finish_reason})\n{o.text}", end="")
         print()
         print(f"[{finish_words(out)}] prompt {m.prompt_tokens} tok, output {m.output_tokens} tok | "
               f"TTFT {m.ttft_s * 1000:.1f} ms | TPOT {m.tpot_s * 1000:.1f} ms | "
@@ -112,7 +130,11 @@ def finish_words(out) -> str:
 
 
 def result_json(out, events, engine) -> dict:
-    """The ``--json`` object: text, ids, deltas, metrics, KV bytes, memory and per-step rows."""
+    """The ``--json`` object: text, ids, deltas, metrics, KV bytes, memory and per-step rows.
+
+    ``text`` and ``token_ids`` are the best beam or the first sample; ``outputs`` lists every
+    returned beam or sample (``index``, ``text``, ``token_ids``, ``cumulative_logprob``,
+    ``finish_reason``, and a beam's ``score``)."""
     from engine.telemetry.trace import trace_rows
 
     m = out.metrics
@@ -124,6 +146,7 @@ def result_json(out, events, engine) -> dict:
         "text": out.text, "token_ids": out.token_ids, "prompt_token_ids": out.prompt_token_ids,
         "finish_reason": out.finish_reason, "stop_reason": out.stop_reason, "error": out.error,
         "deltas": out.deltas, "use_kv_cache": out.use_kv_cache,
+        "outputs": [o.to_dict() for o in out.outputs],
         # the engine's RequestMetrics under its own names, plus the short names of earlier
         # releases (prefill_s, decode_s, queue_s), kept so scripts that read them still work
         "metrics": {**m.to_dict(), "prefill_s": m.prefill_time_s, "decode_s": m.decode_time_s,

@@ -144,11 +144,13 @@ class BlockManager:
         fresh = self.blocks_needed(cached + new) - len(hits)
         return hits, cached, new, fresh
 
-    def can_allocate(self, token_ids: list[int], max_new: int, salt: str | None = None) -> bool:
-        """Whether the sequence can start with up to ``max_new`` computed tokens this step."""
+    def can_allocate(self, token_ids: list[int], max_new: int, salt: str | None = None,
+                     reserve: int = 0) -> bool:
+        """Whether the sequence can start with up to ``max_new`` computed tokens this step,
+        leaving ``reserve`` more blocks free (the forks of a request with several sequences)."""
         hits, _, new, fresh = self._plan(token_ids, max_new, salt)
         revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)
-        return new > 0 and fresh <= self.num_free - revived
+        return new > 0 and fresh + reserve <= self.num_free - revived
 
     def allocate(self, token_ids: list[int], max_new: int,
                  salt: str | None = None) -> tuple[list[int], int, int]:
@@ -192,6 +194,43 @@ class BlockManager:
             return False
         table.extend(self._take_free() for _ in range(max(need, 0)))
         return True
+
+    def fork(self, table: list[int]) -> list[int]:
+        """A copy of ``table`` sharing every block (each block's reference count goes up by one).
+
+        PagedAttention's fork (Kwon et al., SOSP 2023, §4.4): a sample or beam that branches
+        off shares all the blocks so far; the last, partly filled one is copied only when a
+        sibling writes into it (:meth:`copy_on_write`).
+        """
+        for b in table:
+            self.blocks[b].ref_count += 1
+        return list(table)
+
+    def is_shared(self, table: list[int], position: int) -> bool:
+        """Whether the block that token ``position`` of ``table`` falls in is held by another
+        table too (so writing it needs :meth:`copy_on_write` first)."""
+        i = position // self.block_size
+        return i < len(table) and self.blocks[table[i]].ref_count > 1
+
+    def copy_on_write(self, table: list[int], position: int) -> tuple[int, int] | None:
+        """Give ``table`` its own copy of the shared block that token ``position`` falls in.
+
+        Returns:
+            ``(src, dst)`` block ids whose contents the runner must copy before the step
+            writes, or ``None`` when that block is not shared (nothing to do).
+
+        Raises:
+            RuntimeError: no free block (check :attr:`num_free` first).
+        """
+        if not self.is_shared(table, position):
+            return None
+        if not self._free:
+            raise RuntimeError("out of KV blocks for a copy-on-write")
+        i = position // self.block_size
+        src = table[i]
+        self.blocks[src].ref_count -= 1
+        table[i] = self._take_free()
+        return src, table[i]
 
     def register_full_blocks(self, table: list[int], token_ids: list[int], num_computed: int,
                              first_unkeyed: int, salt: str | None = None) -> int:

@@ -27,6 +27,10 @@ class ContiguousCacheManager:
     def ensure_capacity(self, table: list[int], num_tokens: int) -> bool:
         return True
 
+    def is_shared(self, table: list[int], position: int) -> bool:
+        """Never: nothing is shared without blocks."""
+        return False
+
     def register_full_blocks(self, table, token_ids, num_computed, first_unkeyed, salt=None) -> int:
         return first_unkeyed
 

@@ -19,6 +19,7 @@ from engine.core.batch_info import BatchInfo
 from engine.core.finish_reason import FinishReason
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.core.sequence import Sequence, SequenceStatus
+from engine.core.sequence_group import admit_group, preemption_unit, seats, update_group
 from engine.errors import QueueFullError
 from engine.outputs import ModelRunnerOutput
 
@@ -71,7 +72,7 @@ class Scheduler:
         Returns 0 when it runs, has finished, or is unknown.
         """
         for i, seq in enumerate(self.waiting):
-            if seq.request_id == request_id:
+            if request_id in (seq.request_id, seq.group_id):
                 return i + len(self.running)
         return 0
 
@@ -93,16 +94,23 @@ class Scheduler:
             if budget <= 0:
                 break
             n = min(seq.num_tokens - seq.num_computed, budget)
-            while not self.bm.ensure_capacity(seq.block_table, seq.num_computed + n):
-                victim = self.running[-1]
-                self._preempt(victim, out)
-                if victim is seq:
+            if n <= 0:  # a beam waiting for its siblings' candidates
+                continue
+            while not self._make_room(seq, n, out):
+                self._preempt(self.running[-1], out)
+                if seq.status is not SequenceStatus.RUNNING:
                     break
+            budget = self.max_num_batched_tokens - sum(e.num_new for e in out.entries)
             if seq.status is SequenceStatus.RUNNING:
                 out.entries.append(self._schedule(seq, n))
                 budget -= n
-        while self.waiting and len(self.running) < self.max_num_seqs:
+        while self.waiting and seats(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
+            if seq.group is not None:  # several samples or beams: all of them or none
+                if not admit_group(self, seq, budget, out):
+                    break
+                budget = self.max_num_batched_tokens - sum(e.num_new for e in out.entries)
+                continue
             if seq.use_kv_cache and (budget <= 0 or not self.bm.can_allocate(
                     seq.all_ids, budget, seq.cache_salt)):
                 break
@@ -119,7 +127,21 @@ class Scheduler:
             budget -= n
         if not out.entries and not out.recompute:
             return None
+        if out.blocks_to_copy:  # drop copies into blocks of sequences preempted since
+            held = {b for e in out.entries for b in e.seq.block_table}
+            out.blocks_to_copy = [p for p in out.blocks_to_copy if p[1] in held]
         return out
+
+    def _make_room(self, seq: Sequence, n: int, out: SchedulerOutput) -> bool:
+        """Blocks for ``n`` more tokens of ``seq``: its own copy of a block it shares with a
+        forked sibling (copy-on-write, carried out by the runner), then new blocks. False
+        (nothing changed) when the pool is short."""
+        if self.bm.is_shared(seq.block_table, seq.num_computed):
+            if self.bm.num_free < 1 + max(0, self.bm.blocks_needed(seq.num_computed + n)
+                                          - len(seq.block_table)):
+                return False
+            out.blocks_to_copy.append(self.bm.copy_on_write(seq.block_table, seq.num_computed))
+        return self.bm.ensure_capacity(seq.block_table, seq.num_computed + n)
 
     @staticmethod
     def _schedule(seq: Sequence, n: int) -> ScheduledSeq:
@@ -141,6 +163,7 @@ class Scheduler:
             The sequences that finished in this step (their blocks are already freed).
         """
         finished = []
+        groups: dict[int, tuple] = {}
         for e in scheduler_output.all_entries:
             seq = e.seq
             seq.num_scheduled = 0
@@ -149,23 +172,40 @@ class Scheduler:
             error = runner_output.errors.get(seq.request_id)
             if error is not None:
                 seq.error = error
-                self._finish(seq, FinishReason.ERROR)
-                finished.append(seq)
+                for s in self._unit(seq):  # a sample or beam fails its whole request
+                    s.error = error
+                    self._finish(s, FinishReason.ERROR)
+                    finished.append(s)
                 continue
             seq.num_computed = e.num_computed + e.num_new if seq.use_kv_cache else 0
             if seq.block_table:
                 seq.first_unkeyed = self.bm.register_full_blocks(
                     seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed,
                     seq.cache_salt)
+            if seq.group is not None:  # forks, beam ranking: once per group, below
+                groups.setdefault(id(seq.group), (seq.group, []))[1].append(seq)
+                continue
             sample = runner_output.sampled.get(seq.request_id)
             if sample is None:
                 continue
             seq.output_ids.append(sample.token_id)
+            seq.cumulative_logprob += sample.logprob
             reason = self._check_stop(seq, sample.token_id)
             if reason is not None:
                 self._finish(seq, reason)
                 finished.append(seq)
+        for group, stepped in groups.values():
+            finished += update_group(self, group, [s for s in stepped if not s.is_finished],
+                                     runner_output)
         return finished
+
+    def _unit(self, seq: Sequence) -> list[Sequence]:
+        """``seq`` and, for a sample or beam, every unfinished sequence of its request."""
+        if seq.group is None:
+            return [seq]
+        if seq.group.aborted is None:
+            seq.group.aborted = FinishReason.ERROR
+        return [s for s in seq.group.seqs if not s.is_finished]
 
     def _check_stop(self, seq: Sequence, token: int) -> FinishReason | None:
         p = seq.params
@@ -184,8 +224,10 @@ class Scheduler:
             The sequences that were waiting or running (unknown or finished ids are skipped).
         """
         ids = set(request_ids)
-        done = [s for s in self.all_sequences() if s.request_id in ids]
+        done = [s for s in self.all_sequences() if s.request_id in ids or s.group_id in ids]
         for seq in done:
+            if seq.group is not None and not FinishReason(reason).ok:
+                seq.group.aborted = seq.group.aborted or FinishReason(reason)
             self._finish(seq, reason)
         return done
 
@@ -207,14 +249,20 @@ class Scheduler:
         seq.num_scheduled = 0
         seq.first_unkeyed = 0
 
-    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
-        self.running.remove(seq)
-        self._release(seq)
-        seq.status = SequenceStatus.WAITING
-        seq.preemptions += 1
+    def _preempt(self, victim: Sequence, out: SchedulerOutput) -> None:
+        """Preempt ``victim`` (with every running sequence of its request, as one unit): free
+        their blocks, put them back at the head of the queue, drop their entries of this step."""
+        unit = preemption_unit(victim, self.running)
+        for seq in reversed(unit):
+            self.running.remove(seq)
+            self._release(seq)
+            seq.status = SequenceStatus.WAITING
+            seq.preemptions += 1
+            self.waiting.appendleft(seq)
+            out.preempted.append(seq)
         self.num_preemptions += 1
-        self.waiting.appendleft(seq)
-        out.preempted.append(seq)
+        if len(unit) > 1:
+            out.entries = [e for e in out.entries if e.seq.status is SequenceStatus.RUNNING]
 
     # ---- the step's figures ------------------------------------------------------------------
     def batch_info(self, scheduler_output: SchedulerOutput, step_id: int,

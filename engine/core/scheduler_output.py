@@ -59,11 +59,14 @@ class SchedulerOutput:
             pass by the paged runner (one at a time by the contiguous runner).
         recompute: sequences without a KV cache (each recomputes its whole sequence).
         preempted: sequences preempted while making room for this step.
+        blocks_to_copy: ``(src, dst)`` KV blocks the runner copies before the forward pass
+            (copy-on-write of a block that forked sequences shared).
     """
 
     entries: list[ScheduledSeq] = field(default_factory=list)
     recompute: list[ScheduledSeq] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def all_entries(self) -> list[ScheduledSeq]:

@@ -40,6 +40,12 @@ class Sequence:
         finish_reason: a :class:`engine.output.events.FinishReason` once finished.
         stop_reason: the EOS / stop token id or stop string that ended it.
         error: the exception that ended it with ``error``.
+        group: the :class:`engine.core.sequence_group.SequenceGroup` of a request with several
+            samples or beams (``None`` for a one-sequence request); ``request_id`` is then the
+            sequence's own id and :attr:`group_id` the request's.
+        index: the sample's index in its group (a beam's running number).
+        cumulative_logprob: sum of the natural logs of its tokens' probabilities, as the
+            sampler chose them (a beam: the sum of log-softmax values beam search ranks by).
     """
 
     request_id: str
@@ -59,6 +65,14 @@ class Sequence:
     finish_reason: object = None
     stop_reason: str | int | None = None
     error: BaseException | None = None
+    group: object = None
+    index: int = 0
+    cumulative_logprob: float = 0.0
+
+    @property
+    def group_id(self) -> str:
+        """The request id the caller knows (its group's, for a sample or a beam)."""
+        return self.group.request_id if self.group is not None else self.request_id
 
     @property
     def num_tokens(self) -> int:

@@ -18,6 +18,9 @@ left-padded batch. Result fields beyond the common ones (see :mod:`.common`):
   (:func:`mixed_lengths`): useful tokens/s of each backend, when each request finished, and
   the throughput ratio engine / padded generate (the run with the median ratio;
   ``ratio_runs`` holds every run's).
+- ``parallel_samples`` (the ``engine`` backend run): 16 requests with ``n = 4`` samples against
+  64 independent requests making the same tokens (4 against 16 when quick): throughput and peak
+  KV blocks of each, and their ratios (:mod:`engine.experiments.parallel_samples`).
 """
 
 from __future__ import annotations
@@ -182,6 +185,11 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
                     lengths))
             res["mixed"] = {**_median_run(mixed_runs, "throughput_ratio"),
                             "ratio_runs": [m["throughput_ratio"] for m in mixed_runs]}
+        if "engine" in names:
+            from engine.experiments.parallel_samples import compare
+
+            res["parallel_samples"] = compare(eng, 4 if quick else 16, 4, 8 if quick else 32,
+                                              repeats, progress)
     report(progress, 1.0, "done")
     res["rows"] = rows
     for r in rows:
@@ -214,6 +222,13 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
                                   mixed["throughput_ratio"], "x"))
         res["notes"].append(f"Mixed lengths: answers of {sorted(set(mixed['lengths']))} tokens; "
                             "padded generate runs every row to the longest.")
+    ps = res.get("parallel_samples")
+    if ps:
+        label = f"{ps['groups']} requests n={ps['n']} vs {ps['groups'] * ps['n']} independent"
+        res["summary"].append(row(f"{label}: throughput ratio", ps["throughput_ratio"], "x"))
+        res["summary"].append(row(f"{label}: peak KV blocks", ps["grouped"]["peak_blocks_used"],
+                                  f"blocks vs {ps['independent']['peak_blocks_used']:.0f} "
+                                  f"({ps['blocks_ratio']:.2f}x)"))
     for n in names:
         res["notes"].append(f"Backend {n}: {BACKENDS[n][1]}.")
     return res

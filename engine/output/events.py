@@ -8,7 +8,7 @@ from typing import Any
 from engine.core.finish_reason import FinishReason
 from engine.output.metrics import RequestMetrics
 
-__all__ = ["Candidate", "FinishReason", "RequestOutput", "StepEvent"]
+__all__ = ["Candidate", "CompletionOutput", "FinishReason", "RequestOutput", "StepEvent"]
 
 
 @dataclass
@@ -55,6 +55,10 @@ class StepEvent:
         batch: the :class:`engine.core.batch_info.BatchInfo` of the step: one object shared by
             every event of the step.
         block_table: physical KV blocks of this request after the step (paged KV cache).
+        index: which sample of the request the token belongs to (0 for one-sequence requests).
+        beams: with beam search, the beam view after the step (live beams, pruned ones,
+            finished hypotheses, shared blocks and logical vs physical KV tokens: see
+            :func:`engine.core.sequence_group.beam_view`); ``None`` otherwise.
     """
 
     request_id: str
@@ -75,6 +79,8 @@ class StepEvent:
     memory: Any = None
     batch: Any = None
     block_table: list[int] = field(default_factory=list)
+    index: int = 0
+    beams: Any = None
 
     @property
     def duration_s(self) -> float:
@@ -87,6 +93,36 @@ class StepEvent:
         mem = self.memory
         d["memory"] = mem.to_dict() if hasattr(mem, "to_dict") else None
         d["batch"] = self.batch.to_dict() if hasattr(self.batch, "to_dict") else None
+        return d
+
+
+@dataclass
+class CompletionOutput:
+    """One returned sample or beam of a request (vLLM's ``CompletionOutput``).
+
+    Attributes:
+        index: the sample's index (a beam's rank, best first).
+        text: its text (special tokens skipped, stop string cut off).
+        token_ids: its generated ids, an EOS included when it ended the answer.
+        cumulative_logprob: sum of the natural logs of its tokens' probabilities (samples: as
+            the sampler drew them; beams: log-softmax of the raw logits).
+        finish_reason: ``stop``, ``length``, ``abort`` or ``error``.
+        score: beam search's ranking score, ``cumulative_logprob / len ** length_penalty``
+            (``None`` for samples).
+    """
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float
+    finish_reason: FinishReason
+    score: float | None = None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict."""
+        d = asdict(self)
+        d["finish_reason"] = str(FinishReason(self.finish_reason).value) \
+            if self.finish_reason is not None else None
         return d
 
 
@@ -106,6 +142,8 @@ class RequestOutput:
         stop_reason: the stop string or token id that ended the request, if any.
         use_kv_cache: whether the request decoded with a KV cache.
         memory: the last memory breakdown telemetry recorded for the request, if any.
+        outputs: every returned sample or beam (:class:`CompletionOutput`); the top-level
+            ``text`` and ``token_ids`` are the first of them (the best beam, or sample 0).
     """
 
     request_id: str
@@ -120,6 +158,7 @@ class RequestOutput:
     use_kv_cache: bool = True
     memory: Any = None
     deltas: list[str] = field(default_factory=list)
+    outputs: list[CompletionOutput] = field(default_factory=list)
 
     @property
     def finished_ok(self) -> bool:

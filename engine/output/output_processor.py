@@ -15,7 +15,8 @@ from engine.core.finish_reason import FinishReason
 from engine.core.scheduler_output import SchedulerOutput
 from engine.core.sequence import Sequence
 from engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher, TokenTexts
-from engine.output.events import Candidate, RequestOutput, StepEvent
+from engine.output.events import Candidate, CompletionOutput, RequestOutput, StepEvent
+from engine.output.group_output import GroupOutputs
 from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.outputs import ModelRunnerOutput
@@ -66,10 +67,11 @@ class OutputProcessor:
         self.rolling = rolling
         self.states: dict[str, RequestState] = {}
         self.counts = {"finished": 0, "aborted": 0, "failed": 0}
+        self.groups = GroupOutputs(tokenizer)
 
     def add_request(self, seq: Sequence, handle: RequestHandle, arrival_s: float) -> None:
         """Start following a request accepted by the scheduler."""
-        self.states[seq.request_id] = RequestState(
+        self.states[seq.group_id] = RequestState(
             handle=handle, detok=IncrementalDetokenizer(self.tokenizer),
             stop_matcher=StopStringMatcher(seq.params.stop), times=RequestTimes(arrival=arrival_s))
 
@@ -91,7 +93,7 @@ class OutputProcessor:
         text = self.token_text
         for e in scheduler_output.all_entries:
             seq, rid = e.seq, e.seq.request_id
-            state = self.states.get(rid)
+            state = self.states.get(seq.group_id)
             if state is None:
                 continue
             start, end = runner_output.spans.get(rid, (runner_output.start_s, runner_output.end_s))
@@ -101,6 +103,9 @@ class OutputProcessor:
                 state.pending_start_s = start
             state.last_memory = memory
             state.last_kv_bytes = runner_output.kv_bytes.get(rid, 0)
+            if seq.group is not None:  # samples and beams
+                stopped += self.groups.process(self, e, state, runner_output, batch, memory)
+                continue
             choice = runner_output.sampled.get(rid)
             if choice is None or rid in runner_output.errors:
                 continue
@@ -141,7 +146,10 @@ class OutputProcessor:
         return delta
 
     def finish(self, seq: Sequence, now_s: float) -> RequestOutput | None:
-        """Close a finished request: build its output, count it, and wake its caller."""
+        """Close a finished request: build its output, count it, and wake its caller (for a
+        sample or beam, once the last sequence of its request has finished)."""
+        if seq.group is not None:
+            return self._finish_group(seq, now_s)
         state = self.states.pop(seq.request_id, None)
         if state is None:
             return None
@@ -151,6 +159,8 @@ class OutputProcessor:
         output = RequestOutput(
             request_id=seq.request_id, prompt_token_ids=list(seq.prompt_ids),
             token_ids=list(seq.output_ids), text=text, finish_reason=reason,
+            outputs=[CompletionOutput(0, text, list(seq.output_ids), seq.cumulative_logprob,
+                                      reason)],
             error=self._error_message(seq) if reason is FinishReason.ERROR else None,
             metrics=RequestMetrics.from_times(state.times, len(seq.prompt_ids)),
             kv_cache_bytes=state.last_kv_bytes,
@@ -158,6 +168,32 @@ class OutputProcessor:
             use_kv_cache=seq.use_kv_cache, memory=state.last_memory,
             deltas=[e.text_delta for e in state.handle.events])
         self.counts[reason.outcome] += 1
+        if self.rolling is not None:
+            self.rolling.add(output)
+        state.handle._finish(output)
+        return output
+
+    def _finish_group(self, seq: Sequence, now_s: float) -> RequestOutput | None:
+        g = seq.group
+        if not g.done or g.request_id not in self.states:
+            return None
+        state = self.states.pop(g.request_id)
+        state.times.finished = now_s
+        outs, deltas = self.groups.outputs(g)
+        reason = g.aborted or (outs[0].finish_reason if outs else FinishReason.ABORT)
+        failed = next((s for s in g.seqs if s.error is not None), None)
+        best = outs[0] if outs else CompletionOutput(0, "", [], 0.0, reason)
+        metrics = RequestMetrics.from_times(state.times, len(seq.prompt_ids))  # per step
+        output = RequestOutput(
+            request_id=g.request_id, prompt_token_ids=list(seq.prompt_ids),
+            token_ids=list(best.token_ids), text=best.text, finish_reason=reason,
+            error=self._error_message(failed) if reason is FinishReason.ERROR else None,
+            metrics=metrics, kv_cache_bytes=state.last_kv_bytes,
+            stop_reason=best.token_ids[-1] if best.finish_reason == FinishReason.STOP
+            and best.token_ids and g.beam is not None else next(
+                (s.stop_reason for s in g.seqs if s.index == best.index), None),
+            use_kv_cache=seq.use_kv_cache, memory=state.last_memory, deltas=deltas, outputs=outs)
+        self.counts[FinishReason(reason).outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)
         state.handle._finish(output)

@@ -14,7 +14,8 @@ from engine.model.model_spec import ModelSpec
 
 COLUMNS = ["request_id", "phase", "step", "token_id", "token_text", "token_prob", "start_s",
            "end_s", "duration_s", "t_start_rel_s", "t_end_rel_s", "num_tokens", "kv_tokens",
-           "kv_bytes", "kv_bytes_formula", "batch_size"]
+           "kv_bytes", "kv_bytes_formula", "batch_size", "index", "kv_tokens_logical",
+           "kv_tokens_physical"]
 
 
 def trace_rows(events: list[StepEvent], spec: ModelSpec | None = None,
@@ -24,6 +25,9 @@ def trace_rows(events: list[StepEvent], spec: ModelSpec | None = None,
     ``start_s``/``end_s`` are the events' ``perf_counter()`` seconds; ``t_*_rel_s`` are relative
     to the first event's start. ``kv_bytes_formula`` is the KV formula for ``kv_tokens`` of one
     sequence (``None`` without ``spec`` and ``dtype_bytes``), beside the measured ``kv_bytes``.
+    ``index`` is the sample's index; with beam search ``kv_tokens_logical`` is what the live
+    beams would hold as independent sequences and ``kv_tokens_physical`` the slots of the
+    distinct blocks they hold (``None`` for other requests).
     """
     t0 = events[0].start_s if events else 0.0
     rows = []
@@ -37,7 +41,9 @@ def trace_rows(events: list[StepEvent], spec: ModelSpec | None = None,
             "start_s": ev.start_s, "end_s": ev.end_s, "duration_s": ev.end_s - ev.start_s,
             "t_start_rel_s": ev.start_s - t0, "t_end_rel_s": ev.end_s - t0,
             "num_tokens": ev.num_tokens, "kv_tokens": ev.kv_tokens, "kv_bytes": ev.kv_bytes,
-            "kv_bytes_formula": formula, "batch_size": ev.batch_size,
+            "kv_bytes_formula": formula, "batch_size": ev.batch_size, "index": ev.index,
+            "kv_tokens_logical": ev.beams.get("logical_tokens") if ev.beams else None,
+            "kv_tokens_physical": ev.beams.get("physical_tokens") if ev.beams else None,
         })
     return rows
 

@@ -98,6 +98,22 @@ class KVPool:
             return (stored.view(FP8).to(self.compute_dtype) * scale)
         return stored if stored.dtype == self.compute_dtype else stored.to(self.compute_dtype)
 
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy whole blocks ``src -> dst`` in every layer's K and V (copy-on-write of a block
+        that forked sequences share), in the given order.
+
+        Args:
+            pairs: ``(src, dst)`` block ids.
+        """
+        if not pairs:
+            return
+        bs = self.block_size
+        dev = self.k[0].device
+        src = torch.tensor([s * bs + i for s, _ in pairs for i in range(bs)], device=dev)
+        dst = torch.tensor([d * bs + i for _, d in pairs for i in range(bs)], device=dev)
+        for t in self.k + self.v:
+            t.index_copy_(0, dst, t.index_select(0, src))
+
     @property
     def nbytes(self) -> int:
         """Bytes of all pool tensors (measured from the tensors)."""

@@ -10,6 +10,7 @@ import torch
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.worker.model_runner import ModelRunner, after_error
 from engine.outputs import ModelRunnerOutput
+from engine.worker.group_sampling import sample_group_rows, split_group_rows
 from engine.worker.sampler import Sampler
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
 
@@ -134,6 +135,7 @@ class PagedModelRunner(ModelRunner):
         others and their sampling. When the packed pass fails, each of its sequences is run
         alone, so only the sequence at fault fails."""
         out = ModelRunnerOutput(start_s=time.perf_counter(), end_s=0.0)
+        self.pool.copy_blocks(scheduler_output.blocks_to_copy)  # copy-on-write of forked blocks
         for e in scheduler_output.recompute:
             self.run_alone(e, out)
         entries = scheduler_output.entries
@@ -156,6 +158,10 @@ class PagedModelRunner(ModelRunner):
         start = time.perf_counter()
         logits = self.forward(entries)
         sampling = [e.seq for e in entries if e.samples]
+        plain, own = split_group_rows(sampling)
+        if own:  # samples before their fork, and beams: the group takes the logits
+            sample_group_rows(self.sampler, logits[own], [sampling[i] for i in own], out)
+            logits, sampling = logits[plain], [sampling[i] for i in plain]
         if sampling:
             choices = self.sampler.sample_many(
                 logits, [q.params for q in sampling], [q.generator for q in sampling],
