@@ -36,6 +36,8 @@ class Sequence:
         block_table: physical KV blocks holding its tokens, in order (paged cache).
         num_computed: leading tokens whose keys and values are in the cache.
         num_scheduled: tokens the step now running computes for it (0 between steps).
+        num_cached_tokens: prompt tokens found in the prefix cache when it was first scheduled
+            (vLLM's ``num_cached_tokens``); ``-1`` until then, 0 without a KV cache.
         first_unkeyed: index of its first block not yet keyed for the prefix cache.
         finish_reason: a :class:`engine.output.events.FinishReason` once finished.
         stop_reason: the EOS / stop token id or stop string that ended it.
@@ -54,6 +56,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0
     num_scheduled: int = 0
+    num_cached_tokens: int = -1
     first_unkeyed: int = 0
     preemptions: int = 0
     finish_reason: object = None

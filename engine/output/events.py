@@ -55,6 +55,8 @@ class StepEvent:
         batch: the :class:`engine.core.batch_info.BatchInfo` of the step: one object shared by
             every event of the step.
         block_table: physical KV blocks of this request after the step (paged KV cache).
+        cached_tokens: on the prefill event, prompt tokens whose keys and values came from the
+            prefix cache rather than being computed (0 on decode events).
     """
 
     request_id: str
@@ -75,6 +77,7 @@ class StepEvent:
     memory: Any = None
     batch: Any = None
     block_table: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
 
     @property
     def duration_s(self) -> float:

@@ -116,6 +116,7 @@ class OutputProcessor:
                                 for i, p in zip(choice.top_ids, choice.top_probs)],
                 start_s=state.pending_start_s, end_s=end, num_tokens=e.num_new,
                 kv_tokens=runner_output.kv_tokens.get(rid, 0), kv_bytes=state.last_kv_bytes,
+                cached_tokens=max(0, seq.num_cached_tokens) if e.phase == "prefill" else 0,
                 batch_size=len(batch.request_ids) if batch is not None else 1,
                 finish_reason=_reason(seq, state),
                 memory=memory, batch=batch, block_table=e.block_table))
@@ -152,7 +153,8 @@ class OutputProcessor:
             request_id=seq.request_id, prompt_token_ids=list(seq.prompt_ids),
             token_ids=list(seq.output_ids), text=text, finish_reason=reason,
             error=self._error_message(seq) if reason is FinishReason.ERROR else None,
-            metrics=RequestMetrics.from_times(state.times, len(seq.prompt_ids)),
+            metrics=RequestMetrics.from_times(state.times, len(seq.prompt_ids),
+                                              max(0, seq.num_cached_tokens)),
             kv_cache_bytes=state.last_kv_bytes,
             stop_reason=state.stop_reason if state.stop_reason is not None else seq.stop_reason,
             use_kv_cache=seq.use_kv_cache, memory=state.last_memory,
