@@ -194,7 +194,8 @@ def rolling_table_html(summary: dict | None) -> str:
 
     Args:
         summary: ``engine.rolling.summary()``: ``{"count", "finished", "aborted", "failed",
-            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}``.
+            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}`` of users'
+            requests, and ``"lessons"`` (the same for lesson runs, counted in a footnote only).
     """
     summary = summary or {}
     rows = []
@@ -206,5 +207,10 @@ def rolling_table_html(summary: dict | None) -> str:
     counts = (f"{fmt_int(summary.get('count', 0))} recent requests (all users): "
               f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
               f"{fmt_int(summary.get('failed', 0))} failed")
+    lessons = summary.get("lessons") or {}
+    if lessons.get("count"):
+        e2e = (lessons.get("e2e_s") or {}).get("p50")
+        counts += (f"<br>{fmt_int(lessons['count'])} lesson runs kept apart, not in these percentiles"
+                   + (f" (their median end-to-end: {fmt_seconds(e2e)})" if e2e is not None else ""))
     return ("<table class='rolling'><tr><th></th><th>p50</th><th>p90</th><th>p99</th></tr>"
             f"{''.join(rows)}</table><div class='rolling-foot'>{counts}</div>")

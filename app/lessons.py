@@ -113,7 +113,8 @@ def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25,
     try:
         for use in (True, False):
             try:
-                runs.append(engine.submit(prompt, params, use_kv_cache=use, **(submit_kwargs or {})))
+                runs.append(engine.submit(prompt, params, use_kv_cache=use, source="lesson",
+                                          **(submit_kwargs or {})))
             except (ValueError, QueueFullError) as exc:  # a bad prompt or a full queue is shown
                 yield kv_live_figure(*_curves(runs), new_tokens), _error(str(exc))
                 return
@@ -350,7 +351,7 @@ def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, see
                                 top_k=fields.whole("top_k", top_k), top_p=fields.number("top_p", top_p),
                                 min_p=fields.number("min_p", min_p), max_tokens=32,
                                 seed=fields.whole("seed", seed))
-        out = engine.generate(prompt, params, **(submit_kwargs or {}))
+        out = engine.generate(prompt, params, source="lesson", **(submit_kwargs or {}))
     except (ValueError, QueueFullError) as exc:
         raise gr.Error(str(exc), print_exception=False) from None
     if not out.finished_ok:

@@ -16,7 +16,7 @@ import torch
 from engine.config import EngineConfig
 from engine.core.batch_info import BatchInfo
 from engine.core.finish_reason import FinishReason
-from engine.core.sequence import Sequence
+from engine.core.sequence import SOURCES, Sequence
 from engine.errors import EngineShutdownError
 from engine.model.loader import LoadedModel
 from engine.model.special_tokens import special_token_ids
@@ -85,7 +85,7 @@ class LLMEngine:
     # ---- public API --------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
                use_kv_cache: bool = True, request_id: str | None = None,
-               cache_salt: str | None = None) -> RequestHandle:
+               cache_salt: str | None = None, source: str = "user") -> RequestHandle:
         """Queue a request.
 
         Args:
@@ -99,6 +99,8 @@ class LLMEngine:
                 salt (vLLM's ``cache_salt``); ``None`` shares the cache with every unsalted
                 request. A web server gives each user its own, so no one can probe another's
                 prompt by timing.
+            source: ``"user"``, or ``"lesson"`` for a run of the page's lessons and bench
+                experiments: its latency goes to the rolling statistics apart from the users'.
 
         Returns:
             A :class:`RequestHandle` streaming :class:`StepEvent` objects.
@@ -114,6 +116,8 @@ class LLMEngine:
             raise ValueError("params must be a SamplingParams")
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise ValueError(f"cache_salt must be a string, got {type(cache_salt).__name__}")
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
         prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
         ctx = self.max_seq_tokens
         check_fits(len(prompt_ids), params.max_tokens, ctx,
@@ -124,7 +128,7 @@ class LLMEngine:
             gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
         seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
                        use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
-                       cache_salt=cache_salt)
+                       cache_salt=cache_salt, source=source)
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
         with self._wake:

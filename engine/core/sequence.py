@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from engine.params import SamplingParams
 
 
+SOURCES = ("user", "lesson")  # who sent a request (see Sequence.source)
+
 class SequenceStatus(enum.Enum):
     """Where a sequence is: the waiting queue, the running set, or done."""
 
@@ -32,6 +34,8 @@ class Sequence:
         context_len: most tokens (prompt + output) it may reach.
         generator: its seeded ``torch.Generator``, or ``None`` for torch's global one.
         cache_salt: mixed into the prefix-cache keys of its blocks (``None``: shared cache).
+        source: who sent it: ``"user"``, or ``"lesson"`` for the page's experiments (kept out
+            of the users' latency percentiles).
         output_ids: generated ids so far.
         block_table: physical KV blocks holding its tokens, in order (paged cache).
         num_computed: leading tokens whose keys and values are in the cache.
@@ -51,6 +55,7 @@ class Sequence:
     context_len: int = 2**31
     generator: object = None
     cache_salt: str | None = None
+    source: str = "user"
     status: SequenceStatus = SequenceStatus.WAITING
     output_ids: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)

@@ -109,6 +109,7 @@ class RequestOutput:
         stop_reason: the stop string or token id that ended the request, if any.
         use_kv_cache: whether the request decoded with a KV cache.
         memory: the last memory breakdown telemetry recorded for the request, if any.
+        source: who sent it, ``"user"`` or ``"lesson"`` (``LLMEngine.submit``).
     """
 
     request_id: str
@@ -123,6 +124,7 @@ class RequestOutput:
     use_kv_cache: bool = True
     memory: Any = None
     deltas: list[str] = field(default_factory=list)
+    source: str = "user"
 
     @property
     def finished_ok(self) -> bool:

@@ -158,7 +158,7 @@ class OutputProcessor:
             kv_cache_bytes=state.last_kv_bytes,
             stop_reason=state.stop_reason if state.stop_reason is not None else seq.stop_reason,
             use_kv_cache=seq.use_kv_cache, memory=state.last_memory,
-            deltas=[e.text_delta for e in state.handle.events])
+            deltas=[e.text_delta for e in state.handle.events], source=seq.source)
         self.counts[reason.outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)
