@@ -251,12 +251,17 @@ def calculator_update(model, pasted, uploaded, dtype, kv_dtype, activations, blo
         numbers: the boxes' values in the order of :data:`NUMBERS`.
 
     Returns:
-        ``(figure, markdown, status_html, accepted, *box_values)``: on a refused number the
-        figure and table are ``None`` (keep them), the status names the field, and every box
-        gets the last accepted value back; otherwise the new figure and table, an empty status,
-        and the boxes as they are.
+        ``(figure, markdown, status_html, accepted, *box_values)``, ``None`` meaning "leave
+        it as it is": on a refused number the figure and table stay, the status names the
+        field, and every box gets the last accepted value back; otherwise the new figure and
+        table, the boxes as they are, and an empty status, unless the numbers equal the last
+        accepted ones (as when the boxes were just put back: the refusal message stays).
     """
     last = {**DEFAULTS, **(last or {})}
+    if any(v is None for v in numbers):  # a box emptied to type a new value: wait for it
+        empty = ", ".join(LABELS[k] for k, v in zip(NUMBERS, numbers) if v is None)
+        return (None, None, f"<i>Type a value for {empty}; the chart shows the last accepted ones.</i>",
+                last, *[None] * len(NUMBERS))
     try:
         accepted = check_numbers(*numbers)
     except ValueError as exc:
@@ -266,4 +271,5 @@ def calculator_update(model, pasted, uploaded, dtype, kv_dtype, activations, blo
     fig, table = calculator_view(model, pasted, uploaded, accepted["seq_len"], accepted["batch"], dtype,
                                  kv_dtype, activations, accepted["chunk_tokens"], accepted["overhead_gb"],
                                  accepted["samples"], accepted["prompt_tokens"], block_sharing)
-    return (fig, table, "", accepted, *[accepted[k] for k in NUMBERS])
+    same = all(accepted[k] == last[k] for k in NUMBERS)  # e.g. the boxes just put back
+    return (fig, table, None if same else "", accepted, *[None] * len(NUMBERS))

@@ -346,14 +346,13 @@ def _wire(engine, c: dict, session_kwargs) -> None:
 
     def on_calc(*values):
         fig, table, status, last, *boxes = calculator_update(*values)
-        return (_keep(fig), _keep(table), status, last, *boxes)
+        return (_keep(fig), _keep(table), _keep(status), last, *[_keep(b) for b in boxes])
 
-    for comp in calc_in:
-        if comp is c["calc_last"]:
-            continue
-        comp.change(guard(on_calc), calc_in,
-                    [c["calc_plot"], c["calc_table"], c["calc_status"], c["calc_last"], *numbers],
-                    show_progress="hidden", trigger_mode="always_last", **quiet)
+    # putting a refused value back changes the box again: that second event finds the numbers
+    # equal to the last accepted ones and leaves the refusal message standing
+    gr.on([comp.change for comp in calc_in if comp is not c["calc_last"]], guard(on_calc), calc_in,
+          [c["calc_plot"], c["calc_table"], c["calc_status"], c["calc_last"], *numbers],
+          show_progress="hidden", trigger_mode="always_last", **quiet)
 
     sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"], c["ex_rep"]]
     answer, logits = c["ex_answer_state"], c["ex_logits"]

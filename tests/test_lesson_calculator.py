@@ -79,7 +79,8 @@ def test_a_refused_value_goes_back_to_the_last_accepted_one():
     ok = [2048, 4, 1, 1024, 2048, 0.5]
     fig, md, status, accepted, *boxes = calculator_update(QWEN, "", None, "fp16", "fp16", UNCHUNKED, True,
                                                           last, *ok)
-    assert fig is not None and "| T4 16 GB |" in md and status == "" and boxes == ok
+    assert fig is not None and "| T4 16 GB |" in md and status is None and boxes == [None] * 6
+    assert accepted == dict(zip(NUMBERS, ok))
     bad = [0, 4, 1, 1024, 2048, 0.5]  # a sequence length of 0 is refused
     fig, md, status, kept, *boxes = calculator_update(QWEN, "", None, "fp16", "fp16", UNCHUNKED, True,
                                                       accepted, *bad)
@@ -89,3 +90,14 @@ def test_a_refused_value_goes_back_to_the_last_accepted_one():
     _, _, status, _, *boxes = calculator_update(QWEN, "", None, "fp16", "fp16", UNCHUNKED, True, None,
                                                 4096, 1, 1, 0, 2048, -1.0)
     assert "framework overhead must be" in status and boxes[-1] == DEFAULTS["overhead_gb"]
+    # the boxes put back fire a change of their own: the message stays, the chart is redrawn
+    fig, _, status, _, *boxes = calculator_update(QWEN, "", None, "fp16", "fp16", UNCHUNKED, True, accepted,
+                                                  *[accepted[k] for k in NUMBERS])
+    assert fig is not None and status is None and boxes == [None] * 6
+    _, _, status, _, *_ = calculator_update(QWEN, "", None, "fp16", "fp16", UNCHUNKED, True, accepted,
+                                            4096, 4, 1, 1024, 2048, 0.5)
+    assert status == ""  # a new accepted value clears it
+    fig, md, status, kept, *boxes = calculator_update(QWEN, "", None, "fp16", "fp16", UNCHUNKED, True, accepted,
+                                                      None, 4, 1, 1024, 2048, 0.5)
+    assert fig is None and md is None and boxes == [None] * 6 and kept == accepted  # an emptied box
+    assert "Type a value for sequence length" in status
