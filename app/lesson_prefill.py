@@ -45,14 +45,14 @@ def sweep_figure(res: dict) -> go.Figure:
     rate = [f"{r:,.0f} tok/s" for r in res["prefill_tokens_per_s"]]
     med_ms = [s * 1000 for s in res["prefill_s"]]
     per_tok = [s * 1000 / t if t else 0.0 for s, t in zip(res["prefill_s"], x)]
-    for col, ys, scale in ((1, med_ms, 1.0), (2, per_tok, None)):
+    for col, ys in ((1, med_ms), (2, per_tok)):
         fig.add_trace(go.Scatter(x=x, y=ys, mode="lines+markers", name="median" if col == 1 else None,
                                  showlegend=col == 1, line={"color": PREFILL}, customdata=rate,
                                  hovertemplate="%{x} tokens: %{y:.2f} ms (%{customdata})<extra></extra>"),
                       row=1, col=col)
         if repeats > 1:
             dx = [t for t, r in zip(x, runs) for _ in r]
-            dy = [v * 1000 / (1 if scale else t) for t, r in zip(x, runs) for v in r]
+            dy = [v * 1000 / (t if col == 2 else 1) for t, r in zip(x, runs) for v in r]
             fig.add_trace(go.Scatter(x=dx, y=dy, mode="markers", name="single runs" if col == 1 else None,
                                      showlegend=col == 1, marker={"color": DECODE, "size": 5, "opacity": 0.6},
                                      hovertemplate="%{x} tokens: %{y:.2f} ms<extra></extra>"), row=1, col=col)
@@ -60,7 +60,8 @@ def sweep_figure(res: dict) -> go.Figure:
     layout(fig, f"Prefill vs prompt length (linear axes; {each})", "", "")
     fig.update_xaxes(title_text="prompt tokens", rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
-    fig.update_layout(height=HEIGHT + 20)
+    fig.update_layout(height=HEIGHT + 40, margin={"t": 80}, showlegend=repeats > 1,
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0.5, "xanchor": "center"})
     return fig
 
 

@@ -43,3 +43,17 @@ def test_engine_tags_lesson_requests(engine):
     assert s["count"] == 1 and s["lessons"]["count"] == 1
     with pytest.raises(ValueError, match="source must be one of user, lesson"):
         engine.submit("Hi.", params, source="teacher")
+
+
+def test_the_pages_reset_button_empties_the_table(engine, tmp_path):
+    from app.service import Playground
+    from app.ui import build_demo
+
+    pg = Playground(engine, trace_dir=tmp_path, monitor=False)
+    demo = build_demo(pg)
+    engine.generate("Hi.", SamplingParams(temperature=0, max_tokens=2))
+    assert engine.rolling.summary()["count"] >= 1
+    (fn,) = [f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "on_reset_rolling"]
+    html = fn()
+    assert engine.rolling.summary()["count"] == 0 and "0 recent requests" in html
+    assert [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "rolling-reset"]
