@@ -200,6 +200,24 @@ def test_repetition_penalty_rule_on_made_up_logits():
     assert list(probs) == [0.0, 1.0, 0.0, 0.0]  # greedy after the penalty takes the unseen token
 
 
+def test_explorer_figure_hatches_the_tokens_the_penalty_touches():
+    import numpy as np
+
+    from app.lessons import explorer_figure
+
+    logits = np.linspace(5.0, -5.0, 30)
+    seen = np.zeros(30, dtype=bool)
+    seen[[0, 3]] = True
+    sl = explorer.StepLogits(step=1, token_ids=list(range(20)), texts=[f"t{i}" for i in range(20)],
+                             logits=list(logits[:20]), chosen_id=1, chosen_text="t1", chosen_rank=1,
+                             sorted_logits=logits, sorted_ids=np.arange(30), named_texts=[f"t{i}" for i in range(30)],
+                             seen=seen)
+    bars = explorer_figure(sl, 1.0, 0, 1.0, 0.0, 2.0).data[1]
+    hatched = {t for t, shape in zip(bars.customdata, bars.marker.pattern.shape) if shape == "/"}
+    assert hatched == {"t0", "t3"} and bars.customdata[0] == "t1"  # t0 fell behind t1 and t2
+    assert set(explorer_figure(sl, 1.0, 0, 1.0, 0.0, 1.0).data[1].marker.pattern.shape) == {""}
+
+
 def test_step_logits_of_a_greedy_answer(loaded, engine, answer):
     prompt, out = answer
     for step in range(len(out)):
