@@ -15,7 +15,8 @@ CARDS = (
     ("ttft_s", "TTFT", "time to first token: first token − arrival", fmt_seconds),
     ("tpot_s", "TPOT", "time per output token after the first", fmt_seconds),
     ("decode_tokens_per_s", "decode speed", "(output tokens − 1) / decode time", fmt_rate),
-    ("prefill_tokens_per_s", "prefill speed", "prompt tokens / prefill time", fmt_rate),
+    ("prefill_tokens_per_s", "prefill speed", "computed prompt tokens / prefill time (prefix-cache "
+     "hits cost no compute, so they are not counted)", fmt_rate),
     ("e2e_s", "end-to-end", "finish − arrival", fmt_seconds),
     ("queue_time_s", "queue time", "waiting before the engine started it", fmt_seconds),
 )
@@ -38,9 +39,47 @@ def stat_cards_html(metrics: dict | None) -> str:
     tokens = ""
     if metrics:
         state = "final (engine metrics)" if metrics.get("final") else "live estimate"
-        tokens = (f"<div class='stat-foot'>{fmt_int(metrics.get('prompt_tokens'))} prompt tokens · "
-                  f"{fmt_int(metrics.get('output_tokens'))} output tokens · {state}</div>")
+        tokens = (f"<div class='stat-foot'>{_prompt_tokens(metrics)} · "
+                  f"N = {fmt_int(metrics.get('output_tokens'))} output tokens · {state}</div>"
+                  f"{latency_formula_html(metrics)}")
     return f"<div class='stat-grid'>{''.join(cards)}</div>{tokens}"
+
+
+def _prompt_tokens(metrics: dict) -> str:
+    """``"640 prompt tokens (17 computed, 623 from the prefix cache)"``, or just the count."""
+    prompt = metrics.get("prompt_tokens") or 0
+    cached = metrics.get("cached_prompt_tokens") or 0
+    text = f"{fmt_int(prompt)} prompt tokens"
+    if cached:
+        text += (f" (<b>{fmt_int(prompt - cached)} computed</b>, {fmt_int(cached)} from the prefix "
+                 "cache)")
+    return text
+
+
+def latency_formula_html(metrics: dict) -> str:
+    """Latency = TTFT + TPOT × (N − 1) written out with one request's own numbers.
+
+    Args:
+        metrics: ``RunState.live_metrics()``: ``ttft_s``, ``tpot_s`` (seconds, ``None`` while
+            undefined), ``output_tokens`` (N), ``e2e_s`` and ``final``.
+
+    Returns:
+        One ``<div class='latency-formula'>``, or ``""`` before the first token. The formula
+        (seed article 002, §6.1) holds by the metric definitions: TTFT ends at the first token and
+        the N − 1 later tokens take TPOT each on average; the measured end-to-end time adds only
+        the finishing bookkeeping after the last token.
+    """
+    n = int(metrics.get("output_tokens") or 0)
+    ttft = metrics.get("ttft_s")
+    if not n or ttft is None:
+        return ""
+    tpot = metrics.get("tpot_s") or 0.0
+    total = ttft + tpot * (n - 1)
+    e2e = metrics.get("e2e_s")
+    measured = (f" · measured end-to-end {fmt_seconds(e2e)}"
+                if metrics.get("final") and e2e is not None else "")
+    return (f"<div class='latency-formula'>Latency = TTFT + TPOT × (N − 1) = {fmt_seconds(ttft)} + "
+            f"{fmt_seconds(tpot)} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}</div>")
 
 
 def status_html(text: str, kind: str = "info") -> str:
@@ -97,7 +136,8 @@ def _eos_line(info) -> str:
 
 
 def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,
-                    bytes_per_token: int | None = None, pool_bytes: int | None = None) -> str:
+                    bytes_per_token: int | None = None, pool_bytes: int | None = None,
+                    prompt_tokens: int = 0, output_tokens: int = 0) -> str:
     """The KV cache formula written out with this model's numbers, and checked against the cache.
 
     Args:
@@ -108,6 +148,8 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
             (sliding-window models); defaults to the plain formula.
         pool_bytes: the paged KV pool's bytes: adds how many tokens it holds, and how many more
             than in the model's dtype when the KV cache is stored in fewer bytes.
+        prompt_tokens, output_tokens: the request's prompt length and N, its output tokens so
+            far; when ``tokens`` = prompt + N − 1 a line says why the newest token is not cached.
     """
     spec = info.spec
     elem = kv_element_bytes(info)
@@ -137,6 +179,13 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
             check = f" · measured {fmt_int(measured_bytes)} B ({ok})"
         lines.append(f"<div class='kv-now'>Now: {fmt_int(per_tok)} × {fmt_int(tokens)} tokens = "
                      f"{fmt_int(predicted)} B = {fmt_bytes(predicted)}{check}</div>")
+        if output_tokens and prompt_tokens and tokens == prompt_tokens + output_tokens - 1:
+            lines.append(
+                f"<div class='kv-why'>{fmt_int(tokens)} tokens = {fmt_int(prompt_tokens)} prompt + "
+                f"(N − 1) = {fmt_int(output_tokens - 1)} output tokens, not N = {fmt_int(output_tokens)}: "
+                "a step computes keys and values only for the tokens it is fed, and the newest "
+                "token was only just sampled; it enters the cache when the next step takes it "
+                "as input.</div>")
     return "".join(lines)
 
 
@@ -145,7 +194,8 @@ def rolling_table_html(summary: dict | None) -> str:
 
     Args:
         summary: ``engine.rolling.summary()``: ``{"count", "finished", "aborted", "failed",
-            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}``.
+            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}`` of users'
+            requests, and ``"lessons"`` (the same for lesson runs, counted in a footnote only).
     """
     summary = summary or {}
     rows = []
@@ -157,5 +207,10 @@ def rolling_table_html(summary: dict | None) -> str:
     counts = (f"{fmt_int(summary.get('count', 0))} recent requests (all users): "
               f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
               f"{fmt_int(summary.get('failed', 0))} failed")
+    lessons = summary.get("lessons") or {}
+    if lessons.get("count"):
+        e2e = (lessons.get("e2e_s") or {}).get("p50")
+        counts += (f"<br>{fmt_int(lessons['count'])} lesson runs kept apart, not in these percentiles"
+                   + (f" (their median end-to-end: {fmt_seconds(e2e)})" if e2e is not None else ""))
     return ("<table class='rolling'><tr><th></th><th>p50</th><th>p90</th><th>p99</th></tr>"
             f"{''.join(rows)}</table><div class='rolling-foot'>{counts}</div>")

@@ -119,7 +119,8 @@ def _kv_formula(pg, state: RunState) -> str:
     last_tokens = state.kv_tokens[-1] if state.kv_tokens else None
     return cards.kv_formula_html(pg.info, last_tokens if state.use_kv_cache else None,
                                  state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token,
-                                 getattr(pg, "pool_bytes", None))
+                                 getattr(pg, "pool_bytes", None), state.prompt_tokens,
+                                 len(state.token_index))
 
 
 def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:

@@ -1,17 +1,17 @@
 """The Lessons tab: five small experiments for a classroom, on the page's own engine.
 
-(a) KV cache on against off, live; (b) prompt length sweep and decode share on demand; (c) the
-KV cache calculator against common GPUs; (d) the sampling explorer; (e) quantization: every
-weights and KV cache precision side by side (each variant loaded briefly, apart from the engine
-that serves the page). The work that needs torch
-lives in ``engine.experiments``; here are the layout, plain handler functions (testable without
-a browser) and Plotly figures built from plain numbers. This module never imports torch.
+(a) KV cache on against off, live; (b) prompt length sweep and decode share on demand
+(:mod:`app.lesson_prefill`); (c) the KV cache calculator against common GPUs
+(:mod:`app.lesson_calculator`); (d) the sampling explorer (:mod:`app.lesson_sampling`); (e)
+quantization: every weights and KV cache precision side by side (each variant loaded briefly,
+apart from the engine that serves the page). The work that needs torch lives in
+``engine.experiments``; here are the layout, the wiring and the (a) and (e) handlers, plain
+functions testable without a browser. Every lesson run is submitted with ``source="lesson"``,
+so it stays out of the users' latency percentiles. This module never imports torch.
 """
 
 from __future__ import annotations
 
-import html
-import json
 from typing import Iterator
 
 import gradio as gr
@@ -19,37 +19,29 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine import QueueFullError, SamplingParams
-from engine.experiments import calculator, decode_share, explorer, prompt_length, quantization
-from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
+from engine.experiments import calculator, explorer, quantization  # noqa: F401 (calculator: tests patch it)
+from engine.telemetry.estimator import DTYPE_BYTES, known_models
 
-from . import fields
 from .errors import guard
 from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
-
-ON, OFF, PREFILL, DECODE = "#2E86AB", "#E4572E", "#E4572E", "#2E86AB"
-PARTS = (("weights_bytes", "weights", "#2E86AB"), ("kv_bytes", "KV cache", "#E4572E"),
-         ("activation_bytes", "activations", "#F3A712"))
-HEIGHT = 340
+from .lesson_calculator import (ACTIVATIONS, DEFAULTS, MAX_CONFIG_BYTES, NUMBERS, UNCHUNKED,  # noqa: F401
+                                calculator_figure, calculator_table, calculator_update,
+                                calculator_view, read_config)
+from .lesson_common import OFF, ON, error_html as _error, layout as _layout, progress_adapter
+from .lesson_prefill import run_share, run_sweep, share_figure, sweep_figure  # noqa: F401
+from .lesson_sampling import (EXAMPLES, PENALTY_RULE, USE_CASES, answer_html, explorer_figure,  # noqa: F401
+                              explorer_generate, show_token, step_choices)
+from . import lesson_calculator, lesson_prefill, lesson_sampling
 
 TEXT = {
     "kv": "The same prompt runs twice, first with the KV cache and then without it; both runs "
           "produce the same tokens. With the cache each step feeds one new token, so the blue "
           "line stays flat. Without it every step recomputes the whole sequence, so the orange "
           "line climbs as the answer grows: compare the total times.",
-    "prefill": "Prefill reads the whole prompt at once (long prompts in chunks of a few hundred "
-               "tokens), so it processes many tokens per second. Watch where its time starts to "
-               "grow with the prompt: on a GPU short prompts cost almost the same, while a CPU "
-               "saturates early. Then see how small prefill is next to decode, which produces "
-               "one token per step.",
-    "calc": "The KV cache stores a key and a value vector per layer, per KV head and per token, "
-            "so it grows linearly with context length and batch size while the weights stay "
-            "fixed. Find the batch or context where the KV cache outgrows the weights, and which "
-            "cards can still hold it.",
-    "sampling": "At each step the model scores every token in its vocabulary; sampling turns "
-                "those scores into a choice. Lower the temperature to sharpen the bars, raise it "
-                "to flatten them; top-k, top-p and min-p cut the tail (grey outlines are the "
-                "untouched probabilities). The red bar is the token the answer actually took.",
+    "prefill": lesson_prefill.TEXT,
+    "calc": lesson_calculator.TEXT,
+    "sampling": lesson_sampling.TEXT,
     "quant": "Each precision is loaded for a moment and scored on a fixed text (English, Chinese "
              "and code) against fp32: how often its most likely next token agrees, and how far its "
              "next-token distribution moves (KL). When the weights dominate memory and time, as "
@@ -57,19 +49,6 @@ TEXT = {
              "many users), quantize or page the KV cache; when activations dominate (long "
              "prefills), use memory-efficient attention. A run takes a minute or two.",
 }
-
-
-def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 15}, "x": 0.01}, template="plotly_white",
-                      height=HEIGHT, margin={"l": 60, "r": 20, "t": 50, "b": 50},
-                      legend={"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 1, "xanchor": "right"})
-    fig.update_xaxes(title_text=x)
-    fig.update_yaxes(title_text=y)
-    return fig
-
-
-def _error(message: str) -> str:
-    return f"<span style='color:#b00'>⚠ {html.escape(message)}</span>"
 
 
 # ---- (a) KV cache on vs off, live --------------------------------------------------------------
@@ -113,7 +92,8 @@ def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25,
     try:
         for use in (True, False):
             try:
-                runs.append(engine.submit(prompt, params, use_kv_cache=use, **(submit_kwargs or {})))
+                runs.append(engine.submit(prompt, params, use_kv_cache=use, source="lesson",
+                                          **(submit_kwargs or {})))
             except (ValueError, QueueFullError) as exc:  # a bad prompt or a full queue is shown
                 yield kv_live_figure(*_curves(runs), new_tokens), _error(str(exc))
                 return
@@ -155,241 +135,6 @@ def _kv_final(on, off, new_tokens: int) -> Iterator[tuple]:
         f"(<b>{t_off / t_on:.1f}×</b> slower without the cache); both runs produced {same}.")
 
 
-# ---- (b) prompt length and decode share --------------------------------------------------------
-def sweep_figure(res: dict) -> go.Figure:
-    """Prefill time (bars, ms) and prefill tokens/s (line) against prompt tokens."""
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    x = [str(t) for t in res["prompt_tokens"]]
-    fig.add_trace(go.Bar(x=x, y=[s * 1000 for s in res["prefill_s"]], name="prefill time (ms)",
-                         marker_color=PREFILL), secondary_y=False)
-    fig.add_trace(go.Scatter(x=x, y=res["prefill_tokens_per_s"], name="prefill tokens/s",
-                             mode="lines+markers", line={"color": DECODE}), secondary_y=True)
-    _layout(fig, "Prefill vs prompt length", "prompt tokens", "prefill time (ms)")
-    fig.update_yaxes(title_text="tokens/s", secondary_y=True, rangemode="tozero")
-    return fig
-
-
-def share_figure(res: dict) -> go.Figure:
-    """One horizontal stacked bar: prefill and decode seconds, labelled with their shares."""
-    fig = go.Figure()
-    for key, share, name, color in (("prefill_s", "prefill_share", "prefill", PREFILL),
-                                    ("decode_s", "decode_share", "decode", DECODE)):
-        fig.add_trace(go.Bar(y=["request"], x=[res[key]], orientation="h", marker_color=color,
-                             name=f"{name}: {fmt_seconds(res[key])} ({res[share] * 100:.1f}%)"))
-    _layout(fig, f"{res['prompt_tokens']} prompt tokens, {res['new_tokens']} new tokens",
-            "seconds", "")
-    fig.update_layout(barmode="stack", height=220)
-    return fig
-
-
-def _adapter(progress):
-    return (lambda f, m: progress(f, desc=m)) if progress is not None else None
-
-
-def run_sweep(engine, largest: int, progress=None) -> tuple[go.Figure, str]:
-    """Prompt length sweep from 16 tokens up to ``largest`` (powers of two), once each."""
-    lengths = [n for n in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if n <= int(largest)]
-    res = prompt_length.run(engine.loaded, quick=True, progress=_adapter(progress), engine=engine,
-                            lengths=lengths, repeats=1)
-    return sweep_figure(res), (f"Prefill stayed within 2× the shortest prompt's time up to "
-                               f"<b>{fmt_int(res['cheap_until_tokens'])}</b> tokens.")
-
-
-def run_share(engine, new_tokens: int, progress=None) -> tuple[go.Figure, str]:
-    """Decode share of one request with ``new_tokens`` new tokens."""
-    res = decode_share.run(engine.loaded, quick=True, progress=_adapter(progress), engine=engine,
-                           new_tokens=int(new_tokens))
-    return share_figure(res), (f"Decode took <b>{res['decode_share'] * 100:.1f}%</b> of prefill + "
-                               f"decode; one decode step (TPOT) took {fmt_seconds(res['tpot_s'])}.")
-
-
-# ---- (c) KV cache calculator -------------------------------------------------------------------
-def calculator_figure(calc: dict) -> go.Figure:
-    """Weights, KV cache and activations as stacked shares of each GPU's memory (100% = full)."""
-    fig = go.Figure()
-    names = [g["name"] for g in calc["gpus"]]
-    for key, label, color in PARTS:
-        fig.add_trace(go.Bar(
-            y=names, x=[calc[key] / g["memory_bytes"] * 100 for g in calc["gpus"]], orientation="h",
-            name=f"{label} {fmt_bytes(calc[key])}", marker_color=color,
-            hovertemplate=f"{label}: {fmt_bytes(calc[key])}<br>%{{x:.1f}}% of %{{y}}<extra></extra>"))
-    fig.add_vline(x=100, line_dash="dash", line_color="#555")
-    _layout(fig, f"{calc['model']}: {fmt_bytes(calc['total_bytes'])} at batch {calc['batch']}, "
-                 f"{fmt_int(calc['seq_len'])} tokens, {calc['dtype']}", "% of GPU memory", "")
-    fig.update_layout(barmode="stack")
-    return fig
-
-
-def calculator_table(calc: dict) -> str:
-    """Markdown: the figures, the KV formula, and per GPU whether it fits and the limits."""
-    lines = [f"Weights **{fmt_bytes(calc['weights_bytes'])}** · KV cache **{fmt_bytes(calc['kv_bytes'])}** "
-             f"({fmt_int(calc['kv_bytes_per_token'])} B per token) · activations "
-             f"**{fmt_bytes(calc['activation_bytes'])}** (estimate) · total "
-             f"**{fmt_bytes(calc['total_bytes'])}**", "", f"`{calc['kv_formula']}`", "",
-             f"| GPU | memory | fits? | largest batch at {fmt_int(calc['seq_len'])} tokens | "
-             f"longest context at batch {calc['batch']} |", "| --- | --- | --- | --- | --- |"]
-    for g in calc["gpus"]:
-        ctx = g["max_context"]
-        ctx_s = "–" if not ctx else fmt_int(ctx) + (" (the model's window)"
-                                                   if ctx == calc["max_positions"] else "")
-        lines.append(f"| {g['name']} | {fmt_bytes(g['memory_bytes'])} | {'yes' if g['fits'] else 'no'} | "
-                     f"{fmt_int(g['max_batch']) if g['max_batch'] else '–'} | {ctx_s} |")
-    if calc["max_positions"] and calc["seq_len"] > calc["max_positions"]:
-        lines.append(f"\n⚠ {fmt_int(calc['seq_len'])} tokens is beyond this model's window of "
-                     f"{fmt_int(calc['max_positions'])} tokens.")
-    lines.append("\nNominal memory; the CUDA context and allocator take a little of it.")
-    return "\n".join(lines)
-
-
-MAX_CONFIG_BYTES = 1 << 20  # a pasted or uploaded config.json (real ones are a few KB)
-MAX_CALC_SEQ_LEN = 1 << 24
-MAX_CALC_BATCH = 1 << 20
-
-
-def _whole(name: str, value, lo: int, hi: int) -> int:
-    """``value`` as an int in ``[lo, hi]`` (a whole float is fine); ValueError naming ``name``."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise ValueError(f"{name} must be a whole number in [{lo:,}, {hi:,}], got {shown}")
-    return value
-
-
-def read_config(pasted: str | None, uploaded: str | None) -> dict | None:
-    """The ``config.json`` the user gave, as a dict: an uploaded file wins over pasted text.
-
-    Args:
-        pasted: JSON text from the page (or ``None``).
-        uploaded: the path Gradio gives for a file the user uploaded (Gradio accepts only
-            paths inside its own upload folder from a client); at most
-            :data:`MAX_CONFIG_BYTES` of it are read.
-
-    Returns:
-        The JSON object, or ``None`` when neither was given.
-
-    Raises:
-        ValueError: not JSON, not an object, or larger than :data:`MAX_CONFIG_BYTES` (the
-            message is about the user's own text, never about server files).
-    """
-    if uploaded:
-        try:
-            with open(uploaded, "rb") as f:
-                raw = f.read(MAX_CONFIG_BYTES + 1)
-        except OSError:
-            raise ValueError("the uploaded file could not be read: upload it again") from None
-        what = "the uploaded config.json"
-    elif isinstance(pasted, str) and pasted.strip():
-        try:
-            raw = pasted.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("the pasted config.json is not valid Unicode text") from None
-        what = "the pasted config.json"
-    else:
-        return None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ValueError(f"{what} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
-    try:
-        data = json.loads(raw)
-    except RecursionError:
-        raise ValueError(f"{what} is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError or bad UTF-8
-        raise ValueError(f"{what} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} must be a JSON object ({{...}}), got {type(data).__name__}")
-    return data
-
-
-def calculator_view(model: str, pasted: str | None, uploaded: str | None, seq_len, batch,
-                    dtype: str) -> tuple:
-    """``(figure, markdown)`` for a model of the shipped table, or for the user's own
-    ``config.json`` (uploaded or pasted; it wins over the table model when given).
-
-    A client never names a server-side file or a Hub id here: the model must be one of
-    ``known_models()``, and a config comes as text or as an upload.
-    """
-    try:
-        seq_len = _whole("sequence length", seq_len, 1, MAX_CALC_SEQ_LEN)
-        batch = _whole("batch", batch, 1, MAX_CALC_BATCH)
-        if dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}")
-        config = read_config(pasted, uploaded)
-        if config is not None:
-            name = str(config.get("_name_or_path") or "your config.json")[:80]
-            spec = ModelSpec.from_config(config, name=name, source="your config.json")
-        elif isinstance(model, str) and model in known_models():
-            spec = model
-        else:
-            raise ValueError("pick a model from the list, or paste or upload its config.json")
-        calc = calculator.calculate(spec, seq_len, batch, dtype)
-    except (ValueError, TypeError, ArithmeticError) as exc:  # about the user's own values
-        return go.Figure(), _error(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-    return calculator_figure(calc), calculator_table(calc)
-
-
-# ---- (d) sampling explorer ---------------------------------------------------------------------
-def show_token(text: str) -> str:
-    """A token's text with visible whitespace: ␣ for a space, ↵ for a newline, ∅ for empty."""
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
-
-
-def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, seed,
-                      submit_kwargs: dict | None = None) -> dict:
-    """Generate a short answer (32 tokens at most) with these sampling settings
-    (``submit_kwargs``, such as the session's ``cache_salt``, go to ``engine.generate``).
-
-    Returns:
-        ``{"prompt_ids", "token_ids", "texts"}`` of the answer.
-
-    Raises:
-        gr.Error: a refused value (naming its field), a full queue, or a failed request.
-    """
-    try:
-        prompt = fields.text("prompt", prompt)
-        params = SamplingParams(temperature=fields.number("temperature", temperature),
-                                top_k=fields.whole("top_k", top_k), top_p=fields.number("top_p", top_p),
-                                min_p=fields.number("min_p", min_p), max_tokens=32,
-                                seed=fields.whole("seed", seed))
-        out = engine.generate(prompt, params, **(submit_kwargs or {}))
-    except (ValueError, QueueFullError) as exc:
-        raise gr.Error(str(exc), print_exception=False) from None
-    if not out.finished_ok:
-        raise gr.Error(f"the request ended with {out.finish_reason}: {out.error}")
-    tok = engine.tokenizer
-    return {"prompt_ids": out.prompt_token_ids, "token_ids": out.token_ids,
-            "texts": [tok.decode([i]) for i in out.token_ids]}
-
-
-def step_choices(answer: dict) -> list[tuple[str, int]]:
-    """Dropdown choices ``("3: ␣light", 3)`` for each step of the answer."""
-    return [(f"{i}: {show_token(t)}", i) for i, t in enumerate(answer.get("texts", []))]
-
-
-def explorer_figure(sl, temperature, top_k, top_p, min_p) -> go.Figure:
-    """The top 20 candidates' probabilities after the sliders, raw ones as outlines."""
-    if sl is None:
-        fig = _layout(go.Figure(), "Generate an answer, then pick a step", "", "probability")
-        return fig
-    v = explorer.view(sl, float(temperature), int(top_k), float(top_p), float(min_p))
-    idx = list(range(len(v["texts"])))
-    colors = ["#C0392B" if i == sl.chosen_id else ("#2E86AB" if p > 0 else "#BBBBBB")
-              for i, p in zip(v["token_ids"], v["probs"])]
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=idx, y=v["raw_probs"], name="temperature 1, no filters",
-                         marker={"color": "rgba(0,0,0,0)", "line": {"color": "#999", "width": 1}},
-                         hovertemplate="%{y:.3f} (raw)<extra></extra>"))
-    fig.add_trace(go.Bar(x=idx, y=v["probs"], name="after the sliders", marker_color=colors,
-                         customdata=[show_token(t) for t in v["texts"]],
-                         hovertemplate="%{customdata}: %{y:.3f}<extra></extra>"))
-    where = (f"chosen token {show_token(sl.chosen_text)!r} is rank {sl.chosen_rank + 1}, "
-             f"p = {v['chosen_prob']:.3f}")
-    _layout(fig, f"Step {sl.step}: {fmt_int(v['kept'])} tokens left; {where}", "", "probability")
-    fig.update_layout(barmode="overlay", bargap=0.15)
-    fig.update_xaxes(tickvals=idx, ticktext=[show_token(t) for t in v["texts"]], tickangle=-45)
-    fig.update_yaxes(range=[0, 1.02])
-    return fig
-
-
 # ---- (e) quantization ----------------------------------------------------------------------------
 def quant_figure(res: dict) -> go.Figure:
     """Per variant: weight MB, decode tokens/s (× fp32) and top-1 agreement with fp32 (%)."""
@@ -427,7 +172,7 @@ def quant_table(res: dict) -> str:
 
 def run_quantization(engine, progress=None) -> tuple[go.Figure, str]:
     """The ``quantization`` experiment in quick mode on the page's model (its own engines)."""
-    res = quantization.run(engine.loaded, quick=True, progress=_adapter(progress))
+    res = quantization.run(engine.loaded, quick=True, progress=progress_adapter(progress))
     return quant_figure(res), quant_table(res)
 
 
@@ -465,27 +210,49 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             with gr.Row():
                 c["sweep_max"] = gr.Dropdown([256, 512, 1024, 2048], value=1024,
                                              label="longest prompt (tokens)", **ids("sweep_max"))
+                c["sweep_repeats"] = gr.Dropdown([1, 2, 3], value=1, label="runs per length (median)",
+                                                 **ids("sweep_repeats"))
                 c["sweep_run"] = gr.Button("Run prompt length sweep", variant="primary",
                                            **ids("sweep_run"))
                 c["share_tokens"] = gr.Slider(20, 500, value=100, step=10, label="new tokens",
                                               **ids("share_tokens"))
                 c["share_run"] = gr.Button("Run decode share", variant="primary", **ids("share_run"))
-            with gr.Row():
-                c["sweep_plot"] = gr.Plot(show_label=False, **ids("sweep_plot"))
-                c["share_plot"] = gr.Plot(show_label=False, **ids("share_plot"))
-            c["prefill_status"] = gr.HTML("", **ids("prefill_status"))
+            with gr.Row(equal_height=False):
+                with gr.Column():
+                    c["sweep_plot"] = gr.Plot(show_label=False, **ids("sweep_plot"))
+                    c["sweep_status"] = gr.HTML("", **ids("sweep_status"))
+                with gr.Column():
+                    c["share_plot"] = gr.Plot(show_label=False, **ids("share_plot"))
+                    c["share_status"] = gr.HTML("", **ids("share_status"))
+            c["sweep_result"] = gr.State(None)
         with gr.Tab("KV cache calculator"):
             gr.Markdown(TEXT["calc"])
             models = known_models()
             first = models[0] if models else ""
+            d = DEFAULTS
             with gr.Row():
-                c["calc_model"] = gr.Dropdown(models, value=first or None, label="model",
+                c["calc_model"] = gr.Dropdown(models, value=first or None, label="model", scale=2,
                                               **ids("calc_model"))
-                c["calc_seq"] = gr.Slider(128, 131072, value=4096, step=128,
-                                          label="sequence length (tokens)", **ids("calc_seq"))
-                c["calc_batch"] = gr.Slider(1, 256, value=1, step=1, label="batch", **ids("calc_batch"))
-                c["calc_dtype"] = gr.Dropdown(list(DTYPE_BYTES), value="fp16", label="dtype",
+                c["calc_seq"] = gr.Number(d["seq_len"], precision=0, label="sequence length (tokens, ≥ 1)",
+                                          **ids("calc_seq"))
+                c["calc_batch"] = gr.Number(d["batch"], precision=0, label="batch (requests)", **ids("calc_batch"))
+                c["calc_dtype"] = gr.Dropdown(list(DTYPE_BYTES), value="fp16", label="weights dtype",
                                               **ids("calc_dtype"))
+                c["calc_kv_dtype"] = gr.Dropdown(list(DTYPE_BYTES), value="fp16", label="KV cache dtype",
+                                                 **ids("calc_kv_dtype"))
+            with gr.Row():
+                c["calc_act"] = gr.Radio(list(ACTIVATIONS), value=UNCHUNKED, label="activations: prefill as",
+                                         scale=2, **ids("calc_act"))
+                c["calc_chunk"] = gr.Number(d["chunk_tokens"], precision=0, label="chunk (tokens per pass)",
+                                            **ids("calc_chunk"))
+                c["calc_overhead"] = gr.Number(d["overhead_gb"], label="framework overhead (GB)",
+                                               **ids("calc_overhead"))
+                c["calc_samples"] = gr.Number(d["samples"], precision=0, label="answers per request (beams)",
+                                              **ids("calc_samples"))
+                c["calc_prompt"] = gr.Number(d["prompt_tokens"], precision=0, label="of which prompt tokens",
+                                             **ids("calc_prompt"))
+                c["calc_share"] = gr.Checkbox(True, label="block sharing (prompt stored once)",
+                                              **ids("calc_share"))
             with gr.Accordion("Or your own model: its config.json", open=False):
                 with gr.Row():
                     c["calc_json"] = gr.Textbox(label="paste config.json", lines=3, max_lines=12,
@@ -493,11 +260,14 @@ def build_lessons(engine, session_kwargs=None) -> dict:
                                                 **ids("calc_json"))
                     c["calc_file"] = gr.File(label=f"or upload it (up to {MAX_CONFIG_BYTES // 1024} KiB)",
                                              file_types=[".json"], type="filepath", **ids("calc_file"))
-            fig, table = calculator_view(first, "", None, 4096, 1, "fp16")
+            c["calc_status"] = gr.HTML("", **ids("calc_status"))
+            fig, table = calculator_view(first, "", None, d["seq_len"], d["batch"], "fp16", "fp16", UNCHUNKED,
+                                         d["chunk_tokens"], d["overhead_gb"], d["samples"], d["prompt_tokens"])
             c["calc_plot"] = gr.Plot(fig, show_label=False, **ids("calc_plot"))
             c["calc_table"] = gr.Markdown(table, **ids("calc_table"))
+            c["calc_last"] = gr.State(dict(DEFAULTS))
         with gr.Tab("Sampling explorer"):
-            gr.Markdown(TEXT["sampling"])
+            gr.Markdown(TEXT["sampling"] + "\n\n" + USE_CASES)
             with gr.Row():
                 c["ex_prompt"] = gr.Textbox("Name a colour and say why you like it.", label="Prompt",
                                             scale=4, **ids("ex_prompt"))
@@ -505,27 +275,39 @@ def build_lessons(engine, session_kwargs=None) -> dict:
                 c["ex_run"] = gr.Button("Generate an answer", variant="primary", scale=1,
                                         **ids("ex_run"))
             with gr.Row():
-                c["ex_temp"] = gr.Slider(0, 2, value=0.8, step=0.05, label="temperature",
+                c["ex_temp"] = gr.Slider(0, 2, value=0.8, step=0.05, label="temperature (0 = greedy)",
                                          **ids("ex_temp"))
                 c["ex_topk"] = gr.Slider(0, 50, value=0, step=1, label="top-k (0 = off)", **ids("ex_topk"))
                 c["ex_topp"] = gr.Slider(0.05, 1, value=1.0, step=0.01, label="top-p (1 = off)",
                                          **ids("ex_topp"))
                 c["ex_minp"] = gr.Slider(0, 0.5, value=0.0, step=0.01, label="min-p (0 = off)",
                                          **ids("ex_minp"))
+                c["ex_rep"] = gr.Slider(0.8, 2.0, value=1.0, step=0.05, label="repetition penalty (1 = off)",
+                                        **ids("ex_rep"))
+            sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"], c["ex_rep"]]
+            gr.Examples([list(ex[1:]) for ex in EXAMPLES], [c["ex_prompt"], *sliders],
+                        example_labels=[ex[0] for ex in EXAMPLES], label="Use cases: greedy or sampling")
+            gr.Markdown(PENALTY_RULE, elem_classes=["penalty-rule"])
+            c["ex_answer"] = gr.HTML(answer_html(None), **ids("ex_answer"))
             c["ex_step"] = gr.Dropdown([], label="step of the answer (index: token)", interactive=True,
                                        **ids("ex_step"))
             c["ex_plot"] = gr.Plot(explorer_figure(None, 1, 0, 1, 0), show_label=False, **ids("ex_plot"))
-            answer, logits = gr.State({}), gr.State(None)
+            c["ex_answer_state"], c["ex_logits"] = gr.State({}), gr.State(None)
         with gr.Tab("Quantization"):
             gr.Markdown(TEXT["quant"])
             c["quant_run"] = gr.Button("Compare precisions", variant="primary", **ids("quant_run"))
             c["quant_plot"] = gr.Plot(show_label=False, **ids("quant_plot"))
             c["quant_table"] = gr.Markdown("", **ids("quant_table"))
-    _wire(engine, c, answer, logits, session_kwargs or (lambda session_id: {}))
+    _wire(engine, c, session_kwargs or (lambda session_id: {}))
     return c
 
 
-def _wire(engine, c: dict, answer, logits, session_kwargs) -> None:
+def _keep(value):
+    """``None`` (a handler's "unchanged") as ``gr.skip()``, anything else as it is."""
+    return gr.skip() if value is None else value
+
+
+def _wire(engine, c: dict, session_kwargs) -> None:
     quiet = {"api_visibility": "private"}
 
     def on_kv(prompt, n, request: gr.Request):
@@ -534,43 +316,62 @@ def _wire(engine, c: dict, answer, logits, session_kwargs) -> None:
     c["kv_run"].click(guard(on_kv), [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
                       show_progress="hidden", concurrency_limit=2, **quiet)
 
-    def on_sweep(largest, progress=gr.Progress()):
-        return run_sweep(engine, largest, progress)
+    def on_sweep(largest, repeats, progress=gr.Progress()):
+        return run_sweep(engine, largest, repeats, progress)
 
-    def on_share(n, progress=gr.Progress()):
-        return run_share(engine, n, progress)
+    def on_share(n, sweep, progress=gr.Progress()):
+        return run_share(engine, n, progress, sweep)
 
     def on_quant(progress=gr.Progress()):
         return run_quantization(engine, progress)
 
+    def running(what: str):
+        return lambda: f"<i>Running the {what}…</i>"
+
     c["quant_run"].click(guard(on_quant), None, [c["quant_plot"], c["quant_table"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
-    c["sweep_run"].click(guard(on_sweep), c["sweep_max"], [c["sweep_plot"], c["prefill_status"]],
-                         concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
-    c["share_run"].click(guard(on_share), c["share_tokens"], [c["share_plot"], c["prefill_status"]],
-                         concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
+    # the old conclusion goes first, so it never sits beside the next run's progress text
+    c["sweep_run"].click(guard(running("sweep")), None, c["sweep_status"], queue=False, **quiet).then(
+        guard(on_sweep), [c["sweep_max"], c["sweep_repeats"]],
+        [c["sweep_plot"], c["sweep_status"], c["sweep_result"]], show_progress_on=[c["sweep_plot"]],
+        concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
+    c["share_run"].click(guard(running("decode share")), None, c["share_status"], queue=False, **quiet).then(
+        guard(on_share), [c["share_tokens"], c["sweep_result"]], [c["share_plot"], c["share_status"]],
+        show_progress_on=[c["share_plot"]], concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
 
-    calc_in = [c["calc_model"], c["calc_json"], c["calc_file"], c["calc_seq"], c["calc_batch"], c["calc_dtype"]]
-    for comp in calc_in:
-        comp.change(guard(calculator_view), calc_in, [c["calc_plot"], c["calc_table"]],
-                    show_progress="hidden", trigger_mode="always_last", **quiet)
+    numbers = [c["calc_seq"], c["calc_batch"], c["calc_samples"], c["calc_prompt"], c["calc_chunk"],
+               c["calc_overhead"]]
+    calc_in = [c["calc_model"], c["calc_json"], c["calc_file"], c["calc_dtype"], c["calc_kv_dtype"],
+               c["calc_act"], c["calc_share"], c["calc_last"], *numbers]
 
-    sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"]]
+    def on_calc(*values):
+        fig, table, status, last, *boxes = calculator_update(*values)
+        return (_keep(fig), _keep(table), _keep(status), last, *[_keep(b) for b in boxes])
 
-    def on_generate(prompt, seed, t, k, p, m, request: gr.Request):
-        ans = explorer_generate(engine, prompt, t, k, p, m, seed, session_kwargs(request.session_hash))
+    # putting a refused value back changes the box again: that second event finds the numbers
+    # equal to the last accepted ones and leaves the refusal message standing
+    gr.on([comp.change for comp in calc_in if comp is not c["calc_last"]], guard(on_calc), calc_in,
+          [c["calc_plot"], c["calc_table"], c["calc_status"], c["calc_last"], *numbers],
+          show_progress="hidden", trigger_mode="always_last", **quiet)
+
+    sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"], c["ex_rep"]]
+    answer, logits = c["ex_answer_state"], c["ex_logits"]
+
+    def on_generate(prompt, seed, t, k, p, m, r, request: gr.Request):
+        ans = explorer_generate(engine, prompt, t, k, p, m, seed, session_kwargs(request.session_hash), r)
         sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], 0)
-        return (ans, sl, gr.Dropdown(choices=step_choices(ans), value=0),
-                explorer_figure(sl, t, k, p, m))
+        return (ans, sl, gr.Dropdown(choices=step_choices(ans), value=0), answer_html(ans),
+                explorer_figure(sl, t, k, p, m, r))
 
-    def on_step(ans, step, t, k, p, m):
+    def on_step(ans, step, t, k, p, m, r):
         if not ans or step is None:
-            return None, explorer_figure(None, t, k, p, m)
+            return None, explorer_figure(None, t, k, p, m, r)
         sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], int(step))
-        return sl, explorer_figure(sl, t, k, p, m)
+        return sl, explorer_figure(sl, t, k, p, m, r)
 
     c["ex_run"].click(guard(on_generate), [c["ex_prompt"], c["ex_seed"], *sliders],
-                      [answer, logits, c["ex_step"], c["ex_plot"]], concurrency_limit=2, **quiet)
+                      [answer, logits, c["ex_step"], c["ex_answer"], c["ex_plot"]], concurrency_limit=2,
+                      **quiet)
     c["ex_step"].input(guard(on_step), [answer, c["ex_step"], *sliders], [logits, c["ex_plot"]],
                        concurrency_limit=1, concurrency_id="lesson-step", **quiet)
     for s in sliders:

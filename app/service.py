@@ -234,9 +234,16 @@ class Playground:
                     self._trace_dirs = {k: v for k, v in self._trace_dirs.items() if v != folder}
 
     def rolling_summary(self) -> dict:
-        """``engine.rolling.summary()`` (p50/p90/p99 over recent requests of every session)."""
+        """``engine.rolling.summary()``: p50/p90/p99 over recent requests of every session, lesson
+        runs apart under ``"lessons"``."""
         rolling = getattr(self.engine, "rolling", None)
         return rolling.summary() if rolling is not None else {}
+
+    def reset_rolling(self) -> None:
+        """Empty the recent-requests table (for every page: the statistics are the server's)."""
+        rolling = getattr(self.engine, "rolling", None)
+        if rolling is not None and hasattr(rolling, "reset"):
+            rolling.reset()
 
     def batch_data(self) -> tuple[dict, dict, list]:
         """The engine's batching state for the page: ``(stats, block snapshot, recent steps)``.

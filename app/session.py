@@ -80,6 +80,7 @@ class RunState:
         prompt_tokens: prompt length in tokens (known after the prefill step).
         prefill_computed: prompt tokens the prefill's (last) forward pass computed; fewer than
             ``prompt_tokens`` when a prefix cache supplied the rest or the prompt came in chunks.
+        cached_prompt_tokens: prompt tokens the prefix cache supplied (not computed).
         token_index: 1, 2, ... — the output token each step produced.
         step_ms: each step's duration (forward pass + sampling) in milliseconds.
         phases: ``"prefill"`` or ``"decode"`` per step.
@@ -101,6 +102,7 @@ class RunState:
     request_id: str | None = None
     prompt_tokens: int = 0
     prefill_computed: int = 0
+    cached_prompt_tokens: int = 0
     token_index: list[int] = field(default_factory=list)
     step_ms: list[float] = field(default_factory=list)
     phases: list[str] = field(default_factory=list)
@@ -131,6 +133,7 @@ class RunState:
             # forward pass may have computed fewer (prefix-cache hits, chunked prefill)
             self.prompt_tokens = int(ev.kv_tokens) if ev.kv_tokens else int(ev.num_tokens)
             self.prefill_computed = int(ev.num_tokens)
+            self.cached_prompt_tokens = int(getattr(ev, "cached_tokens", 0) or 0)
         self.token_index.append(len(self.token_index) + 1)
         self.step_ms.append(max(0.0, (ev.end_s - ev.start_s) * 1000.0))
         self.phases.append(ev.phase)
@@ -176,14 +179,17 @@ class RunState:
 
         Returns:
             dict with ``queue_time_s, ttft_s, tpot_s, e2e_s, prefill_tokens_per_s,
-            decode_tokens_per_s, prompt_tokens, output_tokens`` (seconds, tokens/s, tokens) and
+            decode_tokens_per_s, prompt_tokens, output_tokens, cached_prompt_tokens,
+            computed_prompt_tokens`` (seconds, tokens/s, tokens; prefill speed counts computed
+            prompt tokens only) and
             ``final`` (bool).
         """
         if self.final_metrics is not None:
             m = dict(self.final_metrics)
             out = {k: m.get(k, 0.0) for k in (
                 "queue_time_s", "ttft_s", "tpot_s", "e2e_s", "prefill_tokens_per_s",
-                "decode_tokens_per_s", "prompt_tokens", "output_tokens")}
+                "decode_tokens_per_s", "prompt_tokens", "output_tokens", "cached_prompt_tokens",
+                "computed_prompt_tokens")}
             out["final"] = True
             return out
         now = time.perf_counter() if now is None else now
@@ -192,10 +198,11 @@ class RunState:
         m = RequestMetrics.from_times(
             RequestTimes(arrival=self.submitted_s, scheduled=self.first_start_s,
                          token_times=list(self.token_times), finished=now),
-            self.prompt_tokens).to_dict()
+            self.prompt_tokens, self.cached_prompt_tokens).to_dict()
         out = {k: m[k] for k in ("queue_time_s", "ttft_s", "tpot_s", "e2e_s",
                                  "prefill_tokens_per_s", "decode_tokens_per_s",
-                                 "prompt_tokens", "output_tokens")}
+                                 "prompt_tokens", "output_tokens", "cached_prompt_tokens",
+                                 "computed_prompt_tokens")}
         out["final"] = False
         # the engine's formulas give 0 where a figure is not defined yet: show a dash instead
         if not started:

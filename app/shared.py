@@ -76,9 +76,10 @@ class SharedViews:
             return self._device
 
     def rolling_html(self) -> str:
-        """The recent-requests table, redrawn when a request has ended since the last one."""
+        """The recent-requests table, redrawn when a request has ended or the table was reset."""
         st = self.pg.engine.stats()
-        key = (st.get("finished"), st.get("aborted"), st.get("failed"))
+        key = (st.get("finished"), st.get("aborted"), st.get("failed"),
+               getattr(getattr(self.pg.engine, "rolling", None), "version", None))  # a reset too
         with self._lock:
             if self._rolling is None or self._rolling[0] != key:
                 self._rolling = (key, cards.rolling_table_html(self.pg.rolling_summary()))

@@ -107,6 +107,8 @@ def _panels(pg, empty: dict) -> dict:
         with gr.Column(scale=3):
             gr.Markdown("### Recent requests (every user of this server)")
             p["rolling"] = gr.HTML(cards.rolling_table_html(pg.rolling_summary()), elem_id="rolling")
+            p["rolling_reset"] = gr.Button("Reset the table (for every user)", size="sm",
+                                           elem_id="rolling-reset")
         with gr.Column(scale=2):
             gr.Markdown("### Trace of your last request\nOne row per engine step: phase, token, "
                         "timings, KV cache tokens and bytes (measured and formula).")

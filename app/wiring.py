@@ -147,6 +147,13 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
 
     page.mode.change(guard(on_mode), page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
 
+    def on_reset_rolling():
+        pg.reset_rolling()
+        return shared(pg).rolling_html()
+
+    if hasattr(page, "rolling_reset"):
+        page.rolling_reset.click(guard(on_reset_rolling), None, page.rolling, **PRIVATE)
+
     batch_outputs = [page.batch_stats, page.pool, page.tables, page.strip]
 
     def on_tick(seen, request: gr.Request):

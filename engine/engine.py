@@ -16,7 +16,7 @@ import torch
 from engine.config import EngineConfig
 from engine.core.batch_info import BatchInfo
 from engine.core.finish_reason import FinishReason
-from engine.core.sequence import Sequence
+from engine.core.sequence import SOURCES, Sequence
 from engine.errors import EngineShutdownError
 from engine.model.loader import LoadedModel
 from engine.model.special_tokens import special_token_ids
@@ -86,7 +86,7 @@ class LLMEngine:
     # ---- public API --------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
                use_kv_cache: bool = True, request_id: str | None = None,
-               cache_salt: str | None = None) -> RequestHandle:
+               cache_salt: str | None = None, source: str = "user") -> RequestHandle:
         """Queue a request.
 
         Args:
@@ -100,6 +100,8 @@ class LLMEngine:
                 salt (vLLM's ``cache_salt``); ``None`` shares the cache with every unsalted
                 request. A web server gives each user its own, so no one can probe another's
                 prompt by timing.
+            source: ``"user"``, or ``"lesson"`` for a run of the page's lessons and bench
+                experiments: its latency goes to the rolling statistics apart from the users'.
 
         Returns:
             A :class:`RequestHandle` streaming :class:`StepEvent` objects.
@@ -115,20 +117,22 @@ class LLMEngine:
             raise ValueError("params must be a SamplingParams")
         if cache_salt is not None and not isinstance(cache_salt, str):
             raise ValueError(f"cache_salt must be a string, got {type(cache_salt).__name__}")
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
         prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
         ctx = self.max_seq_tokens
         check_fits(len(prompt_ids), params.max_tokens, ctx,
                    "the context window" if ctx == self.info.context_len else "the KV cache pool")
         rid = request_id or f"req-{next(self._ids)}"
         if params.group_width > 1 or params.use_beam_search:
-            seq = self._new_group(rid, prompt_ids, params, use_kv_cache, ctx, cache_salt)
+            seq = self._new_group(rid, prompt_ids, params, use_kv_cache, ctx, cache_salt, source)
         else:
             gen = None
             if params.seed is not None:
                 gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
             seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
                            use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
-                           cache_salt=cache_salt)
+                           cache_salt=cache_salt, source=source)
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
         with self._wake:
@@ -142,7 +146,8 @@ class LLMEngine:
         return handle
 
     def _new_group(self, rid: str, prompt_ids: list[int], params: SamplingParams,
-                   use_kv_cache: bool, ctx: int, cache_salt: str | None) -> Sequence:
+                   use_kv_cache: bool, ctx: int, cache_salt: str | None,
+                   source: str = "user") -> Sequence:
         """The first sequence of a request with several samples or beams.
 
         Raises:
@@ -169,7 +174,7 @@ class LLMEngine:
             gens = [torch.Generator(device=self.runner.device).manual_seed(sample_seed(params.seed, k))
                     for k in range(params.group_width)]
         return new_group(rid, prompt_ids, params, gens, self.scheduler.eos_token_ids, ctx,
-                         use_kv_cache=use_kv_cache, cache_salt=cache_salt)
+                         use_kv_cache=use_kv_cache, cache_salt=cache_salt, source=source)
 
     def generate(self, prompt, params: SamplingParams | None = None, **kwargs) -> RequestOutput:
         """Submit and wait: the blocking convenience form of :meth:`submit`."""

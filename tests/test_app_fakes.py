@@ -167,7 +167,8 @@ class FakeEngine:
         self._n = 0
         self._lock = threading.Lock()
 
-    def submit(self, prompt, params, raw=False, use_kv_cache=True, *, request_id=None, cache_salt=None):
+    def submit(self, prompt, params, raw=False, use_kv_cache=True, *, request_id=None, cache_salt=None,
+               source="user"):
         from engine import QueueFullError
 
         if self.script == "queue_full":

@@ -105,7 +105,7 @@ def test_calculator_reads_no_server_file_through_the_queue_api(served, tmp_path)
     cfg.write_text(json.dumps({"num_hidden_layers": 77, "num_attention_heads": 8, "hidden_size": 512,
                                "intermediate_size": 1024, "vocab_size": 1000,
                                "max_position_embeddings": 4242}))
-    index = fn_index(demo, "calculator_view")
+    index = fn_index(demo, "on_calc")
     outputs = {}
     for path in (str(cfg), str(secret_dir / "missing.json"), "/etc/passwd"):
         out = final(queue_call(url, index, _calculator_payload(demo, index, path)))
@@ -124,7 +124,7 @@ def test_calculator_takes_an_uploaded_config_up_to_1_mib(served):
     r = httpx.post(url + "gradio_api/upload", files={"files": ("config.json", json.dumps(config).encode())})
     assert r.status_code == 200, r.text
     uploaded = r.json()[0]
-    index = fn_index(demo, "calculator_view")
+    index = fn_index(demo, "on_calc")
     data = _calculator_payload(demo, index, "", file=False)
     slot = [i for i, c in enumerate(demo.fns[index].inputs) if getattr(c, "elem_id", "") == "lesson-calc-file"][0]
     data[slot] = {"path": uploaded, "orig_name": "config.json", "meta": {"_type": "gradio.FileData"}}
@@ -248,7 +248,7 @@ def test_unexpected_errors_reach_clients_as_an_error_id_only(served, caplog):
     def broken(*args, **kwargs):
         raise KeyError(SECRET_PATH)
 
-    calc = fn_index(demo, "calculator_view")
+    calc = fn_index(demo, "on_calc")
     app.lessons.calculator.calculate, saved = broken, app.lessons.calculator.calculate
     try:
         msgs = queue_call(url, calc, _calculator_payload(demo, calc, "", file=False))
@@ -327,7 +327,7 @@ def test_python_m_app_sends_no_server_error_text_to_clients(run_cli, caplog):
             Client(url, verbose=False).predict(prompt="Hi", api_name="/generate")
         seen["crash"] = str(info.value)
         eng.script = "ok"
-        calc = fn_index(demo, "calculator_view")  # Gradio's own refusal of a forged upload path
+        calc = fn_index(demo, "on_calc")  # Gradio's own refusal of a forged upload path
         seen["upload"] = json.dumps(queue_call(url, calc, _calculator_payload(demo, calc, "/etc/passwd")))
 
     caplog.set_level(logging.ERROR, logger="app")

@@ -17,8 +17,10 @@ MODELS = ["meta-llama/Llama-2-7b-hf", "Qwen/Qwen2.5-7B-Instruct", "HuggingFaceTB
           "google/gemma-2-2b", "openai-community/gpt2"]
 
 
-def test_lessons_module_does_not_import_torch():
-    path = pathlib.Path(__file__).resolve().parents[1] / "app" / "lessons.py"
+@pytest.mark.parametrize("name", ["lessons.py", "lesson_common.py", "lesson_calculator.py",
+                                  "lesson_prefill.py", "lesson_sampling.py"])
+def test_lessons_modules_do_not_import_torch(name):
+    path = pathlib.Path(__file__).resolve().parents[1] / "app" / name
     tree = ast.parse(path.read_text(encoding="utf-8"))
     mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
@@ -148,19 +150,72 @@ def answer(engine):
     return out.prompt_token_ids, out.token_ids
 
 
-@pytest.mark.parametrize("t,k,p,m", [(1.0, 0, 1.0, 0.0), (0.7, 0, 1.0, 0.0), (1.3, 10, 1.0, 0.0),
-                                     (1.0, 0, 0.9, 0.0), (0.8, 40, 0.95, 0.05), (1.0, 0, 1.0, 0.1),
-                                     (0.0, 5, 0.5, 0.0)])
-def test_reshape_equals_the_sampler(loaded, engine, answer, t, k, p, m):
+@pytest.mark.parametrize("t,k,p,m,r", [(1.0, 0, 1.0, 0.0, 1.0), (0.7, 0, 1.0, 0.0, 1.0),
+                                       (1.3, 10, 1.0, 0.0, 1.0), (1.0, 0, 0.9, 0.0, 1.0),
+                                       (0.8, 40, 0.95, 0.05, 1.0), (1.0, 0, 1.0, 0.1, 1.0),
+                                       (1.0, 0, 1.0, 0.0, 1.5), (0.7, 20, 0.9, 0.0, 1.3),
+                                       (1.0, 0, 1.0, 0.0, 0.8)])
+def test_reshape_equals_the_sampler(loaded, engine, answer, t, k, p, m, r):
+    """The explorer's numpy bars equal the sampler's own penalties and filters, token by token."""
+    from engine import SamplingParams
+    from engine.model.special_tokens import special_token_ids
+    from engine.worker.model_runner import ModelRunner
+    from engine.worker.sampler import apply_penalties
+
     prompt, out = answer
     sl = explorer.step_logits(engine, prompt, out, 2)
-    from engine.worker.model_runner import ModelRunner
-
     logits = ModelRunner(loaded.model).recompute(prompt + out[:2]).float()
-    want = apply_filters(logits, t, k, p, m)[torch.tensor(sl.token_ids)].tolist()
-    got = explorer.view(sl, t, k, p, m)
-    assert got["probs"] == pytest.approx(want, abs=1e-5)
-    assert got["kept"] == int((apply_filters(logits, t, k, p, m) > 0).sum())
+    exempt = torch.zeros(logits.shape[-1], dtype=torch.bool)
+    exempt[sorted(set(loaded.eos_token_ids) | special_token_ids(loaded.tokenizer))] = True
+    penalized = apply_penalties(logits, SamplingParams(repetition_penalty=r), torch.tensor(prompt + out[:2]),
+                                torch.tensor(out[:2]), exempt)
+    probs = apply_filters(penalized, t, k, p, m)
+    got = explorer.view(sl, t, k, p, m, r)
+    assert got["probs"] == pytest.approx(probs[torch.tensor(got["token_ids"])].tolist(), abs=1e-5)
+    assert got["kept"] == int((probs > 0).sum())
+    assert got["token_ids"][0] == int(torch.argmax(probs))  # the first bar is the sampler's most likely
+    context = set(prompt + out[:2])
+    assert got["seen"] == [i in context and not exempt[i] for i in got["token_ids"]]
+
+
+def test_temperature_zero_is_greedy_one_bar_at_one(loaded, engine, answer):
+    from app.lessons import explorer_figure
+
+    prompt, out = answer
+    sl = explorer.step_logits(engine, prompt, out, 1)
+    v = explorer.view(sl, 0.0, 5, 0.5, 0.0)
+    assert v["greedy"] and v["kept"] == 1 and v["probs"][0] == 1.0 and sum(v["probs"]) == 1.0
+    assert v["token_ids"][0] == out[1] and v["chosen_prob"] == 1.0  # greedy answer: argmax
+    fig = explorer_figure(sl, 0.0, 0, 1.0, 0.0)
+    assert list(fig.data[1].text).count("greedy") == 1 and fig.data[1].text[0] == "greedy"
+    assert "greedy (temperature 0)" in fig.layout.title.text and "49,152" not in fig.layout.title.text
+
+
+def test_repetition_penalty_rule_on_made_up_logits():
+    logits = [4.0, 2.0, -1.0, -3.0]
+    seen = [True, False, True, False]
+    assert list(explorer.penalize(logits, seen, 2.0)) == [2.0, 2.0, -2.0, -3.0]  # ÷ if > 0, × if < 0
+    assert list(explorer.penalize(logits, seen, 1.0)) == logits
+    probs = explorer.reshape(logits, 0.0, repetition_penalty=4.0, seen=seen)
+    assert list(probs) == [0.0, 1.0, 0.0, 0.0]  # greedy after the penalty takes the unseen token
+
+
+def test_explorer_figure_hatches_the_tokens_the_penalty_touches():
+    import numpy as np
+
+    from app.lessons import explorer_figure
+
+    logits = np.linspace(5.0, -5.0, 30)
+    seen = np.zeros(30, dtype=bool)
+    seen[[0, 3]] = True
+    sl = explorer.StepLogits(step=1, token_ids=list(range(20)), texts=[f"t{i}" for i in range(20)],
+                             logits=list(logits[:20]), chosen_id=1, chosen_text="t1", chosen_rank=1,
+                             sorted_logits=logits, sorted_ids=np.arange(30), named_texts=[f"t{i}" for i in range(30)],
+                             seen=seen)
+    bars = explorer_figure(sl, 1.0, 0, 1.0, 0.0, 2.0).data[1]
+    hatched = {t for t, shape in zip(bars.customdata, bars.marker.pattern.shape) if shape == "/"}
+    assert hatched == {"t0", "t3"} and bars.customdata[0] == "t1"  # t0 fell behind t1 and t2
+    assert set(explorer_figure(sl, 1.0, 0, 1.0, 0.0, 1.0).data[1].marker.pattern.shape) == {""}
 
 
 def test_step_logits_of_a_greedy_answer(loaded, engine, answer):
@@ -216,11 +271,21 @@ def test_sweep_and_share_handlers(engine):
     def progress(f, desc=""):
         seen.append((f, desc))
 
-    fig, md = run_sweep(engine, 64, progress)
-    assert [int(x) for x in fig.data[0].x] == pytest.approx([16, 32, 64], abs=3)
-    assert "tokens" in md and seen
+    fig, md, res = run_sweep(engine, 64, 2, progress)
+    xs = [int(x) for x in fig.data[0].x]
+    assert xs == pytest.approx([16, 32, 64], abs=3) and xs == res["prompt_tokens"]
+    assert fig.layout.xaxis.type in (None, "linear", "-")  # numbers on a true scale, not categories
+    assert "median of 2 runs" in fig.layout.title.text and "linear" in fig.layout.title.text
+    per_token = list(fig.data[2].y)  # the right panel: time per prompt token, ms
+    assert per_token == pytest.approx([s * 1000 / t for s, t in zip(res["prefill_s"], xs)])
+    assert len(fig.data[1].x) == 6  # every single run is a dot
+    assert "median of 2 runs" in md and "per prompt token" in md and seen
     fig, md = run_share(engine, 20)
     assert [t.name.split(":")[0] for t in fig.data] == ["prefill", "decode"] and "%" in md
+    for words in ("memory-bound", "arithmetic intensity", "bandwidth", "Side by side: prefill"):
+        assert words in md
+    _, with_sweep = run_share(engine, 20, sweep=res)
+    assert f"the sweep's {xs[-1]}-token prompt" in with_sweep
 
 
 def test_build_lessons_inside_blocks(engine):
@@ -229,18 +294,23 @@ def test_build_lessons_inside_blocks(engine):
     with gr.Blocks() as demo:
         with gr.Tab("Lessons"):
             comps = build_lessons(engine)
-    for key in ("kv_run", "kv_plot", "sweep_run", "share_run", "calc_plot", "calc_table", "ex_run",
-                "ex_plot", "ex_step", "ex_temp", "ex_topk", "ex_topp", "ex_minp"):
+    for key in ("kv_run", "kv_plot", "sweep_run", "share_run", "sweep_status", "share_status", "calc_plot",
+                "calc_table", "calc_kv_dtype", "calc_overhead", "calc_samples", "ex_run", "ex_plot",
+                "ex_step", "ex_temp", "ex_topk", "ex_topp", "ex_minp", "ex_rep", "ex_answer"):
         assert key in comps
     assert "H200" in comps["calc_table"].value
     assert demo.fns  # events are wired
 
 
 def test_explorer_generate_and_choices(engine):
-    from app.lessons import explorer_generate, step_choices
+    import html as html_lib
+
+    from app.lessons import answer_html, explorer_generate, step_choices
 
     ans = explorer_generate(engine, "Name a colour.", 0.8, 0, 1.0, 0.0, 3)
     assert len(ans["token_ids"]) == len(ans["texts"]) >= 1
+    html = answer_html(ans)
+    assert html_lib.escape(ans["text"]) in html and f"{len(ans['token_ids'])} tokens" in html
     again = explorer_generate(engine, "Name a colour.", 0.8, 0, 1.0, 0.0, 3)
     assert again["token_ids"] == ans["token_ids"]  # same seed, same answer
     choices = step_choices(ans)

@@ -85,3 +85,23 @@ def test_calculator_and_sampling_explorer(page):
     set_number(page, "lesson-ex-topk", 2)
     kept = wait_until(lambda: sum(1 for y in page.evaluate(TRACES, "#lesson-ex-plot")[-1] if y > 0) == 2, 30)
     assert kept, page.evaluate(TRACES, "#lesson-ex-plot")
+    assert "tokens;" in page.locator("#lesson-ex-answer").inner_text()  # the whole answer is shown
+    set_number(page, "lesson-ex-temp", 0)  # greedy: one bar at 1.0
+    greedy = wait_until(lambda: page.evaluate(TRACES, "#lesson-ex-plot")[-1][0] == 1.0, 30)
+    assert greedy, page.evaluate(TRACES, "#lesson-ex-plot")
+    assert sum(1 for y in page.evaluate(TRACES, "#lesson-ex-plot")[-1] if y > 0) == 1
+
+
+def test_calculator_puts_a_refused_value_back(page):
+    page.get_by_role("tab", name="KV cache calculator").click()
+    box = page.locator("#lesson-calc-seq input")
+    box.fill("5")
+    box.press("Tab")
+    table = page.locator("#lesson-calc-table")
+    assert wait_until(lambda: "at 5 tokens" in table.inner_text(), 30)
+    box.fill("0")
+    box.press("Tab")
+    status = page.locator("#lesson-calc-status")
+    assert wait_until(lambda: "sequence length must be" in status.inner_text(), 30), status.inner_text()
+    assert wait_until(lambda: box.input_value() == "5", 10), box.input_value()
+    assert "at 5 tokens" in table.inner_text()  # the chart and table still show what the box says

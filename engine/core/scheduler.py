@@ -118,10 +118,13 @@ class Scheduler:
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             if not seq.use_kv_cache:
+                seq.num_cached_tokens = max(seq.num_cached_tokens, 0)
                 out.recompute.append(self._schedule(seq, seq.num_tokens))
                 continue
             seq.block_table, seq.num_computed, n = self.bm.allocate(
                 seq.all_ids, budget, seq.cache_salt)
+            if seq.num_cached_tokens < 0:  # the first admission's hits (not a preempted retry's)
+                seq.num_cached_tokens = seq.num_computed
             seq.first_unkeyed = seq.num_computed // self.bm.block_size
             out.entries.append(self._schedule(seq, n))
             budget -= n

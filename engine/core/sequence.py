@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from engine.params import SamplingParams
 
 
+SOURCES = ("user", "lesson")  # who sent a request (see Sequence.source)
+
 class SequenceStatus(enum.Enum):
     """Where a sequence is: the waiting queue, the running set, or done."""
 
@@ -32,10 +34,14 @@ class Sequence:
         context_len: most tokens (prompt + output) it may reach.
         generator: its seeded ``torch.Generator``, or ``None`` for torch's global one.
         cache_salt: mixed into the prefix-cache keys of its blocks (``None``: shared cache).
+        source: who sent it: ``"user"``, or ``"lesson"`` for the page's experiments (kept out
+            of the users' latency percentiles).
         output_ids: generated ids so far.
         block_table: physical KV blocks holding its tokens, in order (paged cache).
         num_computed: leading tokens whose keys and values are in the cache.
         num_scheduled: tokens the step now running computes for it (0 between steps).
+        num_cached_tokens: prompt tokens found in the prefix cache when it was first scheduled
+            (vLLM's ``num_cached_tokens``); ``-1`` until then, 0 without a KV cache.
         first_unkeyed: index of its first block not yet keyed for the prefix cache.
         finish_reason: a :class:`engine.output.events.FinishReason` once finished.
         stop_reason: the EOS / stop token id or stop string that ended it.
@@ -55,11 +61,13 @@ class Sequence:
     context_len: int = 2**31
     generator: object = None
     cache_salt: str | None = None
+    source: str = "user"
     status: SequenceStatus = SequenceStatus.WAITING
     output_ids: list[int] = field(default_factory=list)
     block_table: list[int] = field(default_factory=list)
     num_computed: int = 0
     num_scheduled: int = 0
+    num_cached_tokens: int = -1
     first_unkeyed: int = 0
     preemptions: int = 0
     finish_reason: object = None

@@ -110,7 +110,7 @@ def fork(bm, parent: Sequence, index: int, generator=None) -> Sequence:
     child = Sequence(request_id=f"{g.request_id}#{index}", prompt_ids=parent.prompt_ids,
                      params=parent.params, use_kv_cache=parent.use_kv_cache,
                      context_len=parent.context_len, generator=generator,
-                     cache_salt=parent.cache_salt, status=SequenceStatus.RUNNING,
+                     cache_salt=parent.cache_salt, source=parent.source, status=SequenceStatus.RUNNING,
                      output_ids=list(parent.output_ids), block_table=bm.fork(parent.block_table),
                      num_computed=parent.num_computed, first_unkeyed=parent.first_unkeyed,
                      preemptions=parent.preemptions, group=g, index=index,

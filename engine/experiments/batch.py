@@ -51,7 +51,7 @@ def _rate(n: float, seconds: float) -> float:
 def engine_batch(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
     """Backend ``engine``: submit every prompt at once and wait for all (greedy, EOS ignored)."""
     t0 = time.perf_counter()
-    handles = [engine.submit(p, greedy(new_tokens)) for p in prompts]
+    handles = [engine.submit(p, greedy(new_tokens), source="lesson") for p in prompts]
     outs = [h.result() for h in handles]
     end = time.perf_counter()
     bad = [o for o in outs if not o.finished_ok]
@@ -95,7 +95,7 @@ def mixed_lengths(loaded, engine, prompts: list[str], lengths: list[int]) -> dic
 
     useful = sum(lengths)
     t0 = time.perf_counter()
-    handles = [engine.submit(p, greedy(n)) for p, n in zip(prompts, lengths)]
+    handles = [engine.submit(p, greedy(n), source="lesson") for p, n in zip(prompts, lengths)]
     outs = [h.result() for h in handles]
     t_engine = time.perf_counter() - t0
     done_at = [h.events[-1].end_s - t0 for h in handles]

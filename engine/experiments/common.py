@@ -151,7 +151,8 @@ def greedy(max_tokens: int):
 
 
 def run_engine(engine, prompt, max_tokens: int, raw: bool = False, use_kv_cache: bool = True):
-    """Run one greedy request to exactly ``max_tokens`` tokens through the engine's queue.
+    """Run one greedy request to exactly ``max_tokens`` tokens through the engine's queue, as a
+    lesson run (``source="lesson"``: kept out of the users' latency percentiles).
 
     Returns:
         ``(output, events)``: the ``RequestOutput`` and the list of ``StepEvent`` objects.
@@ -159,7 +160,8 @@ def run_engine(engine, prompt, max_tokens: int, raw: bool = False, use_kv_cache:
     Raises:
         RuntimeError: the request did not finish normally (the message says why).
     """
-    handle = engine.submit(prompt, greedy(max_tokens), raw=raw, use_kv_cache=use_kv_cache)
+    handle = engine.submit(prompt, greedy(max_tokens), raw=raw, use_kv_cache=use_kv_cache,
+                           source="lesson")
     out = handle.result()
     if not out.finished_ok:
         raise RuntimeError(f"engine request ended with {out.finish_reason}: {out.error}")

@@ -86,8 +86,9 @@ def plot(res: dict, path: str) -> str:
         ax.set_xscale("log", base=2)
         ax.set_xticks(x, [str(t) for t in x], rotation=45 if len(x) > 6 else 0)
         ax.minorticks_off()
-        ax.set_xlabel("prompt tokens")
+        ax.set_xlabel("prompt tokens (log scale)")
     ax1.set_yscale("log")
+    ax1.set_ylabel("prefill time (ms, log scale)")
     cheap = res["cheap_until_tokens"]
     if cheap:
         ax1.axvline(cheap, color="#888888", ls="--", lw=1)

@@ -59,6 +59,8 @@ class StepEvent:
         beams: with beam search, the beam view after the step (live beams, pruned ones,
             finished hypotheses, shared blocks and logical vs physical KV tokens: see
             :func:`engine.core.sequence_group.beam_view`); ``None`` otherwise.
+        cached_tokens: on the prefill event, prompt tokens whose keys and values came from the
+            prefix cache rather than being computed (0 on decode events).
     """
 
     request_id: str
@@ -81,6 +83,7 @@ class StepEvent:
     block_table: list[int] = field(default_factory=list)
     index: int = 0
     beams: Any = None
+    cached_tokens: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -144,6 +147,7 @@ class RequestOutput:
         memory: the last memory breakdown telemetry recorded for the request, if any.
         outputs: every returned sample or beam (:class:`CompletionOutput`); the top-level
             ``text`` and ``token_ids`` are the first of them (the best beam, or sample 0).
+        source: who sent it, ``"user"`` or ``"lesson"`` (``LLMEngine.submit``).
     """
 
     request_id: str
@@ -159,6 +163,7 @@ class RequestOutput:
     memory: Any = None
     deltas: list[str] = field(default_factory=list)
     outputs: list[CompletionOutput] = field(default_factory=list)
+    source: str = "user"
 
     @property
     def finished_ok(self) -> bool:

@@ -39,7 +39,11 @@ class RequestMetrics:
         decode_time_s: last token time − first token time.
         e2e_s: finished − arrival.
         prompt_tokens, output_tokens: token counts.
-        prefill_tokens_per_s: prompt tokens / prefill time (0 when undefined).
+        cached_prompt_tokens: prompt tokens whose keys and values came from the prefix cache
+            (vLLM reports them apart as ``num_cached_tokens``).
+        computed_prompt_tokens: prompt tokens the prefill computed: prompt − cached.
+        prefill_tokens_per_s: computed prompt tokens / prefill time (0 when undefined); cached
+            tokens cost no compute, so counting them would inflate the speed.
         decode_tokens_per_s: (output tokens − 1) / decode time (0 when undefined).
     """
 
@@ -52,24 +56,31 @@ class RequestMetrics:
     e2e_s: float = 0.0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    computed_prompt_tokens: int = 0
     prefill_tokens_per_s: float = 0.0
     decode_tokens_per_s: float = 0.0
 
     @classmethod
-    def from_times(cls, times: RequestTimes, prompt_tokens: int) -> "RequestMetrics":
+    def from_times(cls, times: RequestTimes, prompt_tokens: int,
+                   cached_prompt_tokens: int = 0) -> "RequestMetrics":
         """Compute every metric from the request's timestamps.
 
         Args:
             times: the recorded timestamps; ``scheduled``/``finished`` may be ``None`` for a
                 request that never ran (then the missing times count as zero-length).
             prompt_tokens: prompt length in tokens.
+            cached_prompt_tokens: of those, tokens served from the prefix cache (clamped to
+                ``[0, prompt_tokens]``).
         """
         arrival = times.arrival
         scheduled = times.scheduled if times.scheduled is not None else arrival
         finished = times.finished if times.finished is not None else scheduled
         toks = times.token_times
         n = len(toks)
-        m = cls(prompt_tokens=prompt_tokens, output_tokens=n)
+        cached = min(max(0, int(cached_prompt_tokens)), prompt_tokens)
+        m = cls(prompt_tokens=prompt_tokens, output_tokens=n, cached_prompt_tokens=cached,
+                computed_prompt_tokens=prompt_tokens - cached)
         m.queue_time_s = scheduled - arrival
         m.e2e_s = finished - arrival
         if n:
@@ -81,7 +92,7 @@ class RequestMetrics:
             m.tpot_s = m.decode_time_s / (n - 1)
             m.decode_tokens_per_s = (n - 1) / m.decode_time_s
         if n and m.prefill_time_s > 0:
-            m.prefill_tokens_per_s = prompt_tokens / m.prefill_time_s
+            m.prefill_tokens_per_s = m.computed_prompt_tokens / m.prefill_time_s
         return m
 
     def to_dict(self) -> dict:

@@ -121,6 +121,7 @@ class OutputProcessor:
                                 for i, p in zip(choice.top_ids, choice.top_probs)],
                 start_s=state.pending_start_s, end_s=end, num_tokens=e.num_new,
                 kv_tokens=runner_output.kv_tokens.get(rid, 0), kv_bytes=state.last_kv_bytes,
+                cached_tokens=max(0, seq.num_cached_tokens) if e.phase == "prefill" else 0,
                 batch_size=len(batch.request_ids) if batch is not None else 1,
                 finish_reason=_reason(seq, state),
                 memory=memory, batch=batch, block_table=e.block_table))
@@ -162,11 +163,12 @@ class OutputProcessor:
             outputs=[CompletionOutput(0, text, list(seq.output_ids), seq.cumulative_logprob,
                                       reason)],
             error=self._error_message(seq) if reason is FinishReason.ERROR else None,
-            metrics=RequestMetrics.from_times(state.times, len(seq.prompt_ids)),
+            metrics=RequestMetrics.from_times(state.times, len(seq.prompt_ids),
+                                              max(0, seq.num_cached_tokens)),
             kv_cache_bytes=state.last_kv_bytes,
             stop_reason=state.stop_reason if state.stop_reason is not None else seq.stop_reason,
             use_kv_cache=seq.use_kv_cache, memory=state.last_memory,
-            deltas=[e.text_delta for e in state.handle.events])
+            deltas=[e.text_delta for e in state.handle.events], source=seq.source)
         self.counts[reason.outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)
@@ -183,7 +185,8 @@ class OutputProcessor:
         reason = g.aborted or (outs[0].finish_reason if outs else FinishReason.ABORT)
         failed = next((s for s in g.seqs if s.error is not None), None)
         best = outs[0] if outs else CompletionOutput(0, "", [], 0.0, reason)
-        metrics = RequestMetrics.from_times(state.times, len(seq.prompt_ids))  # per step
+        metrics = RequestMetrics.from_times(state.times, len(seq.prompt_ids),  # per step
+                                            max(0, g.seqs[0].num_cached_tokens))
         output = RequestOutput(
             request_id=g.request_id, prompt_token_ids=list(seq.prompt_ids),
             token_ids=list(best.token_ids), text=best.text, finish_reason=reason,
@@ -192,7 +195,8 @@ class OutputProcessor:
             stop_reason=best.token_ids[-1] if best.finish_reason == FinishReason.STOP
             and best.token_ids and g.beam is not None else next(
                 (s.stop_reason for s in g.seqs if s.index == best.index), None),
-            use_kv_cache=seq.use_kv_cache, memory=state.last_memory, deltas=deltas, outputs=outs)
+            use_kv_cache=seq.use_kv_cache, memory=state.last_memory, deltas=deltas, outputs=outs,
+            source=seq.source)
         self.counts[FinishReason(reason).outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)

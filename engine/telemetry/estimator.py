@@ -113,15 +113,46 @@ def load_spec(name_or_path: str, allow_hub: bool | None = None) -> ModelSpec:
         "or an owner/name Hub id with HF_HUB_OFFLINE unset")
 
 
-def activation_estimate(spec: ModelSpec, dtype_bytes: float, batch: int, tokens: int) -> int:
+def activation_estimate(spec: ModelSpec, dtype_bytes: float, batch: int, tokens: int,
+                        chunk_tokens: int | None = None) -> int:
     """Bytes of activations alive at the peak of one forward pass of ``batch`` × ``tokens``.
 
     DESIGN.md: hidden states b·T·hidden plus the MLP's intermediate tensors 3·b·T·I (both in
     the model dtype), plus fp32 logits b·V·4 for the last position only.
+
+    Args:
+        chunk_tokens: with chunked prefill, at most this many tokens (of all sequences together)
+            go through one forward pass, so b·T above becomes min(b·T, chunk_tokens); ``None``
+            is one unchunked prefill of every sequence at once (the worst case). At Qwen2.5-7B,
+            fp16, 8 × 8,192 tokens that is 7.9 GB; in chunks of 2,048 tokens, about 0.25 GB.
     """
     b, t = batch, tokens
-    per_elem = b * t * spec.hidden_size + 3 * b * t * spec.intermediate_size
+    at_once = b * t if chunk_tokens is None else min(b * t, max(1, int(chunk_tokens)))
+    per_elem = at_once * spec.hidden_size + 3 * at_once * spec.intermediate_size
     return int(round(per_elem * dtype_bytes)) + b * spec.vocab_size * 4
+
+
+def kv_tokens_with_samples(seq_len: int, samples: int = 1, prompt_tokens: int = 0,
+                           block_size: int | None = None) -> tuple[int, int]:
+    """Tokens one request's KV cache holds when it decodes ``samples`` answers (beams or
+    parallel samples) of one prompt.
+
+    Without block sharing each answer keeps its own copy of the prompt: ``samples`` ×
+    ``seq_len`` tokens. With PagedAttention's block sharing (Kwon et al. 2023, §4.4) the prompt's
+    full blocks are stored once and referenced by every answer (copy-on-write: the last,
+    partial block is copied), so only the rest is per answer.
+
+    Args:
+        seq_len: prompt + output tokens of one answer. samples: answers per request (>= 1).
+        prompt_tokens: the shared prompt's length (clamped to ``seq_len``).
+        block_size: tokens per KV block; ``None`` shares no block (no sharing).
+
+    Returns:
+        ``(shared_tokens, per_sample_tokens)``: stored once, and stored once per answer.
+    """
+    prompt = min(max(0, int(prompt_tokens)), seq_len)
+    shared = prompt // block_size * block_size if block_size and samples > 1 else 0
+    return shared, seq_len - shared
 
 
 @dataclass
@@ -134,8 +165,12 @@ class MemoryEstimate:
         weights_bytes: parameters × dtype bytes (as stored, for quantized weights). kv_bytes: the KV cache at ``seq_len`` tokens.
         kv_bytes_per_token: one token of one sequence in a full-attention cache.
         activation_bytes: :func:`activation_estimate` for a prefill of ``seq_len`` tokens.
-        total_bytes: weights + KV + activations. spec: the numbers used.
+        total_bytes: weights + KV + activations + overhead. spec: the numbers used.
         kv_dtype_bytes: bytes per KV element when the KV cache has its own dtype (0: ``dtype``).
+        overhead_bytes: framework overhead added as given (CUDA context, allocator).
+        samples: answers per request (beams or parallel samples); shared_tokens: prompt tokens
+            per request stored once for all of them (block sharing), see
+            :func:`kv_tokens_with_samples`.
     """
 
     model: str
@@ -150,6 +185,9 @@ class MemoryEstimate:
     total_bytes: int
     spec: ModelSpec
     kv_dtype_bytes: float = 0
+    overhead_bytes: int = 0
+    samples: int = 1
+    shared_tokens: int = 0
 
     def to_dict(self) -> dict:
         """A JSON-ready dict, the spec nested and the KV formula spelled out as ``kv_formula``."""
@@ -195,7 +233,9 @@ def quantized_weight_bytes(spec: ModelSpec, weights: str, compute_bytes: float) 
 
 
 def estimate(config, dtype: str = "fp16", batch: int = 1, seq_len: int = 2048,
-             weights: str | None = None, kv_dtype: str | None = None) -> MemoryEstimate:
+             weights: str | None = None, kv_dtype: str | None = None, *,
+             chunk_tokens: int | None = None, overhead_bytes: int = 0, samples: int = 1,
+             prompt_tokens: int = 0, block_size: int | None = None) -> MemoryEstimate:
     """Estimate weights, KV cache and activation bytes for ``batch`` sequences of ``seq_len``.
 
     Args:
@@ -204,8 +244,13 @@ def estimate(config, dtype: str = "fp16", batch: int = 1, seq_len: int = 2048,
         dtype: a name from :data:`DTYPE_BYTES` (weights, KV cache and activations all use it,
             unless ``weights``/``kv_dtype`` say otherwise).
         weights: ``int4`` or ``int8`` for quantized weights (:func:`quantized_weight_bytes`),
-            ``None`` for ``dtype``.
+            another dtype name for plain weights in it, ``None`` for ``dtype``.
         kv_dtype: the KV cache's dtype name (``fp8``, ``bf16``...), ``None`` for ``dtype``.
+        chunk_tokens: chunked prefill's tokens per forward pass (:func:`activation_estimate`);
+            ``None`` for one unchunked prefill.
+        overhead_bytes: framework overhead to add (CUDA context, allocator cache).
+        samples, prompt_tokens, block_size: answers per request and their shared prompt
+            (:func:`kv_tokens_with_samples`); the defaults are one answer.
 
     Raises:
         LookupError: unknown model name (see :func:`load_spec`). ValueError: unknown dtype.
@@ -217,9 +262,16 @@ def estimate(config, dtype: str = "fp16", batch: int = 1, seq_len: int = 2048,
     else:
         weights_b = int(round(spec.weight_count() * dtype_bytes(weights or dtype)))
     kv_b = dtype_bytes(kv_dtype) if kv_dtype else nbytes
-    kv = spec.kv_cache_bytes(seq_len, kv_b, batch)
-    act = activation_estimate(spec, nbytes, batch, seq_len)
+    samples = max(1, int(samples))
+    shared, own = kv_tokens_with_samples(seq_len, samples, prompt_tokens, block_size)
+    if samples == 1:
+        kv = spec.kv_cache_bytes(seq_len, kv_b, batch)
+    else:  # a sliding window applies per answer; the split keeps the full-attention total exact
+        kv = spec.kv_cache_bytes(shared, kv_b, batch) + spec.kv_cache_bytes(own, kv_b, batch * samples)
+    act = activation_estimate(spec, nbytes, batch, seq_len, chunk_tokens)  # a prompt is prefilled once
+    overhead = max(0, int(overhead_bytes))
     return MemoryEstimate(
         model=spec.name, dtype=str(dtype), dtype_bytes=nbytes, batch=batch, seq_len=seq_len,
         weights_bytes=weights_b, kv_bytes=kv, kv_bytes_per_token=spec.kv_bytes_per_token(kv_b),
-        activation_bytes=act, total_bytes=weights_b + kv + act, spec=spec, kv_dtype_bytes=kv_b)
+        activation_bytes=act, total_bytes=weights_b + kv + act + overhead, spec=spec,
+        kv_dtype_bytes=kv_b, overhead_bytes=overhead, samples=samples, shared_tokens=shared)
