@@ -79,9 +79,14 @@ def internal(exc: BaseException) -> APIError:
     return APIError(500, f"internal server error (id {err_id})", None, "internal_error")
 
 
+_TYPE_NAMES = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
 def field_path(loc) -> str | None:
-    """``("body", "messages", 0, "content")`` -> ``"messages[0].content"``."""
-    parts = [p for p in loc if p != "body"]
+    """``("body", "messages", 0, "content")`` -> ``"messages[0].content"``; pydantic's union
+    branch names (``("body", "stop", "str")``) are left out: ``"stop"``."""
+    parts = [p for p in loc if p != "body" and (isinstance(p, int) or (
+        p.isidentifier() and p not in _TYPE_NAMES))]
     out = ""
     for p in parts:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
