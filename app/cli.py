@@ -39,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="let all users share cached prompt prefixes (faster with a common system "
                         "prompt, but a user can then confirm another's prompt prefix by timing); "
                         "off by default: each session has its own")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on the OpenAI-compatible /v1 routes "
+                        "(default: $LLM_PLAYGROUND_API_KEY; none needed on loopback)")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="serve /v1 without a key on a non-loopback --host")
+    p.add_argument("--no-api", action="store_true", help="no OpenAI-compatible /v1 routes")
     return p.parse_args(argv)
 
 
@@ -100,6 +106,8 @@ def serve(engine, args: argparse.Namespace) -> int:
             shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
             print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""),
                   flush=True)
+            if not getattr(args, "no_api", True):
+                _mount_api(demo, engine, args, shown)
             demo.block_thread()
         except KeyboardInterrupt:
             pass
@@ -107,6 +115,19 @@ def serve(engine, args: argparse.Namespace) -> int:
             pg.close()
             engine.shutdown()
     return 0
+
+
+def _mount_api(demo, engine, args, shown: str) -> None:
+    """Serve the OpenAI-compatible API under ``/v1`` on the page's port (see
+    :mod:`app.openai_api`), or say in one line why not."""
+    from .openai_api import mount_api
+
+    refused = mount_api(demo.server_app, engine, host=args.host, api_key=args.api_key,
+                        allow_unauthenticated=args.allow_unauthenticated,
+                        include_prefix=args.shared_prefix_cache, aliases={args.model})
+    print(f"OpenAI-compatible API off: {refused}" if refused else
+          f"OpenAI-compatible API at {shown.rstrip('/')}/v1, Prometheus metrics at "
+          f"{shown.rstrip('/')}/metrics", flush=True)
 
 
 @contextmanager
