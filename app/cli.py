@@ -22,8 +22,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="address to bind (default 127.0.0.1; 0.0.0.0 to serve the network)")
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT)),
                    help="port (default 7860)")
-    p.add_argument("--model", default="smollm2-135m",
-                   help="embedded short name, Hugging Face model id or local folder (default smollm2-135m)")
+    p.add_argument("--model", default=None,
+                   help="embedded short name, Hugging Face model id or local folder (default "
+                        "smollm2-135m); with --backend openai, the remote model (default: the "
+                        "first the server lists)")
+    p.add_argument("--backend", default="builtin", choices=("builtin", "openai"),
+                   help="builtin: this project's engine in this process (default); openai: drive "
+                        "a remote OpenAI-compatible server at --base-url")
+    p.add_argument("--base-url", default=None,
+                   help="with --backend openai: the server's API base, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda[:N] or mps (default auto)")
     p.add_argument("--dtype", default="auto", help="compute dtype: auto, float32, float16 or bfloat16 "
                    "(default auto)")
@@ -40,8 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "prompt, but a user can then confirm another's prompt prefix by timing); "
                         "off by default: each session has its own")
     p.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer KEY' on the OpenAI-compatible /v1 routes "
-                        "(default: $LLM_PLAYGROUND_API_KEY; none needed on loopback)")
+                   help="builtin: require 'Authorization: Bearer KEY' on this page's /v1 routes "
+                        "(default: $LLM_PLAYGROUND_API_KEY; none needed on loopback); openai: the "
+                        "key sent to the remote server")
     p.add_argument("--allow-unauthenticated", action="store_true",
                    help="serve /v1 without a key on a non-loopback --host")
     p.add_argument("--no-api", action="store_true", help="no OpenAI-compatible /v1 routes")
@@ -62,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     # warnings and errors (with the tracebacks behind a client's "internal error (request
     # err-...)") go to stderr with a timestamp; INFO stays off (it would log every HTTP call)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.backend == "openai":
+        return _serve_remote(args)
+    args.model = args.model or "smollm2-135m"
     from engine import LLMEngine, load_model
     from engine.model.loader import ModelLoadError
 
@@ -79,6 +90,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Model ready in {time.perf_counter() - t0:.1f} s: {info.name} on {info.device} ({info.weights} "
           f"weights, compute {info.dtype}, KV cache {info.kv_dtype})", flush=True)
 
+    return serve(engine, args)
+
+
+def _serve_remote(args: argparse.Namespace) -> int:
+    """The page in front of a remote OpenAI-compatible server (no model here, no torch)."""
+    from .remote import RemoteEngine
+    from .remote.stream import RemoteError
+
+    if not args.base_url:
+        print("error: --backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)",
+              file=sys.stderr)
+        return 2
+    try:
+        engine = RemoteEngine(args.base_url, api_key=args.api_key, model=args.model)
+    except RemoteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"Remote engine: {engine.info.engine} at {engine.info.base_url}, model "
+          f"{engine.info.name}", flush=True)
+    args.no_api = True  # no engine of our own to serve
     return serve(engine, args)
 
 
