@@ -11,7 +11,7 @@ from ..plainfig import PlainFigure, add_hint, base_layout
 
 CLIENT_SIDE = ("TTFT, per-token latency and tokens/s are measured on this client from the "
                "stream (network and the server's queue included)")
-NO_MEMORY = "No memory breakdown: a remote server reports no weights, activations or allocator bytes"
+NO_MEMORY = "No memory breakdown from a remote server"
 NO_TRACE = "No trace download: the server's steps are not visible to this page"
 LESSONS = ("The Lessons run experiments inside the built-in engine (python -m app without "
            "--backend); this page drives a remote server.")

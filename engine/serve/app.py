@@ -16,10 +16,9 @@ from engine.serve.auth import require_key
 from engine.serve.errors import APIError
 from engine.serve.metrics import CONTENT_TYPE, EngineMetrics
 from engine.serve.protocol import ChatCompletionRequest, CompletionRequest
-from engine.serve.requests import submit_choices
+from engine.serve.requests import abort_all, submit_choices
 from engine.serve.responses import Builder
 from engine.serve.streaming import ClientGone, EventStream, chunks, wait_all
-from engine.serve.requests import abort_all
 
 
 @dataclass

@@ -9,7 +9,7 @@ accepted as extra fields, as vLLM does. Fields OpenAI defines that this engine c
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -168,5 +168,3 @@ def _message(i: int, m: dict) -> dict:
                        f"messages[{i}].content", "invalid_value")
     return {"role": "system" if role == "developer" else role, "content": content}
 
-
-Kind = Literal["chat", "completion"]

@@ -89,7 +89,7 @@ class EventStream(StreamingResponse):
 
                 group.start_soon(stream)
                 group.start_soon(listen)
-        except OSError:  # the client went away while we wrote
+        except* OSError:  # the client went away while we wrote
             pass
         finally:
             self.on_close()
