@@ -73,7 +73,9 @@ class EngineMetrics:
         self.success = Counter(PREFIX + "request_success", "Requests ended, by finish reason",
                                labels + ["finished_reason"], registry=self.registry)
         self.registry.register(_Live(self))
-        engine.output_processor.listeners.append(self.observe)
+        processor = getattr(engine, "output_processor", None)  # absent in stand-in engines
+        if processor is not None:
+            processor.listeners.append(self.observe)
 
     def observe(self, output) -> None:
         """Record one finished request (called on the engine thread; never raises)."""
@@ -98,7 +100,7 @@ class EngineMetrics:
         """Stop observing the engine."""
         try:
             self.engine.output_processor.listeners.remove(self.observe)
-        except ValueError:
+        except (AttributeError, ValueError):
             pass
 
 
