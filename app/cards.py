@@ -110,7 +110,10 @@ def precision_line(info) -> str:
 
 
 def model_badge_html(info) -> str:
-    """The model in use, its size and its precision, from the engine's ``ModelInfo``."""
+    """The model in use, its size and its precision, from the engine's ``ModelInfo`` (a remote
+    engine's info draws its own badge: engine, address, model)."""
+    if getattr(info, "remote", None) is not None:
+        return info.remote.badge_html()
     arch = getattr(info, "architecture", "") or ""
     spec = info.spec
     weights = getattr(info, "weights", "") or info.dtype
@@ -151,6 +154,8 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
         prompt_tokens, output_tokens: the request's prompt length and N, its output tokens so
             far; when ``tokens`` = prompt + N − 1 a line says why the newest token is not cached.
     """
+    if getattr(info, "remote", None) is not None:  # a remote engine: its /metrics figures
+        return info.remote.kv_html()
     spec = info.spec
     elem = kv_element_bytes(info)
     per_tok = bytes_per_token or kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim, elem)

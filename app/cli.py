@@ -22,8 +22,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="address to bind (default 127.0.0.1; 0.0.0.0 to serve the network)")
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", DEFAULT_PORT)),
                    help="port (default 7860)")
-    p.add_argument("--model", default="smollm2-135m",
-                   help="embedded short name, Hugging Face model id or local folder (default smollm2-135m)")
+    p.add_argument("--model", default=None,
+                   help="embedded short name, Hugging Face model id or local folder (default "
+                        "smollm2-135m); with --backend openai, the remote model (default: the "
+                        "first the server lists)")
+    p.add_argument("--backend", default="builtin", choices=("builtin", "openai"),
+                   help="builtin: this project's engine in this process (default); openai: drive "
+                        "a remote OpenAI-compatible server at --base-url")
+    p.add_argument("--base-url", default=None,
+                   help="with --backend openai: the server's API base, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda[:N] or mps (default auto)")
     p.add_argument("--dtype", default="auto", help="compute dtype: auto, float32, float16 or bfloat16 "
                    "(default auto)")
@@ -39,6 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="let all users share cached prompt prefixes (faster with a common system "
                         "prompt, but a user can then confirm another's prompt prefix by timing); "
                         "off by default: each session has its own")
+    p.add_argument("--api-key", default=None,
+                   help="builtin: require 'Authorization: Bearer KEY' on this page's /v1 routes "
+                        "(default: $LLM_PLAYGROUND_API_KEY; none needed on loopback); openai: the "
+                        "key sent to the remote server")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="serve /v1 without a key on a non-loopback --host")
+    p.add_argument("--no-api", action="store_true", help="no OpenAI-compatible /v1 routes")
     return p.parse_args(argv)
 
 
@@ -56,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     # warnings and errors (with the tracebacks behind a client's "internal error (request
     # err-...)") go to stderr with a timestamp; INFO stays off (it would log every HTTP call)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.backend == "openai":
+        return _serve_remote(args)
+    args.model = args.model or "smollm2-135m"
     from engine import LLMEngine, load_model
     from engine.model.loader import ModelLoadError
 
@@ -73,6 +90,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Model ready in {time.perf_counter() - t0:.1f} s: {info.name} on {info.device} ({info.weights} "
           f"weights, compute {info.dtype}, KV cache {info.kv_dtype})", flush=True)
 
+    return serve(engine, args)
+
+
+def _serve_remote(args: argparse.Namespace) -> int:
+    """The page in front of a remote OpenAI-compatible server (no model here, no torch)."""
+    from .remote import RemoteEngine
+    from .remote.stream import RemoteError
+
+    if not args.base_url:
+        print("error: --backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)",
+              file=sys.stderr)
+        return 2
+    try:
+        engine = RemoteEngine(args.base_url, api_key=args.api_key, model=args.model)
+    except RemoteError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"Remote engine: {engine.info.engine} at {engine.info.base_url}, model "
+          f"{engine.info.name}", flush=True)
+    args.no_api = True  # no engine of our own to serve
     return serve(engine, args)
 
 
@@ -100,6 +137,8 @@ def serve(engine, args: argparse.Namespace) -> int:
             shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
             print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""),
                   flush=True)
+            if not getattr(args, "no_api", True):
+                _mount_api(demo, engine, args, shown)
             demo.block_thread()
         except KeyboardInterrupt:
             pass
@@ -107,6 +146,19 @@ def serve(engine, args: argparse.Namespace) -> int:
             pg.close()
             engine.shutdown()
     return 0
+
+
+def _mount_api(demo, engine, args, shown: str) -> None:
+    """Serve the OpenAI-compatible API under ``/v1`` on the page's port (see
+    :mod:`app.openai_api`), or say in one line why not."""
+    from .openai_api import mount_api
+
+    refused = mount_api(demo.server_app, engine, host=args.host, api_key=args.api_key,
+                        allow_unauthenticated=args.allow_unauthenticated,
+                        include_prefix=args.shared_prefix_cache, aliases={args.model})
+    print(f"OpenAI-compatible API off: {refused}" if refused else
+          f"OpenAI-compatible API at {shown.rstrip('/')}/v1, Prometheus metrics at "
+          f"{shown.rstrip('/')}/metrics", flush=True)
 
 
 @contextmanager

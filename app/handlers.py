@@ -86,15 +86,16 @@ def chat_messages(history: list | None, message: str, system_prompt: str = "") -
 
 def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> dict:
     """The panels before any request (also what Clear shows)."""
+    remote = getattr(pg.info, "remote", None)  # a remote engine draws its KV and memory panels
     return {
         "status": cards.status_html(note, "info"),
         "tokens": tokens_html([]),
         "cards": cards.stat_cards_html(None),
         "latency": figures.latency_figure([], [], []),
-        "kv": figures.kv_figure([], [], pg.bytes_per_token),
+        "kv": remote.kv_figure() if remote else figures.kv_figure([], [], pg.bytes_per_token),
         "kv_formula": cards.kv_formula_html(pg.info, bytes_per_token=pg.bytes_per_token,
                                             pool_bytes=getattr(pg, "pool_bytes", None)),
-        "memory": figures.memory_figure(None),
+        "memory": remote.memory_figure() if remote else figures.memory_figure(None),
     }
 
 
@@ -134,6 +135,11 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
     }
     if memory:
         frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None)
+    remote = getattr(pg.info, "remote", None)
+    if remote is not None:  # the server's KV usage over time; no memory breakdown
+        frame["kv"] = remote.kv_figure()
+        if memory:
+            frame["memory"] = remote.memory_figure()
     return frame
 
 

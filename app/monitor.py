@@ -23,6 +23,8 @@ def no_gpu_reason(device: str, gpu_reason: str | None = None) -> str:
     """
     if device.startswith("cuda"):
         return f"GPU readings N/A: {gpu_reason or 'NVML gave no reading'}"
+    if device == "remote":
+        return "the engine runs on a remote server: its devices are not visible to this page"
     if device == "mps":
         return "Apple GPU (MPS): NVML readings exist only for NVIDIA GPUs"
     return "no NVIDIA GPU: running on CPU"

@@ -61,7 +61,8 @@ class Playground:
             self._salted = False
         self._salts: OrderedDict[str, str] = OrderedDict()
         self.info = engine.info
-        self.bytes_per_token = int(self.info.spec.kv_bytes_per_token(kv_element_bytes(self.info)))
+        spec = getattr(self.info, "spec", None)  # None for a remote engine: no model shape
+        self.bytes_per_token = int(spec.kv_bytes_per_token(kv_element_bytes(self.info))) if spec else 0
         self._own_trace_dir = trace_dir is None
         self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-", dir=trace_parent))
         self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -198,7 +199,10 @@ class Playground:
     # ---- telemetry for the panels -----------------------------------------------------------------
     def write_trace(self, output, events, session_id: str = "") -> tuple[str, str] | None:
         """Write the request's trace as JSON and CSV into the session's private folder (0600
-        files); returns their paths (``None`` on failure)."""
+        files); returns their paths (``None`` on failure, and for a remote engine, whose steps
+        this page does not see)."""
+        if getattr(self.engine, "remote", False):
+            return None
         from engine.telemetry.trace import write_trace
 
         try:

@@ -140,6 +140,11 @@ def _batching(pg, head: str) -> dict:
 def _lessons(pg) -> None:
     """The Lessons tab (``app.lessons``); a note instead when it can't be built (the reason
     goes to the server log: it may name server paths)."""
+    if getattr(pg.engine, "remote", False):
+        from .remote.view import LESSONS
+
+        gr.Markdown(LESSONS)
+        return
     try:
         from .lessons import build_lessons
 
@@ -170,6 +175,10 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
         with gr.Tabs(elem_id="main-tabs"):
             with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
                 gr.Markdown(INTRO, elem_classes=["intro"])
+                if getattr(pg.engine, "remote", False):
+                    from .remote.view import CLIENT_SIDE, NO_TRACE
+
+                    gr.Markdown(f"**Remote engine.** {CLIENT_SIDE}. {NO_TRACE}.", elem_id="remote-note")
                 with gr.Row(equal_height=False):
                     with gr.Column(scale=5):
                         conversation = _conversation(empty)

@@ -65,6 +65,7 @@ class OutputProcessor:
         self.tokenizer = tokenizer
         self.token_text = TokenTexts(tokenizer)
         self.rolling = rolling
+        self.listeners: list = []  # more callables fed every finished RequestOutput (metrics exporters)
         self.states: dict[str, RequestState] = {}
         self.counts = {"finished": 0, "aborted": 0, "failed": 0}
         self.groups = GroupOutputs(tokenizer)
@@ -172,6 +173,8 @@ class OutputProcessor:
         self.counts[reason.outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)
+        for listener in self.listeners:
+            listener(output)
         state.handle._finish(output)
         return output
 

@@ -1,0 +1,71 @@
+"""``python -m engine serve``: the engine behind an OpenAI-compatible HTTP API (FastAPI and
+uvicorn, no Gradio), with Prometheus metrics at ``/metrics``."""
+
+from __future__ import annotations
+
+import sys
+
+from engine.cli.common import fail
+from engine.cli.generate import WEIGHTS
+from engine.config import KV_CACHE_DTYPES
+
+
+def register(sub) -> None:
+    """Add the ``serve`` subcommand to an argparse subparsers object."""
+    p = sub.add_parser("serve", help="serve the OpenAI-compatible API (/v1) and /metrics")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--model", default="smollm2-135m", help="embedded name, local folder or Hub id")
+    p.add_argument("--served-model-name", help="the name clients use (default: the model's name)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto", help="compute dtype: auto, float32, bfloat16, float16")
+    p.add_argument("--weights", default="auto", choices=WEIGHTS,
+                   help="weight storage (default auto: int4 for the embedded model on CPU)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES)
+    p.add_argument("--max-queue", type=int, default=32,
+                   help="requests allowed to wait (one more gets 429; default 32)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on /v1 routes "
+                        "(default: $LLM_PLAYGROUND_API_KEY; none on loopback)")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="allow a non-loopback --host without an API key")
+    p.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    """Load the model, start the engine and serve until interrupted; returns the exit code."""
+    from engine.serve.auth import check_bind, resolve_key
+
+    key = resolve_key(args.api_key)
+    try:
+        check_bind(args.host, key, args.allow_unauthenticated)
+    except ValueError as exc:
+        fail(str(exc), 2)
+
+    import uvicorn
+
+    from engine.engine import LLMEngine
+    from engine.model.loader import ModelLoadError, load_model
+    from engine.serve.app import create_server
+
+    try:
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights,
+                            progress=lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
+        engine = LLMEngine(loaded, max_queue=args.max_queue, kv_cache_dtype=args.kv_cache_dtype)
+    except (ModelLoadError, ValueError, OSError) as exc:
+        fail(str(exc), 2)
+    name = args.served_model_name or engine.info.name
+    app = create_server(engine, name, api_key=key, aliases={args.model, engine.info.name})
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=5, access_log=False)
+    server = uvicorn.Server(config)
+    print(f"Serving {name} ({engine.info.weights} weights on {engine.info.device}) at "
+          f"http://{args.host}:{args.port}/v1" + (" (API key required)" if key else ""),
+          file=sys.stderr, flush=True)
+    try:
+        server.run()
+    finally:
+        app.state.serve.closing = True
+        engine.shutdown()
+    return 0
