@@ -20,8 +20,11 @@ common ones (see :mod:`.common`):
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -66,6 +69,39 @@ def _llama_run(llm, ids: list[int], n: int) -> tuple[list[int], float, float]:
     return toks, times[0] - start, (len(times) - 1) / decode if decode > 0 else 0.0
 
 
+def _child(path: str, ids: list[int], n: int) -> dict:
+    """In a child process: load the GGUF file, warm up, then one timed greedy run."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=path, n_ctx=len(ids) + n + 16, n_threads=os.cpu_count() or 1,
+                verbose=False)
+    _llama_run(llm, ids, 4)
+    toks, ttft, tps = _llama_run(llm, ids, n)
+    return {"tokens": toks, "ttft_s": ttft, "tokens_per_s": tps}
+
+
+def _llama_in_child(path: Path, ids: list[int], n: int) -> tuple[list[int], float, float]:
+    """One warm greedy run of llama.cpp in its own process.
+
+    llama.cpp's OpenMP threads and PyTorch's share a process badly (loading the model next to
+    a running engine crashed the interpreter), so llama.cpp never runs in the engine's process.
+
+    Raises:
+        RuntimeError: the child failed; the message is its last line of stderr.
+    """
+    code = ("import json, sys; from engine.experiments.llama_cpp import _child; "
+            "a = json.loads(sys.stdin.read()); print(json.dumps(_child(a['path'], a['ids'], a['n'])))")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(
+        {"path": str(path), "ids": ids, "n": n}), capture_output=True, text=True, cwd=root,
+        timeout=600)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise RuntimeError(f"llama.cpp run failed: {tail}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out["tokens"], out["ttft_s"], out["tokens_per_s"]
+
+
 def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int | None = None) -> dict:
     """Compare llama.cpp and the engine on the same prompt ids, greedy, the same token count.
 
@@ -83,16 +119,10 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     if path is None:
         return _skipped(quick, f"model {loaded.info.name!r} has no embedded GGUF file")
     new_tokens = new_tokens or (24 if quick else 128)
-    from llama_cpp import Llama
-
     from engine.model.prompt import encode_prompt
 
     prompt = salted(STORY_PROMPT)
     ids = encode_prompt(loaded.tokenizer, prompt)
-    report(progress, 0.0, "loading the GGUF file in llama.cpp")
-    llm = Llama(model_path=str(path), n_ctx=len(ids) + new_tokens + 16,
-                n_threads=os.cpu_count() or 1, verbose=False)
-    _llama_run(llm, ids, 4)
     rounds = 1 if quick else 3
     l_tpss, l_ttfts, e_tpss, e_ttfts = [], [], [], []
     with engine_for(loaded, engine) as eng:
@@ -100,7 +130,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         run_engine(eng, salted(STORY_PROMPT), 4)
         for r in range(rounds):
             report(progress, 0.1 + 0.9 * r / rounds, f"round {r + 1}/{rounds}: llama.cpp, {new_tokens} tokens")
-            theirs, l_ttft, l_tps = _llama_run(llm, ids, new_tokens)
+            theirs, l_ttft, l_tps = _llama_in_child(path, ids, new_tokens)
             report(progress, 0.1 + 0.9 * (r + 0.5) / rounds, f"round {r + 1}/{rounds}: engine, {new_tokens} tokens")
             out, _ = run_engine(eng, prompt, new_tokens)
             l_tpss.append(l_tps)
