@@ -83,8 +83,9 @@ def _child(path: str, ids: list[int], n: int) -> dict:
 def _llama_in_child(path: Path, ids: list[int], n: int) -> tuple[list[int], float, float]:
     """One warm greedy run of llama.cpp in its own process.
 
-    llama.cpp's OpenMP threads and PyTorch's share a process badly (loading the model next to
-    a running engine crashed the interpreter), so llama.cpp never runs in the engine's process.
+    A native crash in llama.cpp (a build whose CPU features the machine lacks at run time, say)
+    then ends the child, not the bench, and llama.cpp's OpenMP threads never share a process
+    with PyTorch's.
 
     Raises:
         RuntimeError: the child failed; the message is its last line of stderr.
