@@ -25,6 +25,7 @@ from engine.output.events import RequestOutput
 from engine.output.handle import RequestHandle
 from engine.output.output_processor import OutputProcessor
 from engine.params import SamplingParams
+from engine.spec_decode.spec_state import spec_state_for
 from engine.wiring import build_parts, note_pool, release_free_memory
 from engine.worker.kv_pool import kv_dtype_name
 
@@ -85,7 +86,8 @@ class LLMEngine:
     # ---- public API --------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
                use_kv_cache: bool = True, request_id: str | None = None,
-               cache_salt: str | None = None) -> RequestHandle:
+               cache_salt: str | None = None, speculative: str | bool | None = None,
+               num_speculative_tokens: int | None = None) -> RequestHandle:
         """Queue a request.
 
         Args:
@@ -99,6 +101,10 @@ class LLMEngine:
                 salt (vLLM's ``cache_salt``); ``None`` shares the cache with every unsalted
                 request. A web server gives each user its own, so no one can probe another's
                 prompt by timing.
+            speculative: drafter for this request: ``"ngram"`` (prompt lookup), ``False`` or
+                ``"off"`` for plain decoding, ``None`` for the engine's ``config.speculative``.
+                Only with the paged cache and a KV cache; see :mod:`engine.spec_decode`.
+            num_speculative_tokens: its ``k`` (``None``: ``config.num_speculative_tokens``).
 
         Returns:
             A :class:`RequestHandle` streaming :class:`StepEvent` objects.
@@ -122,9 +128,11 @@ class LLMEngine:
         gen = None
         if params.seed is not None:
             gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+        spec = spec_state_for(self.config, params, speculative, num_speculative_tokens,
+                              self.paged and use_kv_cache)
         seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
                        use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
-                       cache_salt=cache_salt)
+                       cache_salt=cache_salt, spec=spec)
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
         with self._wake:

@@ -44,6 +44,8 @@ class ModelRunnerOutput:
         spans: ``(start_s, end_s)`` of the forward pass and sampling that computed each
             scheduled sequence (the packed pass, or its own pass when run alone).
         batch_size: sequences that shared the packed forward pass (1 when run one at a time).
+        spec_accepted: for a sequence that verified draft tokens, the accepted drafts in order
+            (``sampled`` then holds the model's own token that follows them).
     """
 
     start_s: float
@@ -54,3 +56,4 @@ class ModelRunnerOutput:
     kv_bytes: dict[str, int] = field(default_factory=dict)
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)
     batch_size: int = 1
+    spec_accepted: dict[str, list[SampleResult]] = field(default_factory=dict)

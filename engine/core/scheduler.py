@@ -21,6 +21,7 @@ from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.errors import QueueFullError
 from engine.outputs import ModelRunnerOutput
+from engine.spec_decode.scheduling import accept_tokens, draft_tokens
 
 __all__ = ["Scheduler", "QueueFullError"]
 
@@ -93,14 +94,20 @@ class Scheduler:
             if budget <= 0:
                 break
             n = min(seq.num_tokens - seq.num_computed, budget)
+            drafts = []
+            if seq.spec is not None and n == 1 and seq.output_ids:
+                drafts = draft_tokens(seq, budget - 1)
+                if drafts and not self.bm.ensure_capacity(
+                        seq.block_table, seq.num_computed + 1 + len(drafts)):
+                    drafts = []
             while not self.bm.ensure_capacity(seq.block_table, seq.num_computed + n):
                 victim = self.running[-1]
                 self._preempt(victim, out)
                 if victim is seq:
                     break
             if seq.status is SequenceStatus.RUNNING:
-                out.entries.append(self._schedule(seq, n))
-                budget -= n
+                out.entries.append(self._schedule(seq, n, drafts))
+                budget -= n + len(drafts)
         while self.waiting and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.use_kv_cache and (budget <= 0 or not self.bm.can_allocate(
@@ -122,9 +129,13 @@ class Scheduler:
         return out
 
     @staticmethod
-    def _schedule(seq: Sequence, n: int) -> ScheduledSeq:
+    def _schedule(seq: Sequence, n: int, drafts: list[int] = ()) -> ScheduledSeq:
         entry = ScheduledSeq.of(seq, n)
-        seq.num_scheduled = n
+        if drafts:  # a verification step: the pending token and the drafts, one decode pass
+            entry.draft_ids = list(drafts)
+            entry.num_new += len(drafts)
+            entry.phase = "decode"
+        seq.num_scheduled = entry.num_new
         return entry
 
     def update_from_output(self, scheduler_output: SchedulerOutput,
@@ -152,6 +163,9 @@ class Scheduler:
                 self._finish(seq, FinishReason.ERROR)
                 finished.append(seq)
                 continue
+            if e.draft_ids:
+                self._update_verified(seq, e, runner_output, finished)
+                continue
             seq.num_computed = e.num_computed + e.num_new if seq.use_kv_cache else 0
             if seq.block_table:
                 seq.first_unkeyed = self.bm.register_full_blocks(
@@ -161,11 +175,28 @@ class Scheduler:
             if sample is None:
                 continue
             seq.output_ids.append(sample.token_id)
+            if seq.spec is not None and e.phase == "decode":
+                seq.spec.record(0, 0, 1)
             reason = self._check_stop(seq, sample.token_id)
             if reason is not None:
                 self._finish(seq, reason)
                 finished.append(seq)
         return finished
+
+    def _update_verified(self, seq: Sequence, e: ScheduledSeq, runner_output: ModelRunnerOutput,
+                         finished: list[Sequence]) -> None:
+        """Bookkeeping of a step that verified drafts: append the accepted drafts and the
+        model's token (stops checked after each), roll back the rejected drafts' KV blocks,
+        key the newly full blocks."""
+        _, reason = accept_tokens(seq, e, runner_output.spec_accepted.get(seq.request_id, []),
+                                  runner_output.sampled[seq.request_id], self._check_stop)
+        if reason is not None:
+            self._finish(seq, reason)
+            finished.append(seq)
+            return
+        self.bm.truncate(seq.block_table, seq.num_computed)
+        seq.first_unkeyed = self.bm.register_full_blocks(
+            seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed, seq.cache_salt)
 
     def _check_stop(self, seq: Sequence, token: int) -> FinishReason | None:
         p = seq.params

@@ -40,6 +40,7 @@ class Sequence:
         finish_reason: a :class:`engine.output.events.FinishReason` once finished.
         stop_reason: the EOS / stop token id or stop string that ended it.
         error: the exception that ended it with ``error``.
+        spec: its :class:`engine.spec_decode.spec_state.SpecState` when it may speculate.
     """
 
     request_id: str
@@ -59,6 +60,7 @@ class Sequence:
     finish_reason: object = None
     stop_reason: str | int | None = None
     error: BaseException | None = None
+    spec: object = None
 
     @property
     def num_tokens(self) -> int:

@@ -55,6 +55,11 @@ class StepEvent:
         batch: the :class:`engine.core.batch_info.BatchInfo` of the step: one object shared by
             every event of the step.
         block_table: physical KV blocks of this request after the step (paged KV cache).
+        num_drafted: draft tokens the step's forward pass verified for this request
+            (speculative decoding; 0 for a plain step).
+        draft_accepted: this token is an accepted draft (False for the model's own token).
+        tokens_in_step: output tokens the step produced for this request (1 without
+            speculation; a verified step's events share it and its ``start_s``/``end_s``).
     """
 
     request_id: str
@@ -75,6 +80,9 @@ class StepEvent:
     memory: Any = None
     batch: Any = None
     block_table: list[int] = field(default_factory=list)
+    num_drafted: int = 0
+    draft_accepted: bool = False
+    tokens_in_step: int = 1
 
     @property
     def duration_s(self) -> float:
@@ -106,6 +114,8 @@ class RequestOutput:
         stop_reason: the stop string or token id that ended the request, if any.
         use_kv_cache: whether the request decoded with a KV cache.
         memory: the last memory breakdown telemetry recorded for the request, if any.
+        speculative: its speculative decoding figures
+            (:meth:`engine.spec_decode.spec_state.SpecState.summary`), ``None`` without.
     """
 
     request_id: str
@@ -120,6 +130,7 @@ class RequestOutput:
     use_kv_cache: bool = True
     memory: Any = None
     deltas: list[str] = field(default_factory=list)
+    speculative: dict | None = None
 
     @property
     def finished_ok(self) -> bool:
