@@ -178,7 +178,9 @@ class PagedModelRunner(ModelRunner):
         out.batch_size = max(out.batch_size, len(entries))
         for e in entries:
             rid = e.seq.request_id
-            out.kv_tokens[rid] = e.num_computed + e.num_new
+            # a verification step keeps the accepted drafts' keys and values, not the rejected
+            rejected = len(e.draft_ids) - len(out.spec_accepted.get(rid, e.draft_ids))
+            out.kv_tokens[rid] = e.num_computed + e.num_new - rejected
             out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
             out.spans[rid] = (start, end)
 
