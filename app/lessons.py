@@ -24,6 +24,7 @@ from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
 
 from . import fields
 from .errors import guard
+from .spec_lesson import build_spec_lesson
 from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
 
@@ -521,6 +522,8 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             c["quant_run"] = gr.Button("Compare precisions", variant="primary", **ids("quant_run"))
             c["quant_plot"] = gr.Plot(show_label=False, **ids("quant_plot"))
             c["quant_table"] = gr.Markdown("", **ids("quant_table"))
+        with gr.Tab("Speculative decoding"):
+            c.update(build_spec_lesson(engine))
     _wire(engine, c, answer, logits, session_kwargs or (lambda session_id: {}))
     return c
 

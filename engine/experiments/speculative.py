@@ -55,7 +55,8 @@ def _run(eng, prompt: str, n: int, spec: bool, k: int):
 
 
 def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int | None = None,
-        pairs: int | None = None, num_speculative_tokens: int = 4) -> dict:
+        pairs: int | None = None, num_speculative_tokens: int = 4,
+        prompts: dict[str, str] | None = None) -> dict:
     """Measure both prompts, plain and speculative, in alternating turns.
 
     Args:
@@ -64,16 +65,18 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).
         new_tokens, pairs, num_speculative_tokens: override the sizes.
+        prompts: ``{name: chat prompt}`` instead of :data:`PROMPTS`.
     """
     n = new_tokens or (24 if quick else 128)
     pairs = pairs or (1 if quick else 3)
     k = num_speculative_tokens
     rows, by_k = [], defaultdict(list)
-    total = len(PROMPTS) * (pairs + 1)
+    prompts = prompts or PROMPTS
+    total = len(prompts) * (pairs + 1)
     done = 0
     with engine_for(loaded, engine) as eng:
         config = engine_config(eng)
-        for name, base in PROMPTS.items():
+        for name, base in prompts.items():
             plain_rates, spec_rates, same, last = [], [], True, None
             prompt = salted(base)
             for turn in range(pairs + 1):  # turn 0 warms both up and is not counted
