@@ -111,3 +111,28 @@ def test_kv_bytes_count_only_kept_tokens_and_bad_input_is_refused(engine):
                                                     repetition_penalty=1.3), speculative="ngram")
     assert pen.speculative["drafted"] == 0 and "penalties" in pen.speculative["off_reason"]
     assert engine.generate("Say hi.", SamplingParams(max_tokens=2)).finished_ok
+
+
+def test_cli_generate_speculative_json():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "engine", "generate", "--prompt", COPY,
+                        "--temperature", "0", "--max-tokens", "24", "--speculative", "ngram",
+                        "--num-speculative-tokens", "3", "--json"],
+                       cwd=root, env=dict(os.environ, HF_HUB_OFFLINE="1"), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)["speculative"]
+    for key in ("drafted", "accepted", "acceptance_rate", "tokens_per_step"):
+        assert key in s
+    assert s["num_speculative_tokens"] == 3 and 0 <= s["accepted"] <= s["drafted"]
+    bad = subprocess.run([sys.executable, "-m", "engine", "generate", "--prompt", "hi",
+                          "--speculative", "ngram", "--num-speculative-tokens", "0"],
+                         cwd=root, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "num_speculative_tokens" in bad.stderr
+    assert "Traceback" not in bad.stderr

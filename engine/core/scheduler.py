@@ -2,7 +2,8 @@
 
 Iteration-level scheduling (continuous batching, Yu et al., OSDI 2022 "Orca"; vLLM's
 scheduler): every step, finished sequences have left; each running sequence gets one decode
-token (or the next chunk of its prompt); waiting requests join, first come first served, while
+token (or the next chunk of its prompt; with speculative decoding, its pending token plus the
+draft tokens to verify, :mod:`engine.spec_decode.scheduling`); waiting requests join, first come first served, while
 the step's token budget, the running-sequence limit and free KV blocks allow. When blocks run
 out, the newest running sequence is preempted: its blocks are freed and it is recomputed later.
 
