@@ -52,7 +52,8 @@ def _scatter(name: str, x: list, y: list, mode: str, hovertemplate: str, **props
 
 def latency_figure(token_index: list[int], step_ms: list[float], phases: list[str],
                    prompt_tokens: int = 0, use_kv_cache: bool = True,
-                   batch_sizes: list[int] | None = None, prefill_computed: int | None = None) -> PlainFigure:
+                   batch_sizes: list[int] | None = None, prefill_computed: int | None = None,
+                   spec: dict | None = None) -> PlainFigure:
     """Per-token latency: how long each engine step took, prefill marked apart from decode.
 
     Args:
@@ -65,6 +66,7 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
             in the batch takes longer).
         prefill_computed: prompt tokens the prefill pass computed, when fewer than
             ``prompt_tokens`` (the rest came from the prefix cache or earlier chunks).
+        spec: a third trace marking speculative steps (:func:`app.spec_view.spec_trace`).
 
     Returns:
         A figure with a ``prefill`` trace (one marker) and a ``decode`` trace (a line).
@@ -86,6 +88,8 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
                  "token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
                  customdata=dec[2], line={"color": DECODE, "width": 2}, marker={"size": 4}),
     ]
+    if spec is not None:
+        traces.append(spec)
     title = "Latency per token" + ("" if use_kv_cache else " — KV cache OFF")
     layout = base_layout(title, "output token #", "step time (ms)", HEIGHT)
     layout["yaxis"]["rangemode"] = "tozero"

@@ -15,6 +15,7 @@ from engine import QueueFullError, SamplingParams
 from . import cards, fields, figures
 from .errors import log_internal
 from .session import RunState, Throttle
+from .spec_view import spec_trace
 from .shared import shared
 from .tokens_view import TokenChips, tokens_html
 
@@ -128,7 +129,9 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
     frame = {
         "latency": figures.latency_figure(state.token_index, state.step_ms, state.phases,
                                           state.prompt_tokens, state.use_kv_cache, state.batch_sizes,
-                                          state.prefill_computed),
+                                          state.prefill_computed,
+                                          spec_trace(state.token_index, state.step_ms,
+                                                     state.drafted, state.step_out)),
         "kv": figures.kv_figure(state.kv_tokens, state.kv_bytes, pg.bytes_per_token, state.use_kv_cache,
                                 max_tokens_hint=(state.prompt_tokens + max_new) if state.prompt_tokens else None),
         "kv_formula": _kv_formula(pg, state),

@@ -33,6 +33,7 @@ from .lesson_prefill import run_share, run_sweep, share_figure, sweep_figure  # 
 from .lesson_sampling import (EXAMPLES, PENALTY_RULE, USE_CASES, answer_html, explorer_figure,  # noqa: F401
                               explorer_generate, show_token, step_choices)
 from . import lesson_calculator, lesson_prefill, lesson_sampling
+from .spec_lesson import build_spec_lesson
 
 TEXT = {
     "kv": "The same prompt runs twice, first with the KV cache and then without it; both runs "
@@ -298,6 +299,8 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             c["quant_run"] = gr.Button("Compare precisions", variant="primary", **ids("quant_run"))
             c["quant_plot"] = gr.Plot(show_label=False, **ids("quant_plot"))
             c["quant_table"] = gr.Markdown("", **ids("quant_table"))
+        with gr.Tab("Speculative decoding"):
+            c.update(build_spec_lesson(engine))
     _wire(engine, c, session_kwargs or (lambda session_id: {}))
     return c
 

@@ -25,6 +25,7 @@ class TokenView:
         visible: False when the token added no user-visible text (a special token such as EOS).
         delta: the text the answer gained at this step (a whole character once its last
             byte-piece token arrives; ``""`` for the pieces before it).
+        draft: a draft token (speculative decoding) the model accepted, not one it produced.
     """
 
     text: str
@@ -33,6 +34,7 @@ class TokenView:
     phase: str
     visible: bool = True
     delta: str = ""
+    draft: bool = False
 
 
 def memory_to_plain(mem: Any) -> dict | None:
@@ -95,6 +97,8 @@ class RunState:
         finish_reason, error: set when the request ends.
         final_metrics: the engine's ``RequestMetrics`` as a dict once the request has ended.
         queue_position: requests ahead of this one while it waits (``None`` once running).
+        drafted: draft tokens each token's step verified (speculative decoding; 0 plain).
+        step_out: tokens each token's step produced (1 plain; several for a verified step).
     """
 
     submitted_s: float = field(default_factory=time.perf_counter)
@@ -120,6 +124,8 @@ class RunState:
     error: str | None = None
     final_metrics: dict | None = None
     queue_position: int | None = None
+    drafted: list[int] = field(default_factory=list)
+    step_out: list[int] = field(default_factory=list)
 
     # ---- folding events -------------------------------------------------------------------
     def add(self, ev: Any) -> None:
@@ -145,7 +151,9 @@ class RunState:
         top = [(c.text, float(c.prob)) for c in (ev.top_candidates or [])][:5]
         visible = bool(ev.text_delta) or not _looks_special(ev.token_text)
         self.tokens.append(TokenView(ev.token_text, float(ev.token_prob), top, ev.phase, visible,
-                                     ev.text_delta or ""))
+                                     ev.text_delta or "", bool(getattr(ev, "draft_accepted", 0))))
+        self.drafted.append(int(getattr(ev, "num_drafted", 0) or 0))
+        self.step_out.append(int(getattr(ev, "tokens_in_step", 1) or 1))
         self.text += ev.text_delta or ""
         if ev.memory is not None:
             self.memory = memory_to_plain(ev.memory)

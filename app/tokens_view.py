@@ -18,7 +18,8 @@ LEGEND = (
     'sampler gave it: <span class="tok-swatch" style="background:{hi}">likely</span> '
     '<span class="tok-swatch" style="background:{mid}">so-so</span> '
     '<span class="tok-swatch" style="background:{lo}">surprising</span>. Hover or click a token '
-    'to see the top-5 candidates it was picked from.</div>'
+    'to see the top-5 candidates it was picked from. A <span class="tok-swatch tok-draft">dashed'
+    '</span> chip is a drafted token the model accepted (speculative decoding).</div>'
 )
 
 # Shows the chip's tooltip: built from its data attributes into one fixed-position box.
@@ -116,6 +117,8 @@ def tooltip_data(tok, index: int) -> dict:
         data["piece"] = "1"
         if getattr(tok, "delta", ""):
             data["done"] = "1"
+    if getattr(tok, "draft", False):
+        data["ph"] = "draft accepted"
     return data
 
 
@@ -130,6 +133,8 @@ def token_html(tok, index: int) -> str:
     cls = "tok" if tok.visible else "tok tok-special"
     if PIECE in tok.text:
         cls += " tok-piece"
+    if getattr(tok, "draft", False):  # an accepted draft token (speculative decoding)
+        cls += " tok-draft"
     return (f'<span class="{cls}" tabindex="0" style="background:{prob_color(tok.prob)}" {attrs}>'
             f"{_shown(chip_text(tok))}</span>")
 

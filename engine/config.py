@@ -44,6 +44,10 @@ class EngineConfig:
         kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
             formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but
             ``auto`` needs the paged cache (``batching`` on a paged family).
+        speculative: the default drafter of requests (``"ngram"``: prompt lookup; ``None``:
+            off); a request may choose otherwise (``LLMEngine.submit(speculative=...)``).
+            Needs the paged cache; requests without one decode plainly.
+        num_speculative_tokens: default ``k``, most draft tokens verified per step.
 
     Raises:
         ValueError: from ``__post_init__``, naming the field, for a value out of range.
@@ -62,6 +66,8 @@ class EngineConfig:
     cuda_graphs: bool | None = None
     kv_cache_dtype: str = "auto"
     decode_threads: int = 0
+    speculative: str | None = None
+    num_speculative_tokens: int = 4
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -77,6 +83,10 @@ class EngineConfig:
                 or self.decode_threads < 0:
             raise ValueError(f"decode_threads must be an integer >= 0 (0 = auto), "
                              f"got {self.decode_threads!r}")
+        if self.speculative is not None:
+            from engine.spec_decode.config import SpeculativeConfig
+
+            SpeculativeConfig(self.speculative, self.num_speculative_tokens)  # checks both
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
                              f"got {self.kv_cache_dtype!r}")

@@ -26,6 +26,7 @@ from engine.output.handle import RequestHandle
 from engine.output.output_processor import OutputProcessor
 from engine.core.sequence_group import kv_sharing, new_group
 from engine.params import SamplingParams, sample_seed
+from engine.spec_decode.spec_state import spec_state_for
 from engine.wiring import build_parts, note_pool, release_free_memory
 from engine.worker.kv_pool import kv_dtype_name
 
@@ -86,7 +87,9 @@ class LLMEngine:
     # ---- public API --------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
                use_kv_cache: bool = True, request_id: str | None = None,
-               cache_salt: str | None = None, source: str = "user") -> RequestHandle:
+               cache_salt: str | None = None, source: str = "user",
+               speculative: str | bool | None = None,
+               num_speculative_tokens: int | None = None) -> RequestHandle:
         """Queue a request.
 
         Args:
@@ -102,6 +105,10 @@ class LLMEngine:
                 prompt by timing.
             source: ``"user"``, or ``"lesson"`` for a run of the page's lessons and bench
                 experiments: its latency goes to the rolling statistics apart from the users'.
+            speculative: drafter for this request: ``"ngram"`` (prompt lookup), ``False`` or
+                ``"off"`` for plain decoding, ``None`` for the engine's ``config.speculative``.
+                Only with the paged cache and a KV cache; see :mod:`engine.spec_decode`.
+            num_speculative_tokens: its ``k`` (``None``: ``config.num_speculative_tokens``).
 
         Returns:
             A :class:`RequestHandle` streaming :class:`StepEvent` objects.
@@ -125,14 +132,19 @@ class LLMEngine:
                    "the context window" if ctx == self.info.context_len else "the KV cache pool")
         rid = request_id or f"req-{next(self._ids)}"
         if params.group_width > 1 or params.use_beam_search:
+            if speculative not in (None, False, "off"):
+                raise ValueError("speculative decoding works on one-sequence requests: use it "
+                                 "without n, best_of or num_beams above 1")
             seq = self._new_group(rid, prompt_ids, params, use_kv_cache, ctx, cache_salt, source)
         else:
             gen = None
             if params.seed is not None:
                 gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
+            spec = spec_state_for(self.config, params, speculative, num_speculative_tokens,
+                                  self.paged and use_kv_cache)
             seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
                            use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
-                           cache_salt=cache_salt, source=source)
+                           cache_salt=cache_salt, source=source, spec=spec)
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
         with self._wake:

@@ -50,6 +50,8 @@ class ModelRunnerOutput:
         beam_candidates: for each beam that reached its last token, its ``2 × num_beams`` or
             more best next tokens and their log-softmax values (fp32 of the raw logits, best
             first): ``(token_ids, logprobs)``.
+        spec_accepted: for a sequence that verified draft tokens, the accepted drafts in order
+            (``sampled`` then holds the model's own token that follows them).
     """
 
     start_s: float
@@ -62,3 +64,4 @@ class ModelRunnerOutput:
     batch_size: int = 1
     group_samples: dict[str, list[SampleResult]] = field(default_factory=dict)
     beam_candidates: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
+    spec_accepted: dict[str, list[SampleResult]] = field(default_factory=dict)

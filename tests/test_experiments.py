@@ -37,6 +37,8 @@ FIELDS = {
     "llama-cpp": {"gguf_path", "prompt_tokens", "new_tokens", "llama_cpp_decode_tokens_per_s",
                   "llama_cpp_ttft_s", "engine_decode_tokens_per_s", "engine_ttft_s", "ratio",
                   "matching_prefix", "engine"},
+    "speculative": {"new_tokens", "pairs", "num_speculative_tokens", "rows", "verify_ms",
+                    "verify_cost", "engine"},
 }
 
 _CACHE: dict = {}

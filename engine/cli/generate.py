@@ -44,6 +44,10 @@ def register(sub) -> None:
                    help="beam search's stopping rule, Hugging Face's meanings (default false)")
     p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole sequence each step")
     p.add_argument("--no-telemetry", action="store_true", help="skip the per-step memory breakdown")
+    p.add_argument("--speculative", choices=("off", "ngram"), default="off",
+                   help="speculative decoding: ngram = prompt lookup drafts verified in one pass")
+    p.add_argument("--num-speculative-tokens", type=int, default=4,
+                   help="most draft tokens verified per step (with --speculative)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     p.set_defaults(func=run)
 
@@ -79,8 +83,10 @@ def run(args) -> int:
     except ModelLoadError as exc:
         fail(str(exc))
     try:
+        spec = None if args.speculative == "off" else args.speculative
         engine = LLMEngine(loaded, telemetry=not args.no_telemetry,
-                           kv_cache_dtype=args.kv_cache_dtype)
+                           kv_cache_dtype=args.kv_cache_dtype, speculative=spec,
+                           num_speculative_tokens=args.num_speculative_tokens)
     except ValueError as exc:
         fail(str(exc), 2)
     try:
@@ -109,6 +115,11 @@ def run(args) -> int:
               f"TTFT {m.ttft_s * 1000:.1f} ms | TPOT {m.tpot_s * 1000:.1f} ms | "
               f"decode {m.decode_tokens_per_s:.1f} tok/s | prefill {m.prefill_tokens_per_s:.0f} tok/s | "
               f"KV cache {out.kv_cache_bytes / 1e6:.2f} MB", file=sys.stderr)
+        if out.speculative is not None:
+            s = out.speculative
+            print(f"[speculative {s['method']}] drafted {s['drafted']}, accepted {s['accepted']} "
+                  f"({s['acceptance_rate']:.0%}), {s['tokens_per_step']:.2f} tokens per decode "
+                  f"pass", file=sys.stderr)
     if out.finish_reason == "error":
         fail(out.error or "the request failed")
     return 0
@@ -157,4 +168,6 @@ def result_json(out, events, engine) -> dict:
         if out.use_kv_cache else 0,
         "memory": memory,
         "steps": trace_rows(events, engine.spec, engine.info.kv_dtype_bytes),
+        # drafted, accepted, acceptance_rate, tokens_per_step, ... (None without speculation)
+        "speculative": out.speculative,
     }

@@ -232,6 +232,19 @@ class BlockManager:
         table[i] = self._take_free()
         return src, table[i]
 
+    def truncate(self, table: list[int], num_tokens: int) -> int:
+        """Shrink ``table`` in place to the blocks that hold ``num_tokens`` tokens, freeing the
+        rest (the rolled-back slots of rejected draft tokens); returns the blocks freed.
+
+        Slots past ``num_tokens`` in the last kept block are simply overwritten later.
+        """
+        keep = self.blocks_needed(num_tokens)
+        tail = table[keep:]
+        if tail:
+            del table[keep:]
+            self.free(tail)
+        return len(tail)
+
     def register_full_blocks(self, table: list[int], token_ids: list[int], num_computed: int,
                              first_unkeyed: int, salt: str | None = None) -> int:
         """Give a prefix-cache key to each block that is now full of computed tokens.

@@ -2,7 +2,8 @@
 
 Iteration-level scheduling (continuous batching, Yu et al., OSDI 2022 "Orca"; vLLM's
 scheduler): every step, finished sequences have left; each running sequence gets one decode
-token (or the next chunk of its prompt); waiting requests join, first come first served, while
+token (or the next chunk of its prompt; with speculative decoding, its pending token plus the
+draft tokens to verify, :mod:`engine.spec_decode.scheduling`); waiting requests join, first come first served, while
 the step's token budget, the running-sequence limit and free KV blocks allow. When blocks run
 out, the newest running sequence is preempted: its blocks are freed and it is recomputed later.
 
@@ -22,6 +23,7 @@ from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.sequence_group import admit_group, preemption_unit, seats, update_group
 from engine.errors import QueueFullError
 from engine.outputs import ModelRunnerOutput
+from engine.spec_decode.scheduling import accept_tokens, draft_tokens
 
 __all__ = ["Scheduler", "QueueFullError"]
 
@@ -96,14 +98,20 @@ class Scheduler:
             n = min(seq.num_tokens - seq.num_computed, budget)
             if n <= 0:  # a beam waiting for its siblings' candidates
                 continue
+            drafts = []
+            if seq.spec is not None and n == 1 and seq.output_ids:
+                drafts = draft_tokens(seq, budget - 1)
+                if drafts and not self.bm.ensure_capacity(
+                        seq.block_table, seq.num_computed + 1 + len(drafts)):
+                    drafts = []
             while not self._make_room(seq, n, out):
                 self._preempt(self.running[-1], out)
                 if seq.status is not SequenceStatus.RUNNING:
                     break
             budget = self.max_num_batched_tokens - sum(e.num_new for e in out.entries)
             if seq.status is SequenceStatus.RUNNING:
-                out.entries.append(self._schedule(seq, n))
-                budget -= n
+                out.entries.append(self._schedule(seq, n, drafts))
+                budget -= n + len(drafts)
         while self.waiting and seats(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.group is not None:  # several samples or beams: all of them or none
@@ -147,9 +155,13 @@ class Scheduler:
         return self.bm.ensure_capacity(seq.block_table, seq.num_computed + n)
 
     @staticmethod
-    def _schedule(seq: Sequence, n: int) -> ScheduledSeq:
+    def _schedule(seq: Sequence, n: int, drafts: list[int] = ()) -> ScheduledSeq:
         entry = ScheduledSeq.of(seq, n)
-        seq.num_scheduled = n
+        if drafts:  # a verification step: the pending token and the drafts, one decode pass
+            entry.draft_ids = list(drafts)
+            entry.num_new += len(drafts)
+            entry.phase = "decode"
+        seq.num_scheduled = entry.num_new
         return entry
 
     def update_from_output(self, scheduler_output: SchedulerOutput,
@@ -180,6 +192,9 @@ class Scheduler:
                     self._finish(s, FinishReason.ERROR)
                     finished.append(s)
                 continue
+            if e.draft_ids:
+                self._update_verified(seq, e, runner_output, finished)
+                continue
             seq.num_computed = e.num_computed + e.num_new if seq.use_kv_cache else 0
             if seq.block_table:
                 seq.first_unkeyed = self.bm.register_full_blocks(
@@ -193,6 +208,8 @@ class Scheduler:
                 continue
             seq.output_ids.append(sample.token_id)
             seq.cumulative_logprob += sample.logprob
+            if seq.spec is not None and e.phase == "decode":
+                seq.spec.record(0, 0, 1)
             reason = self._check_stop(seq, sample.token_id)
             if reason is not None:
                 self._finish(seq, reason)
@@ -209,6 +226,21 @@ class Scheduler:
         if seq.group.aborted is None:
             seq.group.aborted = FinishReason.ERROR
         return [s for s in seq.group.seqs if not s.is_finished]
+
+    def _update_verified(self, seq: Sequence, e: ScheduledSeq, runner_output: ModelRunnerOutput,
+                         finished: list[Sequence]) -> None:
+        """Bookkeeping of a step that verified drafts: append the accepted drafts and the
+        model's token (stops checked after each), roll back the rejected drafts' KV blocks,
+        key the newly full blocks."""
+        _, reason = accept_tokens(seq, e, runner_output.spec_accepted.get(seq.request_id, []),
+                                  runner_output.sampled[seq.request_id], self._check_stop)
+        if reason is not None:
+            self._finish(seq, reason)
+            finished.append(seq)
+            return
+        self.bm.truncate(seq.block_table, seq.num_computed)
+        seq.first_unkeyed = self.bm.register_full_blocks(
+            seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed, seq.cache_salt)
 
     def _check_stop(self, seq: Sequence, token: int) -> FinishReason | None:
         p = seq.params

@@ -33,6 +33,8 @@ class ScheduledSeq:
             sampled (False for a prefill chunk that is not the last one).
         block_table: the sequence's blocks for this step (a copy: the scheduler frees the
             sequence's own table when it finishes).
+        draft_ids: draft tokens verified this step after the sequence's known tokens
+            (speculative decoding; counted in ``num_new``, phase ``decode``).
     """
 
     seq: Sequence
@@ -41,6 +43,7 @@ class ScheduledSeq:
     phase: str = "prefill"
     samples: bool = True
     block_table: list[int] = field(default_factory=list)
+    draft_ids: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, seq: Sequence, num_new: int) -> "ScheduledSeq":

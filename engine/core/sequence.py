@@ -52,6 +52,7 @@ class Sequence:
         index: the sample's index in its group (a beam's running number).
         cumulative_logprob: sum of the natural logs of its tokens' probabilities, as the
             sampler chose them (a beam: the sum of log-softmax values beam search ranks by).
+        spec: its :class:`engine.spec_decode.spec_state.SpecState` when it may speculate.
     """
 
     request_id: str
@@ -81,6 +82,7 @@ class Sequence:
     def group_id(self) -> str:
         """The request id the caller knows (its group's, for a sample or a beam)."""
         return self.group.request_id if self.group is not None else self.request_id
+    spec: object = None
 
     @property
     def num_tokens(self) -> int:

@@ -61,6 +61,11 @@ class StepEvent:
             :func:`engine.core.sequence_group.beam_view`); ``None`` otherwise.
         cached_tokens: on the prefill event, prompt tokens whose keys and values came from the
             prefix cache rather than being computed (0 on decode events).
+        num_drafted: draft tokens the step's forward pass verified for this request
+            (speculative decoding; 0 for a plain step).
+        draft_accepted: this token is an accepted draft (False for the model's own token).
+        tokens_in_step: output tokens the step produced for this request (1 without
+            speculation; a verified step's events share it and its ``start_s``/``end_s``).
     """
 
     request_id: str
@@ -84,6 +89,9 @@ class StepEvent:
     index: int = 0
     beams: Any = None
     cached_tokens: int = 0
+    num_drafted: int = 0
+    draft_accepted: bool = False
+    tokens_in_step: int = 1
 
     @property
     def duration_s(self) -> float:
@@ -148,6 +156,8 @@ class RequestOutput:
         outputs: every returned sample or beam (:class:`CompletionOutput`); the top-level
             ``text`` and ``token_ids`` are the first of them (the best beam, or sample 0).
         source: who sent it, ``"user"`` or ``"lesson"`` (``LLMEngine.submit``).
+        speculative: its speculative decoding figures
+            (:meth:`engine.spec_decode.spec_state.SpecState.summary`), ``None`` without.
     """
 
     request_id: str
@@ -164,6 +174,7 @@ class RequestOutput:
     deltas: list[str] = field(default_factory=list)
     outputs: list[CompletionOutput] = field(default_factory=list)
     source: str = "user"
+    speculative: dict | None = None
 
     @property
     def finished_ok(self) -> bool:

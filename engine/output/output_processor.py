@@ -39,6 +39,8 @@ class RequestState:
         stop_reason: the stop string that ended it, if one did.
         last_kv_bytes: KV bytes at its last step.
         last_memory: the memory breakdown of its last step.
+        token_limit: output tokens it keeps when a stop string ended it inside a step that
+            brought several tokens (speculative decoding), else ``None``.
     """
 
     handle: RequestHandle
@@ -50,6 +52,7 @@ class RequestState:
     stop_reason: str | None = None
     last_kv_bytes: int = 0
     last_memory: object = None
+    token_limit: int | None = None
 
 
 class OutputProcessor:
@@ -110,29 +113,47 @@ class OutputProcessor:
             choice = runner_output.sampled.get(rid)
             if choice is None or rid in runner_output.errors:
                 continue
-            state.times.token_times.append(end)
-            delta = self._postprocess(state, seq, choice.token_id)
-            if state.stop_reason is not None and seq.finish_reason is None:
-                stopped.append(rid)
-            state.handle._push(StepEvent(
-                request_id=rid, phase=e.phase, step=len(seq.output_ids) - 1,
-                token_id=choice.token_id, token_text=text(choice.token_id), text_delta=delta,
-                token_prob=choice.prob,
-                top_candidates=[Candidate(i, text(i), p, _log(p))
-                                for i, p in zip(choice.top_ids, choice.top_probs)],
-                start_s=state.pending_start_s, end_s=end, num_tokens=e.num_new,
-                kv_tokens=runner_output.kv_tokens.get(rid, 0), kv_bytes=state.last_kv_bytes,
-                cached_tokens=max(0, seq.num_cached_tokens) if e.phase == "prefill" else 0,
-                batch_size=len(batch.request_ids) if batch is not None else 1,
-                finish_reason=_reason(seq, state),
-                memory=memory, batch=batch, block_table=e.block_table))
+            choices, accepted = [choice], 0
+            if e.draft_ids:  # accepted drafts, then the model's token, as far as appended
+                drafts = runner_output.spec_accepted.get(rid, [])
+                accepted = len(drafts)
+                new = len(seq.output_ids) - len(state.times.token_times)
+                choices = (drafts + [choice])[:max(1, new)]
+            first_step = len(seq.output_ids) - len(choices)
+            for j, c in enumerate(choices):
+                last = j == len(choices) - 1
+                state.times.token_times.append(end)
+                delta = self._postprocess(state, seq, c.token_id, last)
+                cut = state.stop_reason is not None
+                if cut and seq.finish_reason is None:
+                    stopped.append(rid)
+                if cut and not last:  # a stop string inside the step: later tokens are dropped
+                    state.token_limit = len(state.times.token_times)
+                state.handle._push(StepEvent(
+                    request_id=rid, phase=e.phase, step=first_step + j,
+                    token_id=c.token_id, token_text=text(c.token_id), text_delta=delta,
+                    token_prob=c.prob,
+                    top_candidates=[Candidate(i, text(i), p, _log(p))
+                                    for i, p in zip(c.top_ids, c.top_probs)],
+                    start_s=state.pending_start_s, end_s=end, num_tokens=e.num_new,
+                    kv_tokens=runner_output.kv_tokens.get(rid, 0), kv_bytes=state.last_kv_bytes,
+                    cached_tokens=max(0, seq.num_cached_tokens) if e.phase == "prefill" else 0,
+                    batch_size=len(batch.request_ids) if batch is not None else 1,
+                    finish_reason=_reason(seq, state) if last or cut else None,
+                    memory=memory, batch=batch, block_table=e.block_table,
+                    num_drafted=len(e.draft_ids), draft_accepted=j < accepted,
+                    tokens_in_step=len(choices)))
+                if cut:
+                    break
             state.pending_start_s = None
         return stopped
 
-    def _postprocess(self, state: RequestState, seq: Sequence, token: int) -> str:
-        """Detokenize, cut at a stop string; return the text delta that is safe to show."""
+    def _postprocess(self, state: RequestState, seq: Sequence, token: int,
+                     last: bool = True) -> str:
+        """Detokenize, cut at a stop string; return the text delta that is safe to show.
+        ``last``: the step's last token for this request (a verified step brings several)."""
         state.detok.add(token)
-        if seq.finish_reason is not None:
+        if seq.finish_reason is not None and last:
             state.detok.finish()
         text = state.detok.text
         hit = state.stop_matcher.find(text, state.emitted_len)
@@ -140,7 +161,7 @@ class OutputProcessor:
             text = text[:hit[0]]
             state.detok.text = text
             state.stop_reason = hit[1]
-        done = seq.finish_reason is not None or state.stop_reason is not None
+        done = (seq.finish_reason is not None and last) or state.stop_reason is not None
         end = len(text) if done else state.stop_matcher.safe_end(text)
         end = max(end, state.emitted_len)
         delta = text[state.emitted_len:end]
@@ -160,16 +181,17 @@ class OutputProcessor:
         text = state.detok.text if reason.ok else state.detok.text[:state.emitted_len]
         output = RequestOutput(
             request_id=seq.request_id, prompt_token_ids=list(seq.prompt_ids),
-            token_ids=list(seq.output_ids), text=text, finish_reason=reason,
-            outputs=[CompletionOutput(0, text, list(seq.output_ids), seq.cumulative_logprob,
-                                      reason)],
+            token_ids=list(seq.output_ids[:state.token_limit]), text=text, finish_reason=reason,
+            outputs=[CompletionOutput(0, text, list(seq.output_ids[:state.token_limit]),
+                                      seq.cumulative_logprob, reason)],
             error=self._error_message(seq) if reason is FinishReason.ERROR else None,
             metrics=RequestMetrics.from_times(state.times, len(seq.prompt_ids),
                                               max(0, seq.num_cached_tokens)),
             kv_cache_bytes=state.last_kv_bytes,
             stop_reason=state.stop_reason if state.stop_reason is not None else seq.stop_reason,
             use_kv_cache=seq.use_kv_cache, memory=state.last_memory,
-            deltas=[e.text_delta for e in state.handle.events], source=seq.source)
+            deltas=[e.text_delta for e in state.handle.events], source=seq.source,
+            speculative=seq.spec.summary() if seq.spec is not None else None)
         self.counts[reason.outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)

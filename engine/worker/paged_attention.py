@@ -31,12 +31,15 @@ class SeqSlice:
         context_len: tokens whose K/V were already in the pool before this step.
         blocks: ``[ceil((context_len + q_len) / block_size)]`` int64 block ids holding its
             tokens, in order (the first entries of its block table).
+        verify: the new tokens are a known token and draft tokens being verified
+            (speculative decoding): each query attends exactly as a one-token decode query.
     """
 
     q_start: int
     q_len: int
     context_len: int
     blocks: torch.Tensor
+    verify: bool = False
 
 
 @dataclass
@@ -142,6 +145,10 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     out = None if paged.decode_only else torch.empty_like(query)
     bs = paged.pool.block_size
     for s in paged.prefills:
+        if s.verify and not window and query.dtype != torch.float32 \
+                and query.device.type == "cpu":
+            _verify_as_decode(query, out, k_pool, v_pool, pool, layer, s, scaling)
+            continue
         q = query[:, :, s.q_start:s.q_start + s.q_len]
         total = s.context_len + s.q_len
         k = pool.decode(layer, "k", gather_blocks(k_pool, s.blocks, bs)[:total]).transpose(0, 1)[None]
@@ -170,13 +177,41 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)  # [B, 1, heads, d]
         else:  # PyTorch 2.13's CPU kernel runs one bf16 query 5-10x slower than fp32 (620 vs
             # 50 us for 512 keys on one core): decode queries compute in fp32, then cast back
-            o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
-                                               scale=scaling, enable_gqa=True)
-            o = o.to(q.dtype).transpose(1, 2)                            # [B, 1, heads, d]
+            o = _fp32_attention(q, k, v, mask, scaling)                  # [B, 1, heads, d]
         if paged.decode_only:
             return o.reshape(1, b, *o.shape[2:]), None
         out[0][:, paged.decode_q] = o[:, 0].transpose(0, 1)
     return out.transpose(1, 2), None
+
+
+def _fp32_attention(q, k, v, mask, scaling) -> torch.Tensor:
+    """SDPA computed in fp32 and cast back: ``q [B, heads, Q, d]``, ``k``/``v``
+    ``[B, kv_heads, S, d]`` -> ``[B, Q, heads, d]`` in ``q``'s dtype."""
+    o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
+                                       scale=scaling, enable_gqa=True)
+    return o.to(q.dtype).transpose(1, 2)
+
+
+def _verify_as_decode(query, out, k_pool, v_pool, pool, layer: int, s: SeqSlice,
+                      scaling) -> None:
+    """Attention of a verification slice, one query at a time, each as a batch-1 decode step
+    computes it (same tensors, shapes, strides and kernel: fp32 SDPA without a mask over
+    exactly its own keys). On CPU with a bf16 model, the masked multi-query kernel of a
+    prefill chunk rounds differently, and a near-tie in bf16 could then flip a greedy token;
+    this way speculative greedy tokens equal plain greedy ones at batch 1.
+
+    Writes ``out[:, :, q_start + i]`` (``out`` is ``[1, heads, T, d]``) for each query ``i``.
+    """
+    bs = pool.block_size
+    kb = gather_blocks(k_pool, s.blocks, bs).view(1, -1, *k_pool.shape[1:])
+    vb = gather_blocks(v_pool, s.blocks, bs).view(1, -1, *v_pool.shape[1:])
+    rows = query[0].transpose(0, 1)[:, :, None]                          # [T, heads, 1, d]
+    for i in range(s.q_len):
+        n = s.context_len + i + 1
+        k = pool.decode(layer, "k", kb[:, :n]).permute(0, 2, 1, 3)       # [1, kv_heads, n, d]
+        v = pool.decode(layer, "v", vb[:, :n]).permute(0, 2, 1, 3)
+        o = _fp32_attention(rows[s.q_start + i:s.q_start + i + 1], k, v, None, scaling)
+        out[0, :, s.q_start + i] = o[0, 0]
 
 
 def register() -> str:

@@ -14,6 +14,8 @@ from engine.worker.group_sampling import sample_group_rows, split_group_rows
 from engine.worker.sampler import Sampler
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
 
+VERIFY_TOKENS_MAX = 17
+
 
 def build_paged_context(entries, pool, block_size: int, device):
     """Pack a step's sequences into one row and describe where their K/V live.
@@ -31,7 +33,8 @@ def build_paged_context(entries, pool, block_size: int, device):
 
     Returns:
         ``(input_ids [1, T], position_ids [1, T], keep [N], PagedContext)`` where ``keep`` holds
-        the packed index of the last new token of each sequence that samples this step.
+        the packed index of the last new token of each sequence that samples this step (and
+        of its ``k`` draft tokens before it when it verifies ``k`` drafts: ``k + 1`` rows).
     """
     from engine.worker.paged_attention import PagedContext, SeqSlice
 
@@ -44,6 +47,7 @@ def build_paged_context(entries, pool, block_size: int, device):
         total = ctx + n
         table = seq.block_table[:-(-total // block_size)]
         ids.extend(seq.all_ids[ctx:total])
+        ids.extend(e.draft_ids)  # verified drafts follow the known tokens (counted in n)
         pos.extend(range(ctx, total))
         new_slots.extend(table[p // block_size] * block_size + p % block_size
                          for p in range(ctx, total))
@@ -53,9 +57,9 @@ def build_paged_context(entries, pool, block_size: int, device):
             decode_lens.append(total)
         else:
             prefill_tables.append(table)
-            prefill_meta.append((q_start, n, ctx))
-        if e.samples:
-            keep.append(q_start + n - 1)
+            prefill_meta.append((q_start, n, ctx, bool(e.draft_ids)))
+        if e.samples:  # the last known token, and each draft when verifying
+            keep.extend(range(q_start + n - 1 - len(e.draft_ids), q_start + n))
         q_start += n
     width = max((len(t) for t in decode_tables), default=0)
     parts = [ids, pos, new_slots, keep, decode_q, decode_lens,
@@ -71,7 +75,8 @@ def build_paged_context(entries, pool, block_size: int, device):
             dm = (torch.arange(smax, device=device)[None, :] < dl[:, None])[:, None, None, :]
     else:
         dq = db = dl = None
-    prefills = [SeqSlice(q, n, c, blocks) for (q, n, c), blocks in zip(prefill_meta, views[7:])]
+    prefills = [SeqSlice(q, n, c, blocks, verify)
+                for (q, n, c, verify), blocks in zip(prefill_meta, views[7:])]
     ctx = PagedContext(pool=pool, new_slots=slots, prefills=prefills, decode_q=dq,
                        decode_blocks=db, decode_mask=dm, decode_lens=dl, decode_max_len=smax)
     return input_ids[None], position_ids[None], keep_t, ctx
@@ -157,7 +162,11 @@ class PagedModelRunner(ModelRunner):
         """One forward pass for ``entries``, then sampling for each that reached its end."""
         start = time.perf_counter()
         logits = self.forward(entries)
-        sampling = [e.seq for e in entries if e.samples]
+        if any(e.draft_ids for e in entries):
+            from engine.spec_decode.verify import verify_drafts
+
+            logits = verify_drafts([e for e in entries if e.samples], logits, out)
+        sampling = [e.seq for e in entries if e.samples and not e.draft_ids]
         plain, own = split_group_rows(sampling)
         if own:  # samples before their fork, and beams: the group takes the logits
             sample_group_rows(self.sampler, logits[own], [sampling[i] for i in own], out)
@@ -175,7 +184,9 @@ class PagedModelRunner(ModelRunner):
         out.batch_size = max(out.batch_size, len(entries))
         for e in entries:
             rid = e.seq.request_id
-            out.kv_tokens[rid] = e.num_computed + e.num_new
+            # a verification step keeps the accepted drafts' keys and values, not the rejected
+            rejected = len(e.draft_ids) - len(out.spec_accepted.get(rid, e.draft_ids))
+            out.kv_tokens[rid] = e.num_computed + e.num_new - rejected
             out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
             out.spans[rid] = (start, end)
 
@@ -216,7 +227,7 @@ class PagedModelRunner(ModelRunner):
             drop = True
         else:
             drop = False
-        self._set_threads(ctx.decode_only)
+        self._set_threads(ctx.decode_only or input_ids.shape[1] <= VERIFY_TOKENS_MAX)
         layout = contextlib.nullcontext()
         if self.weight_stationary and use_weight_stationary(self.device, input_ids.shape[1],
                                                             ctx.decode_only):

@@ -1,0 +1,111 @@
+"""The runner's side of speculative decoding: from a packed step's logits to accepted tokens.
+
+A sequence with ``k`` drafts contributes ``k + 1`` rows of logits to the step (its last known
+token and each draft, in order); the others one row each. :func:`verify_drafts` takes the rows
+of the speculating sequences, verifies their drafts (:mod:`.rejection_sampler`) and hands the
+remaining rows back for the ordinary sampler.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.errors import NonFiniteLogitsError
+from engine.outputs import SampleResult
+from engine.params import SamplingParams
+from engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
+from engine.worker.sampler import TOP_CANDIDATES
+from engine.worker.sampling_ops import min_p_rows, top_k_rows, top_p_rows
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """``[R, V]`` fp32 probabilities of one request's rows after its temperature, top-k, top-p
+    and min-p (the sampler's rules; greedy requests get temperature 1, as the sampler shows).
+
+    Args:
+        logits: ``[R, V]`` logits of one request's verified positions.
+    """
+    x = logits.float()
+    r = x.shape[0]
+    if not params.greedy and params.temperature != 1.0:
+        x = x / params.temperature
+    x = top_k_rows(x, [params.top_k] * r)
+    x = top_p_rows(x, [params.top_p] * r, [params.top_k] * r)
+    return min_p_rows(torch.softmax(x, dim=-1), [params.min_p] * r)
+
+
+def verify_one(logits: torch.Tensor, draft_ids: list[int], params: SamplingParams,
+               generator) -> list[SampleResult]:
+    """Verify one request's drafts.
+
+    Args:
+        logits: ``[k + 1, V]`` logits at the last known token and each of the ``k`` drafts.
+        draft_ids: the ``k`` drafts.
+        params: the request's settings (no penalties: speculation is off for those).
+        generator: its generator, or ``None``.
+
+    Returns:
+        ``a + 1`` results: the ``a`` accepted drafts, then the model's own token (the greedy
+        argmax, or the rejection sampler's draw); each with its probability and top candidates
+        at its position.
+
+    Raises:
+        NonFiniteLogitsError: the logits hold NaN or inf.
+    """
+    if not bool(torch.isfinite(logits).all()):
+        bad = int((~torch.isfinite(logits)).sum())
+        raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
+    probs = target_probs(logits, params)
+    if params.greedy:
+        argmax = torch.argmax(logits.float(), dim=-1).tolist()
+        a = greedy_verify(argmax, draft_ids)
+        tokens = list(draft_ids[:a]) + [argmax[a]]
+    else:
+        a, last = rejection_sample(probs, draft_ids, None, generator)
+        tokens = list(draft_ids[:a]) + [last]
+    rows = probs[:a + 1]
+    k = min(TOP_CANDIDATES, rows.shape[-1])
+    top = torch.topk(rows, k, dim=-1)
+    chosen = rows.gather(1, torch.tensor(tokens, device=rows.device)[:, None])[:, 0]
+    results = []
+    for tok, p, ids, ps in zip(tokens, chosen.tolist(), top.indices.tolist(),
+                               top.values.tolist()):
+        pairs = [(i, q) for i, q in zip(ids, ps) if q > 0]
+        results.append(SampleResult(token_id=tok, prob=p, top_ids=[i for i, _ in pairs],
+                                    top_probs=[q for _, q in pairs]))
+    return results
+
+
+def verify_drafts(entries, logits: torch.Tensor, out) -> torch.Tensor:
+    """Verify the drafts of a packed step and return the rows left for the plain sampler.
+
+    Args:
+        entries: the step's sampling :class:`engine.core.scheduler_output.ScheduledSeq`
+            entries, in packed order; an entry with ``draft_ids`` owns ``k + 1`` rows.
+        logits: ``[sum of rows, V]`` the forward pass's kept logits.
+        out: the step's :class:`engine.outputs.ModelRunnerOutput`: each speculating request
+            gets ``sampled`` (the model's own token) and ``spec_accepted`` (the accepted
+            drafts), or an entry in ``errors``.
+
+    Returns:
+        ``[N, V]`` the rows of the entries without drafts, in order.
+    """
+    plain, r = [], 0
+    for e in entries:
+        k = len(e.draft_ids)
+        if not k:
+            plain.append(r)
+            r += 1
+            continue
+        rid = e.seq.request_id
+        try:
+            res = verify_one(logits[r:r + k + 1], e.draft_ids, e.seq.params, e.seq.generator)
+        except (RuntimeError, ValueError) as exc:
+            out.errors[rid] = exc
+        else:
+            out.spec_accepted[rid] = res[:-1]
+            out.sampled[rid] = res[-1]
+        r += k + 1
+    if r != logits.shape[0]:
+        raise RuntimeError(f"speculative step expected {r} logit rows, got {logits.shape[0]}")
+    return logits[plain]
