@@ -123,6 +123,8 @@ def _kv_formula(pg, state: RunState) -> str:
 
 
 def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:
+    """The latency and KV cache plots, the KV formula line and (``memory``) the memory bar of
+    ``state``; once the request has ended the memory bar says its KV blocks are free again."""
     frame = {
         "latency": figures.latency_figure(state.token_index, state.step_ms, state.phases,
                                           state.prompt_tokens, state.use_kv_cache, state.batch_sizes,
@@ -132,7 +134,8 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
         "kv_formula": _kv_formula(pg, state),
     }
     if memory:
-        frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None)
+        frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None,
+                                                request_done=state.done)
     return frame
 
 
