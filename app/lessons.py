@@ -22,7 +22,7 @@ from engine import QueueFullError, SamplingParams
 from engine.experiments import calculator, decode_share, explorer, prompt_length, quantization
 from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
 
-from . import fields
+from . import fields, lesson_batch, lesson_roofline
 from .errors import guard
 from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
@@ -521,6 +521,10 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             c["quant_run"] = gr.Button("Compare precisions", variant="primary", **ids("quant_run"))
             c["quant_plot"] = gr.Plot(show_label=False, **ids("quant_plot"))
             c["quant_table"] = gr.Markdown("", **ids("quant_table"))
+        with gr.Tab("Batch size"):
+            c.update(lesson_batch.build(engine, session_kwargs or (lambda session_id: {})))
+        with gr.Tab("Memory-bound or compute-bound"):
+            c.update(lesson_roofline.build(engine))
     _wire(engine, c, answer, logits, session_kwargs or (lambda session_id: {}))
     return c
 
