@@ -341,7 +341,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
     )
     info.kv_dtype, info.kv_dtype_bytes = info.dtype, info.dtype_bytes
     _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "
-                   f"{info.weights_bytes / 2**20:.1f} MiB of {info.weights} weights, "
+                   f"{info.weights_bytes / 1e6:.1f} MB of {info.weights} weights, "
                    f"in {info.load_seconds:.1f} s")
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, spec=spec, eos_token_ids=eos)
 
