@@ -83,8 +83,9 @@ def _conversation(empty: dict) -> dict:
     c = dict(
         chatbot=gr.Chatbot(show_label=False, height=180, feedback_options=None, buttons=["copy"],
                            elem_id="chatbot", placeholder="The conversation appears here."),
-        completion=gr.Textbox(label="Completion: your text + the model's continuation", lines=7, max_lines=7,
-                              interactive=False, visible=False, elem_id="completion"),
+        completion=gr.Textbox(label="Completion: your text + the model's continuation", show_label=False, lines=7,
+                              max_lines=7, interactive=False, visible=False, elem_id="completion",
+                              placeholder="Completion: your text + the model's continuation"),
         message=gr.Textbox(show_label=False, lines=2, max_lines=4, placeholder=PROMPT_HINT, elem_id="prompt",
                            container=False),
     )
