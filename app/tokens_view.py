@@ -81,8 +81,9 @@ element.addEventListener('focusout', hide);
 window.addEventListener('scroll', () => {
   if (!current) return;
   if (!current.isConnected) { hide(); return; }
-  const r = current.getBoundingClientRect();
-  if (r.bottom < 0 || r.top > window.innerHeight) hide(); else place();
+  const r = current.getBoundingClientRect(), box = body.getBoundingClientRect();
+  const out = (a) => a.bottom < 0 || a.top > window.innerHeight;
+  if (out(r) || r.bottom < box.top || r.top > box.bottom) hide(); else place();
 }, true);
 function draw() {
   const value = props.value || '';
