@@ -91,7 +91,9 @@ class StripPicture:
                 self.cells.append((r, phases[r], s["step_id"], slot, f"{name}: {phases[r]}<br>{summary}",
                                    f"{name} (you): {phases[r]}<br>{summary}"))
         self.request_ids = frozenset(first_seen)
-        title = "Recent engine steps: who shared each forward pass" + (" (engine idle now)" if idle and steps else "")
+        # two short lines: one long line was cut at the panel's right edge on a 1440 px window
+        title = ("Recent engine steps" + (" (engine idle now)" if idle and steps else "")
+                 + "<br><span style='font-size:12px'>who shared each forward pass</span>")
         self.top = max([len(s["request_ids"]) for s in steps] + [2])
         self.title = title
         self.empty = not steps
@@ -126,6 +128,7 @@ class StripPicture:
         # usual picture once a lone request's prefill has scrolled out of the strip
         layout = base_layout(self.title, "engine step (newest on the right)", "requests in the step", HEIGHT,
                              barmode="overlay", bargap=0.1, showlegend=True)
+        layout["margin"]["t"] = 56
         layout["yaxis"]["range"] = [0, self.top + 0.2]
         if self.top <= 10:
             layout["yaxis"]["dtick"] = 1

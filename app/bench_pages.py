@@ -75,6 +75,7 @@ def serve(port: int) -> None:
 
     engine = LLMEngine(load_model("smollm2-135m"), max_queue=32, telemetry=True)
     engine.rolling = _RecordingRolling(engine.rolling)
+    engine.output_processor.rolling = engine.rolling  # the one that sees every finished request
     pg = Playground(engine)
     concurrency = 2 * 32 + 4  # as app.cli
     demo = build_demo(pg, max_concurrency=concurrency)
@@ -185,6 +186,26 @@ class ApiSide:
         return records
 
 
+class CliSide:
+    """One ``python -m engine generate --json`` process per turn: the engine with no server and no
+    page at all (its model loads before the timed decode, outside the measured window)."""
+
+    def __init__(self, n: int, tokens: int) -> None:
+        if n != 1:
+            raise ValueError(f"the CLI runs one request at a time: --pages must be 1 with --against cli, got {n}")
+        self.tokens = tokens
+
+    def turn(self, server: Server) -> list[dict]:
+        cmd = [sys.executable, "-m", "engine", "generate", "--raw", "--prompt", PROMPTS[0], "--temperature", "0",
+               "--repetition-penalty", "1", "--max-tokens", str(self.tokens), "--json"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
+        m = json.loads(done.stdout.strip().splitlines()[-1])["metrics"]
+        # the same record the server prints: engine timestamps relative to the first token
+        first = m["ttft_s"]
+        return [{"tokens": m["output_tokens"], "first_s": first, "last_s": first + m["decode_time_s"],
+                 "arrival_s": 0.0, "finished_s": m["e2e_s"]}]
+
+
 class PageSide:
     """N pages (one browser context each) set to raw greedy completion of one prompt each."""
 
@@ -233,25 +254,27 @@ def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
     page.locator("#prompt textarea").fill(prompt)
 
 
-def run(pages: list[int], repeats: int, tokens: int, log=print) -> dict:
-    """Warm up, then alternate API and page turns for each N; returns every turn and the medians."""
+def run(pages: list[int], repeats: int, tokens: int, log=print, against: str = "api") -> dict:
+    """Warm up, then alternate API (or, with ``against="cli"``, CLI) and page turns for each N;
+    returns every turn and the medians (the other side's figures under the ``api`` keys)."""
     from playwright.sync_api import sync_playwright
 
     server = Server()
     log(f"server at {server.url} (pid {server.pid})")
-    results: dict = {"tokens": tokens, "repeats": repeats, "cpus": os.cpu_count(), "sizes": {}}
+    results: dict = {"tokens": tokens, "repeats": repeats, "cpus": os.cpu_count(), "against": against, "sizes": {}}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             for n in pages:
-                api, web = ApiSide(server.url, n, tokens), PageSide(browser, server.url, n, tokens)
+                api = CliSide(n, tokens) if against == "cli" else ApiSide(server.url, n, tokens)
+                web = PageSide(browser, server.url, n, tokens)
                 api.turn(server), web.turn(server)  # warm-up, not counted
                 turns = {"api": [], "pages": []}
                 for k in range(repeats):
                     for name, side in (("api", api), ("pages", web)):
                         got = rate(side.turn(server))
                         turns[name].append(got)
-                        log(f"N={n} turn {k + 1} {name:5s}: {got['decode_tok_s']:6.1f} tok/s total, "
+                        log(f"N={n} turn {k + 1} {name if name == 'pages' else against:5s}: {got['decode_tok_s']:6.1f} tok/s total, "
                             f"TPOT {got['tpot_ms']:.0f} ms, wall {got['wall_s']:.2f} s, tokens {got['tokens']}")
                 web.close()
                 a = statistics.median(t["decode_tok_s"] for t in turns["api"])
@@ -259,7 +282,7 @@ def run(pages: list[int], repeats: int, tokens: int, log=print) -> dict:
                 pairs = [q["decode_tok_s"] / r["decode_tok_s"] for q, r in zip(turns["pages"], turns["api"])]
                 results["sizes"][str(n)] = {"api_tok_s": a, "pages_tok_s": p, "ratio": p / a,
                                             "pair_ratios": pairs, "turns": turns}
-                log(f"N={n}: API {a:.1f} tok/s, pages {p:.1f} tok/s, pages/API {p / a:.2f} "
+                log(f"N={n}: {against} {a:.1f} tok/s, pages {p:.1f} tok/s, pages/{against} {p / a:.2f} "
                     f"(pairs {', '.join(f'{x:.2f}' for x in pairs)})")
             browser.close()
     finally:
@@ -273,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="measured turns per side and N (default 3)")
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per request (default 64)")
     ap.add_argument("--json", help="also write every turn to this JSON file")
+    ap.add_argument("--against", choices=("api", "cli"), default="api",
+                    help="what the pages are compared with: API calls to the same server (default) or "
+                         "`python -m engine generate` processes (one page only)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args(argv)
     if args.serve:
@@ -280,8 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if max(args.pages) > len(PROMPTS):
         ap.error(f"at most {len(PROMPTS)} pages")
-    res = run(args.pages, args.repeats, args.tokens)
-    print("\n| N | API tok/s | pages tok/s | pages / API |\n| --- | --- | --- | --- |")
+    if args.against == "cli" and args.pages != [1]:
+        ap.error("--against cli runs one request at a time: use --pages 1")
+    res = run(args.pages, args.repeats, args.tokens, against=args.against)
+    side = args.against.upper()
+    print(f"\n| N | {side} tok/s | pages tok/s | pages / {side} |\n| --- | --- | --- | --- |")
     for n, r in res["sizes"].items():
         print(f"| {n} | {r['api_tok_s']:.1f} | {r['pages_tok_s']:.1f} | {r['ratio']:.2f} |")
     if args.json:

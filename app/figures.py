@@ -36,6 +36,17 @@ PART_LABELS = {
     "free": "free",
 }
 HEIGHT = 330
+LIVE_HEIGHT = 230  # the latency and KV cache plots: on the first screen at 1280x720
+
+
+def _legend_inside(layout: dict, left: bool) -> dict:
+    """The legend in a top corner of the plot (the live plots are short: a legend below them
+    would cover the x axis' title); ``left`` for the top-left corner, else the top-right."""
+    layout["legend"] = {"orientation": "v", "yanchor": "top", "y": 0.98, "xanchor": "left" if left else "right",
+                        "x": 0.01 if left else 0.99, "bgcolor": "rgba(255,255,255,0.75)", "font": {"size": 11},
+                        "traceorder": "normal"}
+    layout["margin"] = {"l": 60, "r": 16, "t": 36, "b": 40}
+    return layout
 
 
 def _hint(fig: go.Figure, text: str) -> go.Figure:
@@ -91,7 +102,7 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
     if spec is not None:
         traces.append(spec)
     title = "Latency per token" + ("" if use_kv_cache else " — KV cache OFF")
-    layout = base_layout(title, "output token #", "step time (ms)", HEIGHT)
+    layout = _legend_inside(base_layout(title, "output token #", "step time (ms)", LIVE_HEIGHT), left=False)
     layout["yaxis"]["rangemode"] = "tozero"
     if not token_index:
         add_hint(layout, "Press Generate: one point per token appears here")
@@ -131,7 +142,7 @@ def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
     ]
     last = f": {fmt_bytes(kv_bytes[-1])} now" if kv_bytes and use_kv_cache else ""
     title = ("KV cache size" + last) if use_kv_cache else "KV cache OFF: nothing is kept between steps"
-    layout = base_layout(title, "tokens in the cache", "bytes", HEIGHT)
+    layout = _legend_inside(base_layout(title, "tokens in the cache", "bytes", LIVE_HEIGHT), left=True)
     layout["yaxis"].update(rangemode="tozero", tickformat="~s")
     layout["xaxis"]["rangemode"] = "tozero"
     if not kv_tokens:
@@ -141,13 +152,16 @@ def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
     return PlainFigure(traces, layout)
 
 
-def memory_figure(memory: dict | None, request_kv_bytes: int | None = None) -> PlainFigure:
+def memory_figure(memory: dict | None, request_kv_bytes: int | None = None,
+                  request_done: bool = False) -> PlainFigure:
     """Memory breakdown as one stacked horizontal bar; estimated parts hatched and marked (est.).
 
     Args:
         memory: a plain breakdown (``app.session.memory_to_plain``) or ``None``.
         request_kv_bytes: this request's own KV bytes; when the KV part is larger (a paged
             pool allocated up front for every request) the label says so and names both.
+        request_done: the request has ended, so its blocks are back in the pool: the label
+            says what it used, in the past.
 
     Returns:
         A figure with one bar trace per part, named like ``"weights 538.1 MB"``.
@@ -160,8 +174,9 @@ def memory_figure(memory: dict | None, request_kv_bytes: int | None = None) -> P
             est = not part["measured"]
             label = f"{PART_LABELS.get(name, name)} {fmt_bytes(part['bytes'])}" + (" (est.)" if est else "")
             if name == "kv_cache" and request_kv_bytes is not None and part["bytes"] > request_kv_bytes:
-                label = (f"KV cache pool {fmt_bytes(part['bytes'])} (allocated up front; "
-                         f"your request uses {fmt_bytes(request_kv_bytes)})")
+                mine = (f"your last request used {fmt_bytes(request_kv_bytes)}, now free again" if request_done
+                        else f"your request uses {fmt_bytes(request_kv_bytes)}")
+                label = f"KV cache pool {fmt_bytes(part['bytes'])} (allocated up front; {mine})"
             note = part.get("note") or ("estimate from the formulas" if est else "measured")
             traces.append({
                 "type": "bar", "name": label, "y": [memory.get("device") or "memory"], "x": [part["bytes"]],

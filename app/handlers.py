@@ -22,10 +22,14 @@ from .tokens_view import TokenChips, tokens_html
 OUTPUTS = ("chat", "history", "completion", "message", "status", "tokens", "cards", "latency", "kv",
            "kv_formula", "memory", "rolling", "batch_stats", "pool", "tables", "strip", "trace", "busy")
 BATCH_KEYS = ("batch_stats", "pool", "tables", "strip")
-# A streaming page sends at most one frame per TEXT_EVERY_S; the heavier parts ride along with
-# a text frame when their own interval has passed, so a page costs at most 4 frames a second
-# and about 3 Plotly redraws a second (each one 10-20 ms of the browser's time).
-TEXT_EVERY_S = 0.25    # text, token chips, stat cards and the KV formula line
+# A streaming page gets its text (answer, token chips, stat cards, KV formula line) with every
+# batch of new tokens the engine hands over (``Playground.follow`` polls every 0.1 s: at most 10
+# frames a second, every token when decode runs at 10 tokens/s or less); the heavier parts ride
+# along with a text frame when their own interval has passed, so the plots cost about 3 Plotly
+# redraws a second in all (each one 10-20 ms of the browser's time), and each frame carries only
+# the parts that changed (the stream resends unchanged values, which reach the browser as empty
+# diffs; the token chips are append-only).
+TEXT_EVERY_S = 0.1     # text, token chips, stat cards and the KV formula line
 FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
 MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)
 BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
@@ -126,6 +130,8 @@ def _kv_formula(pg, state: RunState) -> str:
 
 
 def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:
+    """The latency and KV cache plots, the KV formula line and (``memory``) the memory bar of
+    ``state``; once the request has ended the memory bar says its KV blocks are free again."""
     frame = {
         "latency": figures.latency_figure(state.token_index, state.step_ms, state.phases,
                                           state.prompt_tokens, state.use_kv_cache, state.batch_sizes,
@@ -137,7 +143,8 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
         "kv_formula": _kv_formula(pg, state),
     }
     if memory:
-        frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None)
+        frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None,
+                                                request_done=state.done)
     remote = getattr(pg.info, "remote", None)
     if remote is not None:  # the server's KV usage over time; no memory breakdown
         frame["kv"] = remote.kv_figure()

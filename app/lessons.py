@@ -22,6 +22,7 @@ from engine import QueueFullError, SamplingParams
 from engine.experiments import calculator, explorer, quantization  # noqa: F401 (calculator: tests patch it)
 from engine.telemetry.estimator import DTYPE_BYTES, known_models
 
+from . import lesson_batch, lesson_roofline
 from .errors import guard
 from .figures import _hint
 from .fmt import fmt_bytes, fmt_int, fmt_seconds
@@ -299,6 +300,10 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             c["quant_run"] = gr.Button("Compare precisions", variant="primary", **ids("quant_run"))
             c["quant_plot"] = gr.Plot(show_label=False, **ids("quant_plot"))
             c["quant_table"] = gr.Markdown("", **ids("quant_table"))
+        with gr.Tab("Batch size"):
+            c.update(lesson_batch.build(engine, session_kwargs or (lambda session_id: {})))
+        with gr.Tab("Memory-bound or compute-bound"):
+            c.update(lesson_roofline.build(engine))
         with gr.Tab("Speculative decoding"):
             c.update(build_spec_lesson(engine))
     _wire(engine, c, session_kwargs or (lambda session_id: {}))

@@ -86,7 +86,8 @@ def as_value(fig) -> str:
     return fig if isinstance(fig, str) else fig.to_json()
 
 
-def plot_panel(fig, elem_id: str, head: str, visible: bool = True) -> gr.HTML:
-    """The panel for one figure (``head``: :func:`serve_plotly_js`'s script tag)."""
+def plot_panel(fig, elem_id: str, head: str, visible: bool = True, min_height: int = 330) -> gr.HTML:
+    """The panel for one figure (``head``: :func:`serve_plotly_js`'s script tag; ``min_height``
+    in CSS pixels, the figure's own height)."""
     return gr.HTML(as_value(fig), html_template=TEMPLATE, js_on_load=DRAW_JS, head=head, elem_id=elem_id,
-                   visible=visible, container=True, padding=False, min_height=330)
+                   visible=visible, container=True, padding=False, min_height=min_height)

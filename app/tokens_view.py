@@ -3,7 +3,9 @@
 Each token is one small chip whose ``data-*`` attributes carry its probability and the top-5
 candidates; one shared tooltip (:data:`TOOLTIP_JS`, run once by the ``gr.HTML`` component) reads
 them on hover or focus. Keeping the tooltips out of the chips keeps the streamed HTML small and
-cheap for the browser. The CSS lives in ``assets/style.css`` (``tok``, ``tok-tip``...).
+cheap for the browser. The same script draws the chips: the streamed value only grows (new chips
+at its end), so it appends the new ones and leaves the drawn ones, and the chip under the pointer,
+untouched. The CSS lives in ``assets/style.css`` (``tok``, ``tok-tip``...).
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ LEGEND = (
     '</span> chip is a drafted token the model accepted (speculative decoding).</div>'
 )
 
-# Shows the chip's tooltip: built from its data attributes into one fixed-position box.
+# Draws the chips (appending what the value gained since the last update) and shows the hovered
+# or focused chip's tooltip: built from its data attributes into one fixed-position box that
+# follows its chip when anything scrolls, and stays while the answer streams.
 TOOLTIP_JS = r"""
+const body = element.querySelector('.tok-body');
 const tip = document.createElement('div');
 tip.className = 'tok-tip';
 document.body.appendChild(tip);
+let current = null, drawn = null;
 const ENT = {'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'};
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ENT[c]);
 const shown = (s) => esc(JSON.stringify(s).slice(1, -1));
@@ -36,6 +42,7 @@ const row = (text, p, chosen) =>
   `<td class="tip-bar"><span style="width:${Math.max(1, Math.round(p * 100))}px"></span></td>` +
   `<td class="tip-prob">${(p * 100).toFixed(1)}%</td></tr>`;
 function show(chip) {
+  current = chip;
   const d = chip.dataset, p = parseFloat(d.p);
   const text = JSON.parse(d.tt || '""'), top = JSON.parse(d.top || '[]');
   let rows = '', marked = false;
@@ -56,11 +63,14 @@ function show(chip) {
   note = note ? `<div class="tip-note">${note}</div>` : '';
   tip.innerHTML = `<b>token #${d.i}</b> (${esc(d.ph)}) · p = ${(p * 100).toFixed(1)}%${note}<table>${rows}</table>`;
   tip.style.display = 'block';
-  const r = chip.getBoundingClientRect(), w = tip.offsetWidth, h = tip.offsetHeight;
+  place();
+}
+function place() {
+  const r = current.getBoundingClientRect(), w = tip.offsetWidth, h = tip.offsetHeight;
   tip.style.left = Math.max(4, Math.min(r.left, window.innerWidth - w - 8)) + 'px';
   tip.style.top = (r.bottom + h + 6 < window.innerHeight ? r.bottom + 4 : Math.max(4, r.top - h - 4)) + 'px';
 }
-const hide = () => { tip.style.display = 'none'; };
+const hide = () => { current = null; tip.style.display = 'none'; };
 const chipOf = (e) => e.target.closest && e.target.closest('.tok');
 element.addEventListener('mouseover', (e) => { const c = chipOf(e); if (c) show(c); });
 element.addEventListener('mouseout', (e) => {
@@ -68,7 +78,33 @@ element.addEventListener('mouseout', (e) => {
 });
 element.addEventListener('focusin', (e) => { const c = chipOf(e); if (c) show(c); });
 element.addEventListener('focusout', hide);
-window.addEventListener('scroll', hide, true);
+// the answer's text box scrolls as it streams: the tooltip moves with its chip instead of closing
+window.addEventListener('scroll', () => {
+  if (!current) return;
+  if (!current.isConnected) { hide(); return; }
+  const r = current.getBoundingClientRect(), box = body.getBoundingClientRect();
+  const out = (a) => a.bottom < 0 || a.top > window.innerHeight;
+  if (out(r) || r.bottom < box.top || r.top > box.bottom) hide(); else place();
+}, true);
+function draw() {
+  const value = props.value || '';
+  if (value === drawn) return;
+  const bottom = body.scrollTop + body.clientHeight >= body.scrollHeight - 24;
+  const add = document.createElement('template');
+  if (drawn && value.startsWith(drawn)) {  // the chips drawn so far stay as they are
+    add.innerHTML = value.slice(drawn.length);
+    body.appendChild(add.content);
+  } else {
+    add.innerHTML = value;
+    body.replaceChildren(add.content);
+    if (current && !current.isConnected) hide();
+  }
+  drawn = value;
+  // follow the newest chip, unless the reader is looking at earlier ones
+  if (bottom && !body.matches(':hover')) body.scrollTop = body.scrollHeight;
+}
+watch('value', draw);
+draw();
 """
 
 
@@ -162,13 +198,15 @@ class TokenChips:
 
 def inspector_html(tokens: list) -> str:
     """The whole token inspector: legend plus chips, wrapped in one container."""
-    return inspector_template().replace("${value}", tokens_html(tokens))
+    return inspector_template().replace("<div class='tok-body'>", "<div class='tok-body'>" + tokens_html(tokens))
 
 
 def inspector_template() -> str:
-    """The inspector around a ``${value}`` slot for :func:`tokens_html` (a ``gr.HTML`` template).
+    """The inspector's frame for a ``gr.HTML`` template: the legend and an empty body that
+    :data:`TOOLTIP_JS` fills with the value (:func:`tokens_html`).
 
-    Keeping the legend in the template makes the streamed value append-only (new chips are added
-    at its end), so Gradio sends only the new chips with each update.
+    Keeping the legend out of the value makes the streamed value append-only (new chips are added
+    at its end), so Gradio sends only the new chips with each update and the script appends only
+    them; the template has no ``${value}`` slot, so Gradio never re-renders the drawn chips.
     """
-    return f"<div class='tok-view'>{legend_html()}<div class='tok-body'>${{value}}</div></div>"
+    return f"<div class='tok-view'>{legend_html()}<div class='tok-body'></div></div>"

@@ -16,7 +16,8 @@ from .tokens_view import TOOLTIP_JS, inspector_template
 INTRO = (
     "Type a prompt and watch an LLM work. **Prefill** reads the whole prompt in one forward pass; "
     "**decode** then adds one token per step, reusing the **KV cache** (the keys and values of "
-    "every earlier token). The panels below are measured on this machine while the answer streams."
+    "every earlier token). Every panel on this page is measured on this machine while the answer "
+    "streams."
 )
 BATCH_INTRO = (
     "### Continuous batching: your request shares the engine with everyone else's\n"
@@ -38,13 +39,27 @@ PROMPT_HINT = "Write a short poem about a programmer under deadline pressure."
 
 
 def _sidebar(pg) -> dict:
-    """Model badge and the sampling controls (and the sidebar itself, closed on the Lessons tab)."""
+    """The request's settings, then the sampling controls and the model badge (the sidebar
+    itself closes on the Lessons tab).
+
+    Mode, max new tokens, seed and the KV cache switch come first, so a 720 px tall window shows
+    them without scrolling the sidebar.
+    """
     cap = max(1, min(2048, pg.max_seq_tokens - 1))
-    with gr.Sidebar(open=True, width=330) as sidebar:
-        gr.HTML(cards.model_badge_html(pg.info))
-        gr.Markdown("### Sampling")
-        return dict(
+    with gr.Sidebar(open=True, width=300, elem_id="sidebar") as sidebar:
+        gr.Markdown("### LLM inference playground", elem_classes=["side-title"])
+        s = dict(
             sidebar=sidebar,
+            mode=gr.Radio([("Chat", "chat"), ("Raw completion", "raw")], value="chat", label="Mode",
+                          elem_id="mode", info="raw: the model simply continues your text"),
+            max_tokens=gr.Slider(1, cap, value=min(256, cap), step=1, label="max new tokens",
+                                 elem_id="max-tokens"),
+            seed=gr.Number(value=-1, precision=0, label="seed (-1 = random)", elem_id="seed"),
+            use_kv=gr.Checkbox(value=True, label="KV cache", elem_id="use-kv",
+                               info="off: every step recomputes the whole sequence (watch the latency grow)"),
+        )
+        gr.Markdown("### Sampling", elem_classes=["side-title"])
+        s.update(
             temperature=gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="temperature",
                                   info="0 = greedy: always the most likely token"),
             top_k=gr.Slider(0, 200, value=50, step=1, label="top-k",
@@ -55,50 +70,53 @@ def _sidebar(pg) -> dict:
                             info="drop tokens below min-p × the top token's probability; 0 = off"),
             rep_penalty=gr.Slider(0.8, 2.0, value=1.1, step=0.05, label="repetition penalty",
                                   elem_id="rep-penalty", info="> 1 makes tokens already seen less likely; 1 = off"),
-            max_tokens=gr.Slider(1, cap, value=min(256, cap), step=1, label="max new tokens",
-                                 elem_id="max-tokens"),
-            seed=gr.Number(value=-1, precision=0, label="seed",
-                           info="-1 = random; any other number repeats the same answer"),
-            use_kv=gr.Checkbox(value=True, label="KV cache",
-                               info="off: every step recomputes the whole sequence (watch the latency grow)"),
+            system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1, elem_id="system-prompt",
+                                     placeholder="optional, e.g. You are a concise assistant."),
         )
+        gr.HTML(cards.model_badge_html(pg.info))
+        return s
 
 
 def _conversation(empty: dict) -> dict:
-    """Mode, system prompt, chat / completion, prompt box, buttons, status and examples."""
-    examples = load_examples()
+    """Chat / completion, the prompt box, the buttons and the status line (the first screen's
+    left half)."""
     c = dict(
-        mode=gr.Radio([("Chat", "chat"), ("Raw completion", "raw")], value="chat", label="Mode",
-                      info="chat: your message goes through the model's chat template; raw: the model "
-                           "simply continues your text"),
-        system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1,
-                                 placeholder="optional, e.g. You are a concise assistant."),
-        chatbot=gr.Chatbot(label="Conversation", height=340, feedback_options=None, buttons=["copy"],
-                           elem_id="chatbot"),
-        completion=gr.Textbox(label="Completion: your text + the model's continuation", lines=12,
-                              interactive=False, visible=False, elem_id="completion"),
-        message=gr.Textbox(label="Prompt", lines=2, max_lines=8, placeholder=PROMPT_HINT, elem_id="prompt"),
+        chatbot=gr.Chatbot(show_label=False, height=180, feedback_options=None, buttons=["copy"],
+                           elem_id="chatbot", placeholder="The conversation appears here."),
+        completion=gr.Textbox(label="Completion: your text + the model's continuation", show_label=False, lines=7,
+                              max_lines=7, interactive=False, visible=False, elem_id="completion",
+                              placeholder="Completion: your text + the model's continuation"),
+        message=gr.Textbox(show_label=False, lines=2, max_lines=4, placeholder=PROMPT_HINT, elem_id="prompt",
+                           container=False),
     )
-    with gr.Row():
-        c["gen_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-        c["stop_btn"] = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop-btn")
-        c["clear_btn"] = gr.Button("Clear", elem_id="clear-btn")
+    with gr.Row(elem_id="buttons"):
+        c["gen_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn", min_width=90)
+        c["stop_btn"] = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop-btn", min_width=70)
+        c["clear_btn"] = gr.Button("Clear", elem_id="clear-btn", min_width=70)
     c["status"] = gr.HTML(empty["status"], elem_id="status")
-    gr.Examples(examples=[[ex["mode"], ex["prompt"]] for ex in examples],
-                example_labels=[ex["label"] for ex in examples], inputs=[c["mode"], c["message"]],
-                label="Examples (English and 中文)")
     return c
 
 
-def _panels(pg, empty: dict) -> dict:
-    """The live Plotly panels, the KV formula, the batching section, the rolling table and the
-    trace downloads."""
+def _examples(c: dict) -> None:
+    """Example prompts (below the first screen: a click fills the prompt box and the mode)."""
+    examples = load_examples()
+    gr.Examples(examples=[[ex["mode"], ex["prompt"]] for ex in examples],
+                example_labels=[ex["label"] for ex in examples], inputs=[c["mode"], c["message"]],
+                label="Examples (English and 中文)")
+
+
+def _panels(pg, empty: dict, inputs: dict) -> dict:
+    """The live Plotly panels (latency and KV cache on the first screen), the KV formula, the
+    introduction and examples (``inputs``: the mode and prompt components they fill), the
+    batching section, the memory and device panels, the rolling table and the trace downloads."""
     p = {}
     head = serve_plotly_js()
-    with gr.Row():
-        p["latency"] = plot_panel(empty["latency"], "latency-plot", head)
-        p["kv_plot"] = plot_panel(empty["kv"], "kv-plot", head)
+    with gr.Row(elem_id="live-plots"):
+        p["latency"] = plot_panel(empty["latency"], "latency-plot", head, min_height=figures.LIVE_HEIGHT)
+        p["kv_plot"] = plot_panel(empty["kv"], "kv-plot", head, min_height=figures.LIVE_HEIGHT)
     p["kv_formula"] = gr.HTML(empty["kv_formula"], elem_id="kv-formula")
+    gr.Markdown(INTRO, elem_classes=["intro"])
+    _examples(inputs)
     p.update(_batching(pg, head))
     with gr.Row():
         p["memory"] = plot_panel(empty["memory"], "memory-plot", head)
@@ -171,22 +189,22 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
     # (and all of them at shutdown)
     with gr.Blocks(title="LLM inference playground", fill_width=True, delete_cache=(3600, 86400)) as demo:
         sidebar = _sidebar(pg)
-        gr.Markdown("# LLM inference playground")
         with gr.Tabs(elem_id="main-tabs"):
             with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
-                gr.Markdown(INTRO, elem_classes=["intro"])
                 if getattr(pg.engine, "remote", False):
                     from .remote.view import CLIENT_SIDE, NO_TRACE
 
                     gr.Markdown(f"**Remote engine.** {CLIENT_SIDE}. {NO_TRACE}.", elem_id="remote-note")
-                with gr.Row(equal_height=False):
-                    with gr.Column(scale=5):
+                # the first screen: ask on the left, the answer's tokens and numbers on the right,
+                # the per-token latency and the KV cache under them
+                with gr.Row(equal_height=False, elem_id="first-screen"):
+                    with gr.Column(scale=5, min_width=300):
                         conversation = _conversation(empty)
-                    with gr.Column(scale=4):
+                    with gr.Column(scale=5, min_width=300):
                         stat_cards = gr.HTML(empty["cards"], elem_id="stat-cards")
                         tokens = gr.HTML(empty["tokens"], html_template=inspector_template(),
                                          js_on_load=TOOLTIP_JS, elem_id="tokens")
-                panels = _panels(pg, empty)
+                panels = _panels(pg, empty, {**conversation, **sidebar})
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
                 _lessons(pg)
             with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding"):

@@ -56,6 +56,49 @@ def measure_bandwidth(device: str = "cpu", size_bytes: int = 1024 * 2**20, repea
             "size_bytes": size_bytes, "repeats": repeats}
 
 
+def measure_matmul_flops(device: str = "cpu", dtype: str = "float32", n: int = 1024,
+                         repeats: int = 5) -> dict:
+    """Matrix-multiply speed: time ``a @ b`` for two ``n × n`` matrices of ``dtype``.
+
+    A square product of this size has intensity ``n / 3 × 2 / bytes per element`` FLOPs per byte
+    (hundreds), far above any ridge point, so it runs at the device's compute ceiling for that
+    dtype and thread count.
+
+    Args:
+        device: where the matrices live (``cpu``, ``cuda``, ...).
+        dtype: a ``torch`` dtype name (``float32``, ``bfloat16``, ``float16``).
+        n: matrix size (elements per side).
+        repeats: timed products after one untimed warm-up.
+
+    Returns:
+        ``best_flops_per_s`` and ``median_flops_per_s`` (2·n³ FLOPs per product, per second),
+        ``n``, ``dtype``, ``repeats``.
+
+    Raises:
+        ValueError: an unknown dtype name, or ``n``/``repeats`` below 1.
+    """
+    import torch
+
+    dt = getattr(torch, str(dtype), None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"dtype must be a torch dtype name such as float32, got {dtype!r}")
+    if n < 1 or repeats < 1:
+        raise ValueError(f"n and repeats must be at least 1, got n={n}, repeats={repeats}")
+    a = torch.randn(n, n, device=device).to(dt)
+    b = torch.randn(n, n, device=device).to(dt)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    a @ b
+    rates = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        a @ b
+        sync()
+        rates.append(2.0 * n**3 / (time.perf_counter() - t0))
+    return {"best_flops_per_s": max(rates), "median_flops_per_s": median(rates), "n": n,
+            "dtype": str(dtype), "repeats": repeats}
+
+
 def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int | None = None) -> dict:
     """Measure bandwidth, then a batch-1 decode run, and compare.
 
