@@ -26,7 +26,8 @@ def is_lesson_request(request_id: str | None) -> bool:
 
 
 class LessonEngine:
-    """An engine whose ``submit`` labels every request as ``lesson``'s (and adds
+    """An engine whose ``submit`` labels every request as ``lesson``'s, by id and with
+    ``source="lesson"`` (the engine then keeps it out of the users' percentiles), and adds
     ``submit_kwargs``, such as the session's ``cache_salt``); everything else is the engine's.
 
     Lets an experiment written for a plain engine (``engine.experiments``) run as a lesson.
@@ -39,7 +40,7 @@ class LessonEngine:
 
     def submit(self, prompt, params=None, **kwargs):
         """``engine.submit`` with a lesson request id (see :meth:`engine.LLMEngine.submit`)."""
-        return self._engine.submit(prompt, params, **{**self._kwargs, **kwargs,
+        return self._engine.submit(prompt, params, **{**self._kwargs, **kwargs, "source": "lesson",
                                                       "request_id": lesson_request_id(self._lesson)})
 
     def generate(self, prompt, params=None, **kwargs):
