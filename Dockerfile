@@ -18,6 +18,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     GRADIO_ANALYTICS_ENABLED=False \
     LLM_PLAYGROUND_CACHE=/home/app/.cache/llm-playground
 
+# A CJK font: the bench's and lessons' plots drawn on the server (matplotlib) label Chinese
+# prompts, which need one; without it they show boxes.
+RUN apt-get update && apt-get install -y --no-install-recommends fonts-noto-cjk \
+ && rm -rf /var/lib/apt/lists/*
+
 RUN useradd --create-home --uid 1000 app
 WORKDIR /home/app/playground
 

@@ -75,6 +75,7 @@ def test_image_bakes_the_model_and_checks_health():
     bake = next(i for i, (w, a) in enumerate(ins) if w == "RUN" and "load_model(" in a)
     assert bake > user_at, "the model cache must be written as the user that runs the app"
     assert any("LLM_PLAYGROUND_CACHE" in a for a in runs)
+    assert any("fonts-noto-cjk" in a for a in runs), "Chinese labels need a CJK font"
     health = [args for word, args in ins if word == "HEALTHCHECK"]
     assert len(health) == 1 and "127.0.0.1:7860" in health[0]
 
