@@ -18,8 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     GRADIO_ANALYTICS_ENABLED=False \
     LLM_PLAYGROUND_CACHE=/home/app/.cache/llm-playground
 
-# A CJK font: the bench's and lessons' plots drawn on the server (matplotlib) label Chinese
-# prompts, which need one; without it they show boxes.
+# A CJK font, so that what the server draws itself (the bench's matplotlib plots, a headless
+# browser taking screenshots in the container) renders Chinese text instead of boxes.
 RUN apt-get update && apt-get install -y --no-install-recommends fonts-noto-cjk \
  && rm -rf /var/lib/apt/lists/*
 
