@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh requirements-dev.txt
 need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
-fc-list 2>/dev/null | grep -qi "CJK" || need+=(fonts-noto-cjk)
+fc-list 2>/dev/null | grep -i "CJK" >/dev/null || need+=(fonts-noto-cjk)  # not -q: with pipefail, fc-list would die of SIGPIPE
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian's ${need[*]} for the browser tests..."
