@@ -86,7 +86,7 @@ def _conversation(empty: dict) -> dict:
         completion=gr.Textbox(label="Completion: your text + the model's continuation", show_label=False, lines=7,
                               max_lines=7, interactive=False, visible=False, elem_id="completion",
                               placeholder="Completion: your text + the model's continuation"),
-        message=gr.Textbox(show_label=False, lines=2, max_lines=4, placeholder=PROMPT_HINT, elem_id="prompt",
+        message=gr.Textbox(label="Prompt", show_label=False, lines=2, max_lines=4, placeholder=PROMPT_HINT, elem_id="prompt",
                            container=False),
     )
     with gr.Row(elem_id="buttons"):
