@@ -1,10 +1,12 @@
-"""The Lessons tab: five small experiments for a classroom, on the page's own engine.
+"""The Lessons tab: eight small experiments for a classroom, on the page's own engine.
 
 (a) KV cache on against off, live; (b) prompt length sweep and decode share on demand
 (:mod:`app.lesson_prefill`); (c) the KV cache calculator against common GPUs
 (:mod:`app.lesson_calculator`); (d) the sampling explorer (:mod:`app.lesson_sampling`); (e)
 quantization: every weights and KV cache precision side by side (each variant loaded briefly,
-apart from the engine that serves the page). The work that needs torch lives in
+apart from the engine that serves the page); (f) batch size (:mod:`app.lesson_batch`); (g)
+memory-bound or compute-bound (:mod:`app.lesson_roofline`); (h) speculative decoding
+(:mod:`app.spec_lesson`). The work that needs torch lives in
 ``engine.experiments``; here are the layout, the wiring and the (a) and (e) handlers, plain
 functions testable without a browser. Every lesson run is submitted with ``source="lesson"``,
 so it stays out of the users' latency percentiles. This module never imports torch.
