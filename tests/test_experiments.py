@@ -228,11 +228,23 @@ def test_llama_cpp_with_a_stand_in_module(loaded, engine, monkeypatch):
     fake.Llama = FakeLlama
     fake.__spec__ = importlib.machinery.ModuleSpec("llama_cpp", None)
     monkeypatch.setitem(sys.modules, "llama_cpp", fake)
+    from engine.experiments import llama_cpp as peer
+
+    monkeypatch.setattr(peer, "RUNNER", peer._llama_in_process)  # the stand-in lives in this process
     res = run_experiment("llama-cpp", loaded, quick=True, engine=engine)
     assert res["status"] == "ok", res.get("error")
     assert FIELDS["llama-cpp"] <= set(res)
     assert calls["path"].endswith(".gguf") and len(calls["prompt"]) == res["prompt_tokens"]
     assert 0 <= res["matching_prefix"] <= res["new_tokens"] and res["llama_cpp_decode_tokens_per_s"] > 0
+
+
+def test_llama_cpp_child_failure_is_one_error_line(tmp_path):
+    """llama.cpp runs in a child process: whatever kills the child (a missing package, a native
+    crash) comes back as one RuntimeError line, and the bench process lives on."""
+    from engine.experiments.llama_cpp import _llama_in_child
+
+    with pytest.raises(RuntimeError, match="llama.cpp run failed"):
+        _llama_in_child(tmp_path / "missing.gguf", [1, 2, 3], 4)
 
 
 def test_a_failing_experiment_is_reported_not_raised(loaded, monkeypatch):

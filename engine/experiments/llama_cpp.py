@@ -103,6 +103,16 @@ def _llama_in_child(path: Path, ids: list[int], n: int) -> tuple[list[int], floa
     return out["tokens"], out["ttft_s"], out["tokens_per_s"]
 
 
+def _llama_in_process(path: Path, ids: list[int], n: int) -> tuple[list[int], float, float]:
+    """:func:`_llama_in_child`'s work in this process (for a stand-in ``llama_cpp`` in tests)."""
+    out = _child(str(path), ids, n)
+    return out["tokens"], out["ttft_s"], out["tokens_per_s"]
+
+
+#: How a round runs llama.cpp: in a child process; tests swap in :func:`_llama_in_process`.
+RUNNER = _llama_in_child
+
+
 def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int | None = None) -> dict:
     """Compare llama.cpp and the engine on the same prompt ids, greedy, the same token count.
 
@@ -131,7 +141,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         run_engine(eng, salted(STORY_PROMPT), 4)
         for r in range(rounds):
             report(progress, 0.1 + 0.9 * r / rounds, f"round {r + 1}/{rounds}: llama.cpp, {new_tokens} tokens")
-            theirs, l_ttft, l_tps = _llama_in_child(path, ids, new_tokens)
+            theirs, l_ttft, l_tps = RUNNER(path, ids, new_tokens)
             report(progress, 0.1 + 0.9 * (r + 0.5) / rounds, f"round {r + 1}/{rounds}: engine, {new_tokens} tokens")
             out, _ = run_engine(eng, prompt, new_tokens)
             l_tpss.append(l_tps)
