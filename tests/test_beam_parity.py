@@ -12,18 +12,10 @@ import torch
 from engine import SamplingParams
 from engine.model.prompt import encode_prompt
 
-PROMPTS = {
-    "english": ("Explain the KV cache in one sentence.", False),
-    "chinese": ("写一首关于程序员加班的短诗。", False),
-    "code": ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", True),
-    "multi_turn": ([
-        {"role": "system", "content": "You are a concise assistant."},
-        {"role": "user", "content": "What is prefill?"},
-        {"role": "assistant", "content": "Prefill processes the whole prompt in one pass."},
-        {"role": "user", "content": "And decode?"},
-    ], False),
-    "eos_early": ("Reply with exactly one word: yes or no. Is water wet?", False),
-}
+from tests.test_engine_parity import PROMPTS as ENGINE_PARITY_PROMPTS
+
+# the greedy parity prompts, less the 1,000-token one (beams multiply its cost by k)
+PROMPTS = {k: v for k, v in ENGINE_PARITY_PROMPTS.items() if k != "long_1000"}
 NEW_TOKENS = 12
 
 

@@ -4,12 +4,10 @@ server (chat through ``/v1/chat/completions``, raw completion through ``/v1/comp
 from __future__ import annotations
 
 import itertools
-import queue
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import httpx
 import numpy as np
@@ -17,6 +15,7 @@ import numpy as np
 from engine.core.finish_reason import FinishReason
 from engine.errors import QueueFullError
 from engine.output.events import RequestOutput, StepEvent
+from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.params import SamplingParams
 
@@ -56,20 +55,27 @@ class RemoteInfo:
     remote: object = None
 
 
-class RemoteHandle:
-    """A request on the remote server, with ``RequestHandle``'s interface: ``events``,
-    ``output``, ``finished``, ``result()``, iteration, ``abort()``, ``close()``."""
+class RemoteHandle(RequestHandle):
+    """A request on the remote server, behind :class:`engine.output.handle.RequestHandle`'s
+    interface (``events``, ``output``, ``finished``, ``result()``, iteration, ``abort()``,
+    ``close()``): a reader thread folds the server's stream into events; aborting closes the
+    connection."""
 
     def __init__(self, request_id: str, response: httpx.Response, sent_s: float,
                  on_finish) -> None:
-        self.request_id = request_id
-        self.events: list[StepEvent] = []
-        self.output: RequestOutput | None = None
-        self.abort_requested = False
+        super().__init__(request_id, self._close_stream, lambda _rid: 0)  # no queue position
         self._response, self._sent_s, self._on_finish = response, sent_s, on_finish
-        self._done = threading.Event()
-        self._queue: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, name=f"remote-{request_id}", daemon=True).start()
+
+    def _close_stream(self, _request_id: str) -> bool:
+        """Close the connection: an OpenAI-compatible server aborts a request whose client
+        went away (this project's server and vLLM free its KV blocks)."""
+        self.abort_requested = True  # before the reader sees the closed stream
+        try:
+            self._response.close()
+        except Exception:  # noqa: BLE001 - closing from another thread may race the reader
+            pass
+        return True
 
     def _read(self) -> None:
         folder = StreamFolder(self.request_id, self._sent_s)
@@ -77,8 +83,7 @@ class RemoteHandle:
         try:
             for chunk in sse_data(self._response.iter_lines()):
                 for ev in folder.fold(chunk):
-                    self.events.append(ev)
-                    self._queue.put(ev)
+                    self._push(ev)
         except RemoteError as exc:
             error = str(exc)
         except (httpx.HTTPError, OSError, RuntimeError) as exc:  # closed by abort, or cut off
@@ -86,9 +91,9 @@ class RemoteHandle:
                 error = f"the stream broke off ({type(exc).__name__})"
         finally:
             self._response.close()
-        self._finish(folder, error)
+        self._end(folder, error)
 
-    def _finish(self, folder: StreamFolder, error: str | None) -> None:
+    def _end(self, folder: StreamFolder, error: str | None) -> None:
         now = time.perf_counter()
         if self.abort_requested:
             reason = FinishReason.ABORT
@@ -109,50 +114,12 @@ class RemoteHandle:
         metrics = RequestMetrics.from_times(times, prompt_tokens)
         if usage.get("completion_tokens") is not None:
             metrics.output_tokens = int(usage["completion_tokens"])
-        self.output = RequestOutput(
+        output = RequestOutput(
             request_id=self.request_id, prompt_token_ids=[], token_ids=[-1] * len(self.events),
             text="".join(e.text_delta for e in self.events), finish_reason=reason,
             metrics=metrics, error=error, deltas=[e.text_delta for e in self.events])
-        self._on_finish(self.output)
-        self._done.set()
-        self._queue.put(None)
-
-    def __iter__(self) -> Iterator[StepEvent]:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                self._queue.put(None)
-                return
-            yield item
-
-    def result(self, timeout: float | None = None) -> RequestOutput:
-        """Wait for the end of the request (``TimeoutError`` after ``timeout`` seconds)."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"request {self.request_id} still running after {timeout} s")
-        return self.output
-
-    @property
-    def finished(self) -> bool:
-        return self._done.is_set()
-
-    def queue_position(self) -> int:
-        """0: a remote server does not say where a request waits."""
-        return 0
-
-    def abort(self) -> bool:
-        """Close the connection: an OpenAI-compatible server aborts a request whose client
-        went away (this project's server and vLLM free its KV blocks)."""
-        if self.finished:
-            return False
-        self.abort_requested = True
-        try:
-            self._response.close()
-        except Exception:  # noqa: BLE001 - closing from another thread may race the reader
-            pass
-        return True
-
-    def close(self) -> None:
-        self.abort()
+        self._on_finish(output)
+        self._finish(output)
 
 
 class ClientRolling:
