@@ -39,3 +39,17 @@ def engine(loaded):
     eng = LLMEngine(loaded)
     yield eng
     eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium driven by Playwright, one per test module (browser tests skip or fail
+    on their own when Chromium is missing, before this runs)."""
+    from playwright import sync_api
+
+    from browser_support import ARGS, CHROMIUM
+
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.browser
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from browser_support import CHROMIUM, PLOT_POINTS  # noqa: E402
 
 if not CHROMIUM.exists():
     if os.environ.get("CI"):
@@ -28,12 +27,6 @@ sync_api = pytest.importorskip("playwright.sync_api")
 
 from test_app_fakes import launch, wait_until  # noqa: E402
 
-PLOT_POINTS = """(sel) => {
-  const el = document.querySelector(sel + ' .js-plotly-plot');
-  return el && el.data ? el.data.map(t => (t.x || []).length) : null;
-}"""
-
-
 @pytest.fixture(scope="module")
 def page_url(engine, tmp_path_factory):
     from app.service import Playground
@@ -43,14 +36,6 @@ def page_url(engine, tmp_path_factory):
     yield url
     demo.close()
     pg.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 def raw_greedy(page, url, prompt, max_tokens=None):

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.browser
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from browser_support import CHROMIUM, PLOT_POINTS  # noqa: E402
 
 if not CHROMIUM.exists():
     if os.environ.get("CI"):
@@ -44,12 +42,6 @@ BOXES = """(ids) => {
   }
   return out;
 }"""
-PLOT_POINTS = """(sel) => {
-  const el = document.querySelector(sel + ' .js-plotly-plot');
-  return el && el.data ? el.data.map(t => (t.x || []).length) : null;
-}"""
-
-
 @pytest.fixture(scope="module")
 def page_url(engine, tmp_path_factory):
     from app.service import Playground
@@ -66,14 +58,6 @@ def page_url(engine, tmp_path_factory):
     yield url
     demo.close()
     pg.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 def open_page(page, url: str) -> None:

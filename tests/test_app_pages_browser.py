@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from browser_support import CHROMIUM  # noqa: E402
 
 if not CHROMIUM.exists():
     if os.environ.get("CI"):
@@ -45,14 +44,6 @@ def served(engine, tmp_path_factory):
     yield url
     demo.close()
     pg.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 STARTED = "document.querySelector('#generate-btn').disabled"  # Generate is off while a request runs

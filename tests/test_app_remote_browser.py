@@ -9,14 +9,12 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 pytestmark = pytest.mark.browser
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from browser_support import CHROMIUM  # noqa: E402
 
 if not CHROMIUM.exists():
     if os.environ.get("CI"):
@@ -59,14 +57,6 @@ def page_url(remote):
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
 
 
 PLOT_Y_MAX = """(sel) => {

@@ -8,15 +8,13 @@ the context slider redraws the model's curve. Skipped when /usr/bin/chromium is 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from test_app_fakes import free_port, wait_until  # noqa: E402
 
 pytestmark = pytest.mark.browser
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+from browser_support import ARGS, CHROMIUM  # noqa: E402
 if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
