@@ -1,11 +1,12 @@
-"""Several browser pages generating at once keep the engine's batching gain.
+"""Several browser pages generating at once are served in one batch.
 
 Three pages (three browser sessions) each run a different greedy raw completion at the same
 time: each page must show exactly its own answer (the one the engine gives that prompt alone),
-and the three together must decode faster in total than one page alone. The rates come from the
-pages' own trace downloads (the engine's per-step timestamps): total decode tokens/s = decode
-tokens of all requests / (last token of any - first token of any). A ratio, not a time, so the
-test holds on a slow machine; `python -m app.bench_pages` measures the same against the API.
+and the engine must have decoded the three together: each page's own trace download (the
+engine's per-step records) shows decode steps whose batch held all three requests. That is the
+behaviour that makes a class of pages fast; how much faster is a speed figure, so it is measured
+by `python -m app.bench_pages` (side by side, warm, median), never asserted here on a shared
+machine's clock. The test prints the ratio it saw, for information only.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from test_app_fakes import launch  # noqa: E402
 
 PROMPTS = ["1, 2, 3, 4, 5,", "10, 20, 30, 40,", "2, 4, 6, 8,"]
 TOKENS = 48
-GAIN = 1.3  # 3 pages at once vs 1 page alone; the engine alone gives about 2.3x here
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +71,18 @@ def _run(pages) -> list[dict]:
 
 
 def _total_decode_rate(traces: list[dict]) -> float:
+    """Decode tokens of all traces / (last token of any - first token of any), tokens/s."""
     first = min(t["steps"][0]["end_s"] for t in traces)
     last = max(t["steps"][-1]["end_s"] for t in traces)
     return sum(len(t["steps"]) - 1 for t in traces) / (last - first)
 
 
-def test_three_pages_at_once_each_see_their_own_answer_and_decode_faster_together(served, browser, engine):
+def _batched_together(traces: list[dict]) -> list[int]:
+    """Per trace, how many of its decode steps ran in a batch of all ``len(traces)`` requests."""
+    return [sum(1 for s in t["steps"][1:] if s["batch_size"] >= len(traces)) for t in traces]
+
+
+def test_three_pages_at_once_each_see_their_own_answer_and_are_decoded_in_one_batch(served, browser, engine):
     expected = [engine.generate(p, SamplingParams(temperature=0.0, max_tokens=TOKENS), raw=True).text
                 for p in PROMPTS]
     assert len(set(expected)) == 3
@@ -88,19 +94,20 @@ def test_three_pages_at_once_each_see_their_own_answer_and_decode_faster_togethe
             set_up_raw_greedy(page, served, prompt, TOKENS)
             pages.append(page)
         _run(pages[:1])  # warm: the first run of a page pays for loading Plotly
-        ratios = []
-        for _ in range(2):  # a second try only if a busy moment of the machine spoiled the first
-            one = _total_decode_rate(_run(pages[:1]))
+        one = _total_decode_rate(_run(pages[:1]))
+        for attempt in range(2):  # a second try only if one page's click reached the server late
             traces = _run(pages)
-            three = _total_decode_rate(traces)
             for page, trace, prompt, answer in zip(pages, traces, PROMPTS, expected):
                 assert trace["text"] == answer and trace["finish_reason"] == "length"
                 assert page.locator("#completion textarea").input_value() == prompt + answer
-            ratios.append(three / one)
-            if three > GAIN * one:
+            together = _batched_together(traces)
+            if min(together) >= TOKENS // 2:
                 break
-        print(f"3 pages at once / 1 page alone, total decode tokens/s: {ratios}")
-        assert max(ratios) > GAIN, f"3 pages decode {ratios} x the tokens/s of 1 page"
+        print(f"decode steps in a batch of 3, per page: {together}; "
+              f"3 pages / 1 page total decode tokens/s (information only): "
+              f"{_total_decode_rate(traces) / one:.2f}")
+        assert min(together) >= TOKENS // 2, \
+            f"of {TOKENS - 1} decode steps, only {together} per page ran with all 3 pages in the batch"
         assert engine.stats()["running"] == 0
     finally:
         for ctx in contexts:
