@@ -197,6 +197,28 @@ def _embedded_meta(emb: EmbeddedModel, gguf: Path, progress) -> Path:
     return target
 
 
+def embedded_config_folder(name: str, progress=None) -> Path:
+    """A folder with an embedded model's ``config.json`` and tokenizer files (no weights), for
+    tools that need the tokenizer by path (e.g. a benchmark client counting tokens).
+
+    Args:
+        name: an embedded model's short name (``"smollm2-135m"``).
+
+    Raises:
+        ModelLoadError: ``name`` is not an embedded model, or its package is not installed.
+    """
+    emb = _embedded_for(name)
+    if emb is None:
+        raise ModelLoadError(f"model {name!r} is not an embedded model ({', '.join(EMBEDDED)})")
+    gguf = _gguf_path(emb)
+    if gguf is None:
+        if _cached(emb):
+            return cache_dir() / emb.short_name
+        raise ModelLoadError(f"model {emb.short_name!r}: the package "
+                             f"{emb.package.replace('_', '-')} is not installed")
+    return _embedded_meta(emb, gguf, progress)
+
+
 def _locate(name: str, progress) -> tuple[str, str, dict]:
     """Map a model name to (path or hub id, source description, extra from_pretrained kwargs)."""
     key = name.lower()
