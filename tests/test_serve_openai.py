@@ -87,6 +87,25 @@ def test_n_2_returns_two_choices_with_derived_seeds(client):
     assert [streamed[0], streamed[1]] == [c.text for c in r.choices]
 
 
+def test_n_samples_are_one_engine_request_prefilled_once_each_equal_to_its_seed(server, client):
+    kw = dict(model=MODEL, prompt="Once upon a time, in a small village,", max_tokens=8,
+              temperature=1.0, extra_body={"ignore_eos": True})
+    before = _wait_idle(server)
+    r = client.completions.create(**kw, seed=11, n=3)
+    after = scrape(server)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    # one engine request: the prompt is counted (and prefilled) once, not once per choice
+    assert value(after, "playground_prompt_tokens_total") - \
+        value(before, "playground_prompt_tokens_total") == r.usage.prompt_tokens
+    assert r.usage.completion_tokens == 24
+    assert value(after, "playground_generation_tokens_total") - \
+        value(before, "playground_generation_tokens_total") == 24  # every sample's tokens
+    singles = [client.completions.create(**kw, seed=11 + i).choices[0].text for i in range(3)]
+    assert [c.text for c in r.choices] == singles  # choice i samples with seed + i
+    greedy = client.completions.create(**{**kw, "temperature": 0}, n=2)  # n requests, one answer
+    assert greedy.choices[0].text == greedy.choices[1].text and greedy.usage.completion_tokens == 16
+
+
 def test_completion_logprobs_five_alternatives(client):
     r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
                                   temperature=0, logprobs=5)

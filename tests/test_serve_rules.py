@@ -61,8 +61,10 @@ def test_queue_full_is_429_and_frees_the_choices_already_queued(loaded):
     app = create_server(eng)
     try:
         with app_in_thread(app) as url:
+            # greedy choices run as n separate engine requests: the second overflows the queue
             r = httpx.post(url + "/v1/completions", timeout=60, json={
-                "model": "smollm2-135m", "prompt": "Hello", "max_tokens": 50, "n": 4})
+                "model": "smollm2-135m", "prompt": "Hello", "max_tokens": 50, "n": 4,
+                "temperature": 0})
             assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
             eng_idle = eng.stats()
             for _ in range(100):  # the choices submitted before the refusal are aborted

@@ -225,6 +225,8 @@ class OutputProcessor:
         self.counts[FinishReason(reason).outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)
+        for listener in self.listeners:
+            listener(output)
         state.handle._finish(output)
         return output
 

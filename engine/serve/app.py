@@ -16,7 +16,7 @@ from engine.serve.auth import require_key
 from engine.serve.errors import APIError
 from engine.serve.metrics import CONTENT_TYPE, EngineMetrics
 from engine.serve.protocol import ChatCompletionRequest, CompletionRequest
-from engine.serve.requests import abort_all, submit_choices
+from engine.serve.requests import submit_choices
 from engine.serve.responses import Builder
 from engine.serve.streaming import ClientGone, EventStream, chunks, wait_all
 
@@ -88,22 +88,21 @@ def create_api(state: ServeState, api_key: str | None = None) -> FastAPI:
 async def _complete(state: ServeState, request: Request, kind: str, prompt, params, top, body):
     """Submit the request's choices, then stream them or wait for them all."""
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
-    handles = submit_choices(state.engine, prompt, params, body.n, raw=(kind != "chat"),
+    choices = submit_choices(state.engine, prompt, params, body.n, raw=(kind != "chat"),
                              id_prefix=rid)
     builder = Builder(kind, state.model_name, rid, top)
     if body.stream:
-        return EventStream(chunks(builder, handles, body.include_usage),
-                           on_close=lambda: abort_all(handles))
+        return EventStream(chunks(builder, choices, body.include_usage), on_close=choices.abort)
     try:
-        await wait_all(handles, request)
+        await wait_all(choices, request)
     except ClientGone:
         return Response(status_code=499)  # nobody is listening; the requests were aborted
-    outputs = [h.output for h in handles]
-    failed = next((o for o in outputs if str(o.finish_reason) == "error"), None)
+    outputs = choices.outputs()
+    failed = next((o for o in outputs if o.finish_reason == "error"), None)
     if failed is not None:
         raise APIError(500, f"the engine failed on this request: {failed.error}", None,
                        "engine_error")
-    return JSONResponse(builder.response(outputs, [list(h.events) for h in handles]))
+    return JSONResponse(builder.response(outputs, choices.step_events()))
 
 
 def create_server(engine, model_name: str | None = None, *, api_key: str | None = None,

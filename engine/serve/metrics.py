@@ -83,7 +83,10 @@ class EngineMetrics:
             m = output.metrics
             self.success.labels(self.model_name, str(output.finish_reason)).inc()
             self.prompt_tokens.inc(m.prompt_tokens)
-            self.generation_tokens.inc(m.output_tokens)
+            # every returned sample's tokens (a request's metrics count its steps)
+            outs = getattr(output, "outputs", None) or []
+            self.generation_tokens.inc(sum(len(o.token_ids) for o in outs)
+                                       if len(outs) > 1 else m.output_tokens)
             self.e2e.observe(m.e2e_s)
             if m.output_tokens:
                 self.ttft.observe(m.ttft_s)

@@ -1,10 +1,12 @@
 """A request's ``n`` choices in the engine, and their events brought to the event loop.
 
-The engine's ``SamplingParams`` has no ``n``: :func:`submit_choices` submits ``n`` independent
-engine requests with the same prompt. With a ``seed``, choice ``i`` samples with seed
-``seed + i`` (so the choices differ and the whole response repeats); without one, each draws
-from the global generator. Each choice prefills the prompt itself unless the prefix cache
-already holds its full blocks (vLLM's parallel sampling forks one prefilled sequence instead).
+With ``n > 1`` and sampling (``temperature > 0``) one engine request runs the ``n`` samples
+(``SamplingParams.n``): the prompt is prefilled once and the samples share its KV blocks until
+they write their own. With a ``seed``, choice ``i`` samples with seed ``seed + i`` (mod 2**63;
+:func:`engine.params.sample_seed`), so the choices differ and the whole response repeats; each
+choice equals a one-choice request with that seed. At temperature 0 every choice is the same
+greedy answer, which the engine's ``n`` refuses, so ``n`` one-sequence requests run instead (the
+prefix cache shares their prompt's full blocks).
 """
 
 from __future__ import annotations
@@ -18,33 +20,109 @@ from engine.serve.errors import APIError, bad_value, from_engine
 
 
 def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
-    """One ``SamplingParams`` per choice: seeds ``seed + i`` (mod 2**63) when a seed is set."""
+    """One ``SamplingParams`` per choice for ``n`` separate requests: seeds ``seed + i``
+    (mod 2**63) when a seed is set."""
     if params.seed is None:
         return [params] * n
     return [dataclasses.replace(params, seed=(params.seed + i) % 2**63) for i in range(n)]
 
 
+@dataclasses.dataclass
+class ChoiceOutput:
+    """One finished choice: what the response and ``usage`` need.
+
+    Attributes:
+        text: the answer; token_ids: its generated ids (an EOS that ended it included);
+        finish_reason: ``stop``, ``length``, ``abort`` or ``error``; error: the engine's message
+        for ``error``; prompt_token_ids: the prompt after the chat template, ``[prompt_len]``.
+    """
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    error: str | None
+    prompt_token_ids: list[int]
+
+
+class Choices:
+    """The engine requests behind one API request: one handle running ``n`` samples, or ``n``
+    handles of one sequence each.
+
+    Args:
+        handles: the engine's request handles; n: choices.
+    """
+
+    def __init__(self, handles: list, n: int):
+        self.handles, self.n = handles, n
+        self.native = len(handles) == 1 and n > 1
+
+    def abort(self) -> None:
+        """Abort every unfinished engine request (their KV blocks return within one step)."""
+        abort_all(self.handles)
+
+    async def events(self):
+        """Yield ``(choice, event)`` for every step event as it comes, then ``(choice, None)``
+        once that choice has finished (:meth:`output` is then set). One engine request with
+        ``n`` samples ends all its choices together."""
+        async for i, ev in events(self.handles):
+            if not self.native:
+                yield i, ev
+            elif ev is not None:
+                yield ev.index, ev
+            else:
+                for k in range(self.n):
+                    yield k, None
+
+    def output(self, k: int) -> ChoiceOutput:
+        """Choice ``k`` once it has finished."""
+        if not self.native:
+            o = self.handles[k].output
+            return ChoiceOutput(o.text, list(o.token_ids), str(o.finish_reason), o.error,
+                                list(o.prompt_token_ids))
+        o = self.handles[0].output
+        c = next((c for c in o.outputs if c.index == k), None)
+        if c is None or str(o.finish_reason) == "error":
+            return ChoiceOutput("", [], str(o.finish_reason), o.error, list(o.prompt_token_ids))
+        return ChoiceOutput(c.text, list(c.token_ids), str(c.finish_reason), o.error,
+                            list(o.prompt_token_ids))
+
+    def outputs(self) -> list[ChoiceOutput]:
+        """Every choice, in order (all finished)."""
+        return [self.output(k) for k in range(self.n)]
+
+    def step_events(self) -> list[list]:
+        """Each choice's step events, in order (all finished)."""
+        if not self.native:
+            return [list(h.events) for h in self.handles]
+        evs = list(self.handles[0].events)
+        return [[e for e in evs if e.index == k] for k in range(self.n)]
+
+
 def submit_choices(engine, prompt, params: SamplingParams, n: int, *, raw: bool,
-                   id_prefix: str) -> list:
-    """Submit ``n`` engine requests for one API request; returns their handles.
+                   id_prefix: str) -> Choices:
+    """Submit the engine request(s) for one API request with ``n`` choices.
 
     Args:
         engine: the running ``LLMEngine``.
         prompt: chat messages (``raw=False``) or text (``raw=True``).
-        params: the request's sampling settings; n: choices (``>= 1``).
-        id_prefix: request ids are ``{id_prefix}-{i}``.
+        params: the request's sampling settings (``n`` 1); n: choices (``>= 1``).
+        id_prefix: the engine request id (``{id_prefix}-{i}`` for separate requests).
 
     Raises:
         APIError: 400 for a prompt the engine refuses (too long, empty), 429 when the queue is
-            full, 503 when the engine is shut down. Choices already submitted are aborted.
+            full, 503 when the engine is shut down. Requests already submitted are aborted.
     """
     handles = []
     try:
-        for i, p in enumerate(choice_params(params, n)):
-            handles.append(engine.submit(prompt, p, raw=raw, request_id=f"{id_prefix}-{i}"))
+        if n > 1 and params.temperature > 0:
+            handles.append(engine.submit(prompt, dataclasses.replace(params, n=n), raw=raw,
+                                         request_id=id_prefix))
+        else:
+            for i, p in enumerate(choice_params(params, n)):
+                handles.append(engine.submit(prompt, p, raw=raw, request_id=f"{id_prefix}-{i}"))
     except ValueError as exc:
         abort_all(handles)
-        err = bad_value(exc, ("max_tokens",))
+        err = bad_value(exc, ("max_tokens", "n"))
         if err.param is None:
             err.param = "prompt" if raw else "messages"
         if "max_tokens" in err.message and "exceeds" in err.message:
@@ -53,7 +131,7 @@ def submit_choices(engine, prompt, params: SamplingParams, n: int, *, raw: bool,
     except Exception as exc:  # noqa: BLE001 - queue full, shut down or unexpected
         abort_all(handles)
         raise from_engine(exc) from None
-    return handles
+    return Choices(handles, n)
 
 
 def abort_all(handles) -> None:

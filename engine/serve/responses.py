@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import time
 
-from engine.output.events import RequestOutput, StepEvent
+from engine.output.events import StepEvent
+from engine.serve.requests import ChoiceOutput
 
 FINISH = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
 NEG_INF_LOGPROB = -9999.0
@@ -23,7 +24,7 @@ def logprob(prob: float) -> float:
     return math.log(prob) if prob > 0 else NEG_INF_LOGPROB
 
 
-def usage(outputs: list[RequestOutput]) -> dict:
+def usage(outputs: list[ChoiceOutput]) -> dict:
     """``{"prompt_tokens", "completion_tokens", "total_tokens"}`` of a request's choices: the
     prompt counted once (each choice has the same one), the completions summed (an EOS or stop
     token that ended a choice counts: it was generated)."""
@@ -76,7 +77,7 @@ class Builder:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     # ---- whole responses ----------------------------------------------------------------------
-    def response(self, outputs: list[RequestOutput], events: list[list[StepEvent]]) -> dict:
+    def response(self, outputs: list[ChoiceOutput], events: list[list[StepEvent]]) -> dict:
         """The non-streamed body: every choice's text, ``finish_reason``, ``logprobs`` and the
         ``usage``."""
         choices = []
@@ -112,7 +113,7 @@ class Builder:
                   "finish_reason": finish_reason}
         return {**self._head("text_completion"), "choices": [choice]}
 
-    def usage_chunk(self, outputs: list[RequestOutput]) -> dict:
+    def usage_chunk(self, outputs: list[ChoiceOutput]) -> dict:
         """The last chunk with ``stream_options.include_usage``: no choices, the usage."""
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
         return {**self._head(obj), "choices": [], "usage": usage(outputs)}

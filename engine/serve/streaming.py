@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from engine.serve.errors import APIError
-from engine.serve.requests import abort_all, events
+from engine.serve.requests import Choices
 from engine.serve.responses import FINISH, Builder
 
 DISCONNECT_POLL_S = 0.25
@@ -25,24 +25,24 @@ def sse(obj) -> bytes:
     return f"data: {data}\n\n".encode("utf-8")
 
 
-async def chunks(builder: Builder, handles, include_usage: bool) -> AsyncIterator[bytes]:
+async def chunks(builder: Builder, choices: Choices, include_usage: bool) -> AsyncIterator[bytes]:
     """The stream of one API request: for chat, a first chunk with the assistant role per
     choice; a chunk per token (text delta, and its logprobs when asked; a step whose text is
     not complete yet sends nothing unless logprobs are asked); a chunk with each choice's
     ``finish_reason``; with ``include_usage`` a usage chunk; then ``[DONE]``. A choice that
     fails in the engine sends an ``{"error": ...}`` event in OpenAI's shape instead."""
-    sent = ["" for _ in handles]
+    sent = ["" for _ in range(choices.n)]
     if builder.kind == "chat":
-        for i in range(len(handles)):
+        for i in range(choices.n):
             yield sse(builder.chunk(i, role=True))
-    async for i, ev in events(handles):
+    async for i, ev in choices.events():
         if ev is not None:
             if ev.text_delta or builder.top is not None:
                 yield sse(builder.chunk(i, ev.text_delta, ev, offset=len(sent[i])))
                 sent[i] += ev.text_delta
             continue
-        out = handles[i].output
-        reason = str(out.finish_reason)
+        out = choices.output(i)
+        reason = out.finish_reason
         if reason == "error":
             yield sse(APIError(500, f"the engine failed on this request: {out.error}", None,
                                "engine_error").body())
@@ -51,7 +51,7 @@ async def chunks(builder: Builder, handles, include_usage: bool) -> AsyncIterato
             yield sse(builder.chunk(i, out.text[len(sent[i]):]))
         yield sse(builder.chunk(i, finish_reason=FINISH.get(reason, reason)))
     if include_usage:
-        yield sse(builder.usage_chunk([h.output for h in handles]))
+        yield sse(builder.usage_chunk(choices.outputs()))
     yield sse("[DONE]")
 
 
@@ -100,14 +100,14 @@ class ClientGone(Exception):
     """The client of a non-streamed request disconnected before its answer."""
 
 
-async def wait_all(handles, request: Request) -> None:
-    """Wait until every handle has finished; abort them all if the client disconnects first.
+async def wait_all(choices: Choices, request: Request) -> None:
+    """Wait until every choice has finished; abort them all if the client disconnects first.
 
     Raises:
-        ClientGone: the client went away (the handles are aborted).
+        ClientGone: the client went away (the engine requests are aborted).
     """
     async def drain():
-        async for _ in events(handles):
+        async for _ in choices.events():
             pass
 
     task = asyncio.ensure_future(drain())
@@ -118,9 +118,9 @@ async def wait_all(handles, request: Request) -> None:
                 task.result()
                 return
             if await request.is_disconnected():
-                abort_all(handles)
+                choices.abort()
                 raise ClientGone()
     finally:
         if not task.done():
             task.cancel()
-        abort_all(handles)  # nothing for finished handles; a cancelled wait aborts the rest
+        choices.abort()  # nothing for finished handles; a cancelled wait aborts the rest
