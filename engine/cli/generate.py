@@ -71,6 +71,9 @@ def run(args) -> int:
                                                               args.early_stopping))
     except ValueError as exc:
         fail(str(exc), 2)
+    if args.speculative == "draft" and not args.draft_model:
+        fail("--speculative draft needs --draft-model (a Hub id or a local folder of a smaller "
+             "model with the same tokenizer)", 2)
     if args.raw and args.system:
         fail("--system needs chat mode; drop --raw", 2)
     prompt = args.prompt

@@ -24,6 +24,7 @@ every emitted token distributed as the target's ``p``. Greedy and sampling reque
 
 from __future__ import annotations
 
+import inspect
 import logging
 from dataclasses import dataclass, field
 
@@ -69,6 +70,9 @@ class DraftModelProposer:
         self.device = next(model.parameters()).device
         self.weights_bytes = weight_bytes(model)
         self.caches: dict[str, _DraftCache] = {}
+        # transformers renamed forward's past_key_values to cache; use whichever it takes
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     def _new_cache(self):
         from transformers import DynamicCache
@@ -111,8 +115,8 @@ class DraftModelProposer:
         feed, drafts = list(token_ids[n:]), []
         for i in range(k):
             x = torch.tensor([feed], dtype=torch.long, device=self.device)
-            out = self.model(input_ids=x, past_key_values=entry.cache, use_cache=True,
-                             logits_to_keep=1)
+            out = self.model(input_ids=x, use_cache=True, logits_to_keep=1,
+                             **{self._cache_arg: entry.cache})
             entry.ids.extend(feed)
             nxt = int(torch.argmax(out.logits[0, -1]))
             drafts.append(nxt)
