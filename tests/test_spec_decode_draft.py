@@ -172,3 +172,45 @@ def test_cli_generate_with_draft_model(draft_dir):
                           "--speculative", "draft"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "needs --draft-model" in bad.stderr
+
+
+def test_low_acceptance_pauses_the_draft_model_and_a_failure_turns_it_off():
+    """The pause of :class:`SpecState` applies to draft-model drafting: while paused no draft
+    pass runs; a draft pass that raises turns drafting off for the request."""
+    from engine.spec_decode.config import SpeculativeConfig
+    from engine.spec_decode.draft_proposer import RequestDrafter
+    from engine.spec_decode.spec_state import SpecState, spec_state_for
+
+    class CountingDrafter:
+        calls = 0
+        error = ""
+
+        def propose(self, token_ids, k):
+            self.calls += 1
+            return [0] * k
+
+    drafter = CountingDrafter()
+    state = SpecState(SpeculativeConfig("draft", 4), drafter=drafter)
+    for _ in range(4):   # a window of rejected drafts
+        assert state.propose([1, 2, 3], 4) == [0, 0, 0, 0]
+        state.record(4, 0, 1)
+    assert state.paused
+    calls = drafter.calls
+    for _ in range(8):
+        assert state.propose([1, 2, 3], 4) == []
+    assert drafter.calls == calls and state.paused_steps == 8
+    assert state.summary()["method"] == "draft"
+
+    class Broken:
+        name = "broken"
+
+        def propose(self, request_id, token_ids, k):
+            raise RuntimeError("out of memory")
+
+        def release(self, request_id):
+            return False
+
+    failing = SpecState(SpeculativeConfig("draft", 2), drafter=RequestDrafter(Broken(), "r"))
+    assert failing.propose([1, 2], 2) == [] and "out of memory" in failing.off_reason
+    with pytest.raises(ValueError, match="draft_model"):
+        spec_state_for(EngineConfig(), None, "draft", None, True)

@@ -99,17 +99,21 @@ def load_draft_model(name: str, target, progress=None) -> DraftModelProposer:
     if progress is not None:
         progress(f"loading draft model {name} ({source}) on {target.info.device}, "
                  f"{target.info.dtype}")
+    dev = target.info.device
+    kwargs = dict(dtype=dtype, **extra)
+    if dev.startswith("cuda"):   # straight onto the GPU, no full copy in host memory first
+        kwargs["device_map"] = {"": dev}
     try:
         try:
-            model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype,
-                                                         attn_implementation="sdpa", **extra)
+            model = AutoModelForCausalLM.from_pretrained(where, attn_implementation="sdpa",
+                                                         **kwargs)
         except (ValueError, ImportError):  # an architecture without SDPA
-            model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **extra)
+            model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
     except Exception as exc:  # noqa: BLE001 - one clear message
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"draft model {name!r} could not be loaded from {source}: "
                              f"{why}") from exc
-    model.to(target.info.device)
+    model.to(dev)
     model.eval()
     max_pos = int(getattr(model.config, "max_position_embeddings", 0) or target.info.context_len)
     return DraftModelProposer(model, name, max_pos)

@@ -16,6 +16,12 @@ engine). A preempted request keeps its draft cache (its tokens stay a prefix of 
 sequence). :meth:`DraftModelProposer.cache_bytes` and ``weights_bytes`` are counted in the
 engine's memory telemetry (its ``kv_cache`` and ``weights`` parts, with a note).
 
+When it runs: :meth:`DraftModelProposer.propose` is called on the engine thread while the
+scheduler plans a step (``engine.spec_decode.scheduling.draft_tokens``), so its passes come
+before the step's verification pass and count in the request's decode time, not in the
+step's forward-pass time; drafting pauses on low acceptance like prompt lookup
+(:class:`engine.spec_decode.spec_state.SpecState`), and then no draft pass runs at all.
+
 Sampling: the drafts are the draft model's argmax, a deterministic function of the context, so
 the proposal distribution ``q`` is one-hot at each draft, exactly as for prompt lookup; the
 existing rejection rule with ``q`` one-hot (:mod:`engine.spec_decode.rejection_sampler`) keeps
