@@ -40,9 +40,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "bf16", "fp16", "fp8"),
                    help="KV cache storage (default auto: the model's dtype); fp8 is e4m3 with a "
                         "per-layer scale")
-    p.add_argument("--speculative", choices=("off", "ngram"), default="off",
+    p.add_argument("--speculative", choices=("off", "ngram", "draft"), default="off",
                    help="speculative decoding for the page's requests: ngram = prompt lookup "
-                        "drafts verified in one pass (default off)")
+                        "drafts, draft = greedy drafts of --draft-model; verified in one pass "
+                        "(default off)")
+    p.add_argument("--draft-model", default=None,
+                   help="with --speculative draft: a smaller model with the same tokenizer "
+                        "(embedded name, Hub id or local folder)")
     p.add_argument("--max-queue", type=int, default=32, help="most requests waiting in the engine (default 32)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
     p.add_argument("--shared-prefix-cache", action="store_true",
@@ -86,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                             progress=lambda msg: print(f"  {msg}", flush=True))
         engine = LLMEngine(loaded, max_queue=args.max_queue, telemetry=True,
                            kv_cache_dtype=args.kv_cache_dtype,
-                           speculative=None if args.speculative == "off" else args.speculative)
+                           speculative=None if args.speculative == "off" else args.speculative,
+                           draft_model=args.draft_model)
     except (ModelLoadError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -44,10 +44,15 @@ class EngineConfig:
         kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
             formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but
             ``auto`` needs the paged cache (``batching`` on a paged family).
-        speculative: the default drafter of requests (``"ngram"``: prompt lookup; ``None``:
-            off); a request may choose otherwise (``LLMEngine.submit(speculative=...)``).
-            Needs the paged cache; requests without one decode plainly.
+        speculative: the default drafter of requests (``"ngram"``: prompt lookup; ``"draft"``:
+            a draft model, see ``draft_model``; ``None``: off); a request may choose otherwise
+            (``LLMEngine.submit(speculative=...)``). Needs the paged cache; requests without
+            one decode plainly.
         num_speculative_tokens: default ``k``, most draft tokens verified per step.
+        draft_model: the draft model of ``speculative="draft"``: an embedded name, a Hub id or
+            a local folder of a smaller model with the target's tokenizer; loaded when the
+            engine starts (required with ``"draft"``; with another default, requests may still
+            ask for ``"draft"``).
 
     Raises:
         ValueError: from ``__post_init__``, naming the field, for a value out of range.
@@ -68,6 +73,7 @@ class EngineConfig:
     decode_threads: int = 0
     speculative: str | None = None
     num_speculative_tokens: int = 4
+    draft_model: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -87,6 +93,13 @@ class EngineConfig:
             from engine.spec_decode.config import SpeculativeConfig
 
             SpeculativeConfig(self.speculative, self.num_speculative_tokens)  # checks both
+        if self.draft_model is not None and (not isinstance(self.draft_model, str)
+                                             or not self.draft_model.strip()):
+            raise ValueError(f"draft_model must be a model name, Hub id or folder, "
+                             f"got {self.draft_model!r}")
+        if self.speculative == "draft" and self.draft_model is None:
+            raise ValueError("draft_model is required with speculative='draft': give a Hub id "
+                             "or a local folder of a smaller model with the same tokenizer")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
                              f"got {self.kv_cache_dtype!r}")

@@ -55,6 +55,13 @@ class LLMEngine:
         self.config = dataclasses.replace(config or EngineConfig(), **options)
         self.loaded, self.info, self.spec = loaded, loaded.info, loaded.spec
         self.tokenizer = loaded.tokenizer
+        # the draft model of speculative="draft", loaded before the KV pool is sized; its
+        # per-request caches live outside that pool (engine.spec_decode.draft_proposer)
+        self.drafter = None
+        if self.config.draft_model is not None:
+            from engine.spec_decode.draft_loader import load_draft_model
+
+            self.drafter = load_draft_model(self.config.draft_model, loaded, progress=None)
         parts = build_parts(loaded, self.config,
                             loaded.eos_token_ids | special_token_ids(loaded.tokenizer), runner)
         if parts.kv_dtype is not None:   # the KV cache's storage, as this engine keeps it
@@ -65,6 +72,8 @@ class LLMEngine:
         self.pool, self.block_manager = parts.pool, parts.block_manager
         self.runner, self.scheduler = parts.runner, parts.scheduler
         self.gpu, self.probe, self.rolling = parts.gpu, parts.probe, parts.rolling
+        if self.drafter is not None and self.probe is not None:
+            self.probe.weights += self.drafter.weights_bytes
         self.output_processor = OutputProcessor(loaded.tokenizer, self.rolling)
         self.recent_steps: deque[BatchInfo] = deque(maxlen=64)
         self._ids, self._steps = itertools.count(), itertools.count()
@@ -105,7 +114,8 @@ class LLMEngine:
                 prompt by timing.
             source: ``"user"``, or ``"lesson"`` for a run of the page's lessons and bench
                 experiments: its latency goes to the rolling statistics apart from the users'.
-            speculative: drafter for this request: ``"ngram"`` (prompt lookup), ``False`` or
+            speculative: drafter for this request: ``"ngram"`` (prompt lookup), ``"draft"``
+                (the engine's ``draft_model``; ValueError without one), ``False`` or
                 ``"off"`` for plain decoding, ``None`` for the engine's ``config.speculative``.
                 Only with the paged cache and a KV cache; see :mod:`engine.spec_decode`.
             num_speculative_tokens: its ``k`` (``None``: ``config.num_speculative_tokens``).
@@ -141,7 +151,7 @@ class LLMEngine:
             if params.seed is not None:
                 gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
             spec = spec_state_for(self.config, params, speculative, num_speculative_tokens,
-                                  self.paged and use_kv_cache)
+                                  self.paged and use_kv_cache, self.drafter, rid)
             seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
                            use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
                            cache_salt=cache_salt, source=source, spec=spec)
@@ -279,9 +289,9 @@ class LLMEngine:
         runner_output = self.runner.execute(scheduler_output)
         memory = None
         if self.probe is not None:
-            memory = self.probe.end_step(self.runner.kv_cache_bytes(), 1,
-                                         scheduler_output.num_tokens)
+            memory = self.probe.end_step(self._kv_bytes(), 1, scheduler_output.num_tokens)
             note_pool(memory, self.block_manager if self.paged else None)
+            self._note_draft(memory)
         with self._lock:
             batch = self.scheduler.batch_info(scheduler_output, next(self._steps),
                                               runner_output.start_s)
@@ -296,6 +306,9 @@ class LLMEngine:
     def _finish(self, seqs: list[Sequence]) -> None:
         """Free the caches of finished sequences and hand their outputs to their callers."""
         self.runner.release([s.request_id for s in seqs])
+        if self.drafter is not None:
+            for s in seqs:
+                self.drafter.release(s.request_id)
         now = time.perf_counter()
         for seq in seqs:
             self.output_processor.finish(seq, now)
@@ -354,5 +367,21 @@ class LLMEngine:
         if self.probe is None:
             return None
         with self._lock:
-            kv = self.runner.kv_cache_bytes()
-        return self.probe.snapshot(kv_bytes=kv)
+            kv = self._kv_bytes()
+        memory = self.probe.snapshot(kv_bytes=kv)
+        self._note_draft(memory)
+        return memory
+
+    def _kv_bytes(self) -> int:
+        """KV cache bytes: the runner's cache (the paged pool) plus the draft model's caches,
+        which live outside the pool (:mod:`engine.spec_decode.draft_proposer`)."""
+        kv = self.runner.kv_cache_bytes()
+        return kv + self.drafter.cache_bytes() if self.drafter is not None else kv
+
+    def _note_draft(self, memory) -> None:
+        """Say in ``memory.notes`` how much of weights and KV cache is the draft model's."""
+        if self.drafter is not None and memory is not None:
+            memory.notes.append(
+                f"weights include the draft model's {self.drafter.weights_bytes:,} B; kv_cache "
+                f"includes its per-request caches, {self.drafter.cache_bytes():,} B, kept "
+                f"outside the paged pool")

@@ -44,8 +44,12 @@ def register(sub) -> None:
                    help="beam search's stopping rule, Hugging Face's meanings (default false)")
     p.add_argument("--no-kv-cache", action="store_true", help="recompute the whole sequence each step")
     p.add_argument("--no-telemetry", action="store_true", help="skip the per-step memory breakdown")
-    p.add_argument("--speculative", choices=("off", "ngram"), default="off",
-                   help="speculative decoding: ngram = prompt lookup drafts verified in one pass")
+    p.add_argument("--speculative", choices=("off", "ngram", "draft"), default="off",
+                   help="speculative decoding: ngram = prompt lookup drafts, draft = greedy "
+                        "drafts of --draft-model; verified in one pass")
+    p.add_argument("--draft-model", default=None,
+                   help="with --speculative draft: a smaller model with the same tokenizer "
+                        "(embedded name, Hub id or local folder)")
     p.add_argument("--num-speculative-tokens", type=int, default=4,
                    help="most draft tokens verified per step (with --speculative)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
@@ -67,6 +71,9 @@ def run(args) -> int:
                                                               args.early_stopping))
     except ValueError as exc:
         fail(str(exc), 2)
+    if args.speculative == "draft" and not args.draft_model:
+        fail("--speculative draft needs --draft-model (a Hub id or a local folder of a smaller "
+             "model with the same tokenizer)", 2)
     if args.raw and args.system:
         fail("--system needs chat mode; drop --raw", 2)
     prompt = args.prompt
@@ -86,9 +93,12 @@ def run(args) -> int:
         spec = None if args.speculative == "off" else args.speculative
         engine = LLMEngine(loaded, telemetry=not args.no_telemetry,
                            kv_cache_dtype=args.kv_cache_dtype, speculative=spec,
-                           num_speculative_tokens=args.num_speculative_tokens)
+                           num_speculative_tokens=args.num_speculative_tokens,
+                           draft_model=args.draft_model)
     except ValueError as exc:
         fail(str(exc), 2)
+    except ModelLoadError as exc:   # the draft model
+        fail(str(exc))
     try:
         try:
             handle = engine.submit(prompt, params, raw=args.raw, use_kv_cache=not args.no_kv_cache)

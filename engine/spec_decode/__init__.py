@@ -7,6 +7,8 @@ chunk); the longest acceptable prefix of the drafts is kept, plus one token of t
 
 - :mod:`.config`: :class:`SpeculativeConfig`, the options (no torch).
 - :mod:`.ngram_proposer`: prompt lookup, the n-gram drafter (no torch).
+- :mod:`.draft_proposer`: greedy drafts of a draft model, one transformers cache per request
+  (outside the paged KV pool); :mod:`.draft_loader` loads it and checks its tokenizer.
 - :mod:`.spec_state`: one request's counts and its acceptance-driven switch (no torch).
 - :mod:`.rejection_sampler`: greedy verification and the rejection-sampling rule.
 - :mod:`.verify`: the runner's side, from a step's logits to accepted tokens.

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SPECULATIVE_METHODS = ("ngram",)
-"""Drafters: ``ngram`` = prompt lookup (the continuation of the longest recent n-gram match)."""
+SPECULATIVE_METHODS = ("ngram", "draft")
+"""Drafters: ``ngram`` = prompt lookup (the continuation of the longest recent n-gram match);
+``draft`` = greedy tokens of a smaller model sharing the tokenizer (``EngineConfig.draft_model``,
+:mod:`engine.spec_decode.draft_proposer`)."""
 
 MAX_SPECULATIVE_TOKENS = 16
 """Most draft tokens verified in one step."""

@@ -27,6 +27,9 @@ class SpecState:
         config: the request's :class:`SpeculativeConfig`.
         off_reason: why the request never drafts (e.g. penalties need one token per pass),
             or ``""``.
+        drafter: for ``method="draft"``, the request's
+            :class:`engine.spec_decode.draft_proposer.RequestDrafter` (anything with
+            ``propose(token_ids, k) -> list[int]``); ``None`` builds the n-gram proposer.
     """
 
     config: SpeculativeConfig
@@ -41,11 +44,14 @@ class SpecState:
     _recent: deque = field(default_factory=deque)
     _pause_left: int = 0
     _backoff: int = 0
-    _proposer: NgramProposer | None = None
+    drafter: object = None
 
     def __post_init__(self) -> None:
         c = self.config
-        self._proposer = NgramProposer(c.prompt_lookup_min, c.prompt_lookup_max)
+        if self.drafter is None:
+            if c.method == "draft":
+                raise ValueError("speculative='draft' needs a drafter (the engine's draft_model)")
+            self.drafter = NgramProposer(c.prompt_lookup_min, c.prompt_lookup_max)
         self._recent = deque(maxlen=c.window)
 
     # ---- drafting --------------------------------------------------------------------------
@@ -64,7 +70,10 @@ class SpecState:
             self.paused_steps += 1
             return []
         k = min(self.config.num_speculative_tokens, max_k)
-        return self._proposer.propose(token_ids, k) if k > 0 else []
+        drafts = self.drafter.propose(token_ids, k) if k > 0 else []
+        if getattr(self.drafter, "error", ""):
+            self.off_reason = self.drafter.error
+        return drafts
 
     @property
     def paused(self) -> bool:
@@ -126,7 +135,7 @@ class SpecState:
 
 
 def spec_state_for(config, params, speculative, num_speculative_tokens,
-                   paged: bool) -> SpecState | None:
+                   paged: bool, draft_proposer=None, request_id: str = "") -> SpecState | None:
     """The :class:`SpecState` of a new request, or ``None`` when it decodes plainly.
 
     Args:
@@ -136,9 +145,14 @@ def spec_state_for(config, params, speculative, num_speculative_tokens,
             for ``config.speculative``.
         num_speculative_tokens: the request's ``k``, or ``None`` for the engine's.
         paged: the request runs on the paged KV cache (speculation needs it).
+        draft_proposer: the engine's
+            :class:`engine.spec_decode.draft_proposer.DraftModelProposer`, or ``None`` when it
+            has no ``draft_model``.
+        request_id: the request's id (the key of its draft cache).
 
     Raises:
-        ValueError: an unknown method or a ``k`` out of range, naming the field.
+        ValueError: an unknown method, a ``k`` out of range, or ``"draft"`` on an engine
+            without ``draft_model``; the message names the field.
     """
     method = config.speculative if speculative is None else speculative
     if method in (False, "off", "", None):
@@ -147,7 +161,14 @@ def spec_state_for(config, params, speculative, num_speculative_tokens,
         method = "ngram"
     k = config.num_speculative_tokens if num_speculative_tokens is None \
         else num_speculative_tokens
-    state = SpecState(SpeculativeConfig(method, k))
+    spec_config = SpeculativeConfig(method, k)
+    drafter = None
+    if method == "draft":
+        if draft_proposer is None:
+            raise ValueError("speculative='draft' needs the engine's draft_model (a Hub id or "
+                             "a local folder, EngineConfig.draft_model / --draft-model)")
+        drafter = draft_proposer.for_request(request_id)
+    state = SpecState(spec_config, drafter=drafter)
     if not paged:
         state.off_reason = "needs the paged KV cache"
     elif (params.repetition_penalty != 1.0 or params.presence_penalty
