@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from engine.spec_decode.config import DEFAULT_SPECULATIVE_TOKENS
 
 DEFAULT_KV_BUDGET_CPU = 512 * 2**20
 """KV pool bytes on CPU when ``kv_cache_bytes`` is not given (512 MiB)."""
@@ -48,7 +49,8 @@ class EngineConfig:
             a draft model, see ``draft_model``; ``None``: off); a request may choose otherwise
             (``LLMEngine.submit(speculative=...)``). Needs the paged cache; requests without
             one decode plainly.
-        num_speculative_tokens: default ``k``, most draft tokens verified per step.
+        num_speculative_tokens: default ``k``, most draft tokens verified per step (3:
+            :data:`engine.spec_decode.config.DEFAULT_SPECULATIVE_TOKENS` says why).
         draft_model: the draft model of ``speculative="draft"``: an embedded name, a Hub id or
             a local folder of a smaller model with the target's tokenizer; loaded when the
             engine starts (required with ``"draft"``; with another default, requests may still
@@ -72,7 +74,7 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     decode_threads: int = 0
     speculative: str | None = None
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS
     draft_model: str | None = None
 
     def __post_init__(self) -> None:

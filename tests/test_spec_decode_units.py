@@ -149,7 +149,7 @@ def test_spec_state_choices_and_bad_input():
     st = spec_state_for(cfg, greedy, "ngram", 6, True)
     assert st.config.num_speculative_tokens == 6 and not st.off_reason
     on = spec_state_for(EngineConfig(speculative="ngram"), greedy, None, None, True)
-    assert on is not None and on.config.num_speculative_tokens == 4
+    assert on is not None and on.config.num_speculative_tokens == 3
     assert "paged" in spec_state_for(cfg, greedy, "ngram", None, False).off_reason
     pen = SamplingParams(temperature=0, repetition_penalty=1.2)
     assert "penalties" in spec_state_for(cfg, pen, "ngram", None, True).off_reason

@@ -50,8 +50,8 @@ def register(sub) -> None:
     p.add_argument("--draft-model", default=None,
                    help="with --speculative draft: a smaller model with the same tokenizer "
                         "(embedded name, Hub id or local folder)")
-    p.add_argument("--num-speculative-tokens", type=int, default=4,
-                   help="most draft tokens verified per step (with --speculative)")
+    p.add_argument("--num-speculative-tokens", type=int, default=3,
+                   help="most draft tokens verified per step (with --speculative; default 3)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     p.set_defaults(func=run)
 

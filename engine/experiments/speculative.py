@@ -55,7 +55,7 @@ def _run(eng, prompt: str, n: int, spec: bool, k: int):
 
 
 def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int | None = None,
-        pairs: int | None = None, num_speculative_tokens: int = 4,
+        pairs: int | None = None, num_speculative_tokens: int = 3,
         prompts: dict[str, str] | None = None) -> dict:
     """Measure both prompts, plain and speculative, in alternating turns.
 

@@ -12,6 +12,12 @@ SPECULATIVE_METHODS = ("ngram", "draft")
 MAX_SPECULATIVE_TOKENS = 16
 """Most draft tokens verified in one step."""
 
+DEFAULT_SPECULATIVE_TOKENS = 3
+"""Default ``k``. Measured whole steps at batch 1 on the 2-core CPU with int4 weights (the
+``speculative`` bench): verifying 3 drafts (4 rows) cost 1.24x a one-token step, 4 drafts
+(5 rows) 2.13x, because PyTorch's int4 and int8 CPU kernels slow down sharply past 4 rows
+(210 int4 products: 8.6 ms for 1 row, 13.3 ms for 4, 20.2 ms for 5)."""
+
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
@@ -36,7 +42,7 @@ class SpeculativeConfig:
     """
 
     method: str = "ngram"
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
     min_acceptance: float = 0.3
