@@ -106,6 +106,37 @@ def test_n_samples_are_one_engine_request_prefilled_once_each_equal_to_its_seed(
     assert greedy.choices[0].text == greedy.choices[1].text and greedy.usage.completion_tokens == 16
 
 
+def test_streamed_samples_each_end_when_they_finish_not_with_the_slowest(client):
+    msgs = [{"role": "user", "content": "Say hi in one word."}]
+    for seed in range(1, 6):  # a seed whose three samples differ in length
+        order = []  # ("text" | "end", choice index) in arrival order
+        for chunk in client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=60,
+                                                    temperature=0.7, seed=seed, n=3, stream=True):
+            for c in chunk.choices:
+                if c.delta.content:
+                    order.append(("text", c.index))
+                if c.finish_reason:
+                    order.append(("end", c.index))
+        lengths = [sum(1 for kind, i in order if kind == "text" and i == k) for k in range(3)]
+        if len(set(lengths)) > 1:
+            break
+    assert len(set(lengths)) > 1, lengths
+    ends = {i: order.index(("end", i)) for i in range(3)}
+    assert sorted(ends) == [0, 1, 2] and [kind for kind, _ in order].count("end") == 3
+    for i, at in ends.items():  # nothing follows a choice's end for that choice
+        assert ("text", i) not in order[at + 1:]
+    short, long_ = lengths.index(min(lengths)), lengths.index(max(lengths))
+    last_text_of_long = max(j for j, e in enumerate(order) if e == ("text", long_))
+    assert ends[short] < last_text_of_long, order  # the short one ended while the long one ran
+
+
+def test_samples_that_do_not_fit_the_pool_name_n(server):
+    r = httpx.post(server + "/v1/completions", timeout=60, json={
+        "model": MODEL, "prompt": "Hi", "max_tokens": 4000, "n": 16, "temperature": 1})
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["param"] == "n" and err["message"].startswith("n = 16")
+
+
 def test_completion_logprobs_five_alternatives(client):
     r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
                                   temperature=0, logprobs=5)

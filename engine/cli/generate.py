@@ -71,6 +71,13 @@ def run(args) -> int:
                                                               args.early_stopping))
     except ValueError as exc:
         fail(str(exc), 2)
+    if args.speculative != "off":
+        from engine.spec_decode.config import SpeculativeConfig
+
+        try:  # checked before the model loads
+            SpeculativeConfig(args.speculative, args.num_speculative_tokens)
+        except ValueError as exc:
+            fail(str(exc), 2)
     if args.speculative == "draft" and not args.draft_model:
         fail("--speculative draft needs --draft-model (a Hub id or a local folder of a smaller "
              "model with the same tokenizer)", 2)

@@ -55,6 +55,7 @@ class Choices:
     def __init__(self, handles: list, n: int):
         self.handles, self.n = handles, n
         self.native = len(handles) == 1 and n > 1
+        self._early: dict[int, ChoiceOutput] = {}  # samples that ended before their request
 
     def abort(self) -> None:
         """Abort every unfinished engine request (their KV blocks return within one step)."""
@@ -62,24 +63,37 @@ class Choices:
 
     async def events(self):
         """Yield ``(choice, event)`` for every step event as it comes, then ``(choice, None)``
-        once that choice has finished (:meth:`output` is then set). One engine request with
-        ``n`` samples ends all its choices together."""
+        once that choice has finished (:meth:`output` is then set): a sample of one engine
+        request ends with the event that carries its ``finish_reason``, not with the slowest
+        sample; one that never got such an event (abort, error) ends with the request."""
+        streamed: dict[int, list] = {}
         async for i, ev in events(self.handles):
             if not self.native:
                 yield i, ev
             elif ev is not None:
+                streamed.setdefault(ev.index, []).append(ev)
                 yield ev.index, ev
+                if ev.finish_reason is not None and ev.index not in self._early:
+                    evs = streamed[ev.index]
+                    self._early[ev.index] = ChoiceOutput(
+                        "".join(e.text_delta for e in evs), [e.token_id for e in evs],
+                        str(ev.finish_reason), None, [])
+                    yield ev.index, None
             else:
                 for k in range(self.n):
-                    yield k, None
+                    if k not in self._early:
+                        yield k, None
 
     def output(self, k: int) -> ChoiceOutput:
-        """Choice ``k`` once it has finished."""
+        """Choice ``k`` once it has finished (a sample that ended before its request: its
+        streamed text, ids and reason, without the prompt's ids)."""
         if not self.native:
             o = self.handles[k].output
             return ChoiceOutput(o.text, list(o.token_ids), str(o.finish_reason), o.error,
                                 list(o.prompt_token_ids))
         o = self.handles[0].output
+        if o is None:
+            return self._early[k]
         c = next((c for c in o.outputs if c.index == k), None)
         if c is None or str(o.finish_reason) == "error":
             return ChoiceOutput("", [], str(o.finish_reason), o.error, list(o.prompt_token_ids))
@@ -122,7 +136,12 @@ def submit_choices(engine, prompt, params: SamplingParams, n: int, *, raw: bool,
                 handles.append(engine.submit(prompt, p, raw=raw, request_id=f"{id_prefix}-{i}"))
     except ValueError as exc:
         abort_all(handles)
+        renamed = n > 1 and str(exc).startswith("best_of")  # the engine's name for the API's n
+        if renamed:
+            exc = ValueError("n" + str(exc)[len("best_of"):])
         err = bad_value(exc, ("max_tokens", "n"))
+        if renamed:
+            err.param = "n"
         if err.param is None:
             err.param = "prompt" if raw else "messages"
         if "max_tokens" in err.message and "exceeds" in err.message:
