@@ -9,20 +9,15 @@ missing browser is a failure: CI installs Chromium itself).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.browser
-from browser_support import CHROMIUM, PLOT_POINTS  # noqa: E402
+from browser_support import PLOT_POINTS, require_chromium  # noqa: E402
 
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`", pytrace=False)
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); set CI=1 to make this a failure",
-                allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from test_app_fakes import launch, wait_until  # noqa: E402

@@ -9,19 +9,14 @@ fits its panel. Skipped when /usr/bin/chromium is missing, unless CI is set.
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 pytestmark = pytest.mark.browser
-from browser_support import CHROMIUM, PLOT_POINTS  # noqa: E402
+from browser_support import PLOT_POINTS, require_chromium  # noqa: E402
 
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`", pytrace=False)
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); set CI=1 to make this a failure",
-                allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from test_app_fakes import free_port, wait_until  # noqa: E402

@@ -12,19 +12,14 @@ machine's clock. The test prints the ratio it saw, for information only.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-from browser_support import CHROMIUM  # noqa: E402
+from browser_support import require_chromium  # noqa: E402
 
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`", pytrace=False)
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); set CI=1 to make this a failure",
-                allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from app.bench_pages import click_all, set_up_raw_greedy  # noqa: E402

@@ -14,12 +14,9 @@ import httpx
 import pytest
 
 pytestmark = pytest.mark.browser
-from browser_support import CHROMIUM  # noqa: E402
+from browser_support import require_chromium  # noqa: E402
 
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`", pytrace=False)
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)", allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from serve_helpers import ROOT, engine_server, free_port, scrape, value  # noqa: E402

@@ -22,12 +22,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 if importlib.util.find_spec("llama_cpp") is None or \
         importlib.util.find_spec("sse_starlette") is None:
     pytest.skip("llama-cpp-python[server] is not installed (optional)", allow_module_level=True)
-from browser_support import CHROMIUM  # noqa: E402
+from browser_support import require_chromium  # noqa: E402
 
-if not CHROMIUM.exists():
-    if os.environ.get("CI"):
-        pytest.fail(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`", pytrace=False)
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)", allow_module_level=True)
+require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from serve_helpers import ROOT, free_port  # noqa: E402

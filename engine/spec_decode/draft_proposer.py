@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.spec_decode.rejection_sampler import common_prefix_len
+
 log = logging.getLogger("engine")
 
 
@@ -45,15 +47,6 @@ class _DraftCache:
 
     cache: object
     ids: list[int] = field(default_factory=list)
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class DraftModelProposer:
@@ -116,7 +109,7 @@ class DraftModelProposer:
         entry = self.caches.get(request_id)
         if entry is None:
             entry = self.caches[request_id] = _DraftCache(self._new_cache())
-        n = min(_common_prefix(entry.ids, token_ids), L - 1)  # feed at least one token
+        n = min(common_prefix_len(entry.ids, token_ids), L - 1)  # feed at least one token
         self._crop(entry, n)
         feed, drafts = list(token_ids[n:]), []
         for i in range(k):

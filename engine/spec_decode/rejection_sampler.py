@@ -17,6 +17,16 @@ from __future__ import annotations
 import torch
 
 
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share (at most the shorter one's length)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def greedy_verify(target_ids: list[int], draft_ids: list[int]) -> int:
     """Accepted drafts under greedy decoding: the longest prefix equal to the model's argmax.
 
@@ -30,12 +40,7 @@ def greedy_verify(target_ids: list[int], draft_ids: list[int]) -> int:
         ``a`` in ``[0, k]``; the step emits ``draft_ids[:a]`` then ``target_ids[a]``, exactly
         the tokens plain greedy decoding gives.
     """
-    a = 0
-    for d, t in zip(draft_ids, target_ids):
-        if d != t:
-            break
-        a += 1
-    return a
+    return common_prefix_len(draft_ids, target_ids)
 
 
 def rejection_sample(target_probs: torch.Tensor, draft_ids: list[int],
