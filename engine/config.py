@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+
 from engine.spec_decode.config import DEFAULT_SPECULATIVE_TOKENS
 
 DEFAULT_KV_BUDGET_CPU = 512 * 2**20
 """KV pool bytes on CPU when ``kv_cache_bytes`` is not given (512 MiB)."""
+
+COMPILE_MODES = ("auto", "on", "off")
+"""Choices of ``compile``: ``auto`` = the compiled decode step on CPU for the Llama family (on
+CUDA the CUDA-graph runner replays the same buckets); ``on`` = compiled on any device; ``off``
+= transformers' model code for every step."""
 
 KV_CACHE_DTYPES = ("auto", "bf16", "fp16", "fp8")
 """Choices of ``kv_cache_dtype``: ``auto`` = the model's compute dtype; ``fp8`` = e4m3 with a
@@ -51,6 +58,11 @@ class EngineConfig:
             one decode plainly.
         num_speculative_tokens: default ``k``, most draft tokens verified per step (3:
             :data:`engine.spec_decode.config.DEFAULT_SPECULATIVE_TOKENS` says why).
+        compile: the decode step's path, one of :data:`COMPILE_MODES` (default ``auto``, or
+            ``$LLM_PLAYGROUND_COMPILE`` when set): decode-only steps of up to 32 sequences run
+            a compact Llama-family forward compiled with ``torch.compile`` per batch bucket
+            (:mod:`engine.worker.compiled`), compiled in the background while the eager path
+            serves; other architectures, prefill and mixed steps stay on transformers' code.
         draft_model: the draft model of ``speculative="draft"``: an embedded name, a Hub id or
             a local folder of a smaller model with the target's tokenizer; loaded when the
             engine starts (required with ``"draft"``; with another default, requests may still
@@ -76,6 +88,7 @@ class EngineConfig:
     speculative: str | None = None
     num_speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS
     draft_model: str | None = None
+    compile: str = field(default_factory=lambda: os.environ.get("LLM_PLAYGROUND_COMPILE", "auto"))
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -102,6 +115,9 @@ class EngineConfig:
         if self.speculative == "draft" and self.draft_model is None:
             raise ValueError("draft_model is required with speculative='draft': give a Hub id "
                              "or a local folder of a smaller model with the same tokenizer")
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, "
+                             f"got {self.compile!r}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
                              f"got {self.kv_cache_dtype!r}")

@@ -77,15 +77,26 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         graphs = config.cuda_graphs
         if graphs is None:
             graphs = info.device.startswith("cuda")
-        # with graphs, the pool's last block is the scratch block of the buckets' spare rows
-        bm = BlockManager(num_blocks - 1 if graphs else num_blocks, config.block_size,
+        compiled, note_c = compiled_decode(loaded.model, config, info.device)
+        note = note or note_c
+        # with static buckets, the pool's last block is the scratch block of their spare rows
+        static = graphs or compiled
+        bm = BlockManager(num_blocks - 1 if static else num_blocks, config.block_size,
                           config.enable_prefix_caching)
+        max_blocks = -(-info.context_len // config.block_size)
+        if runner is None and compiled:
+            from engine.worker.compiled.compiled_runner import CompiledDecodeRunner
+
+            runner = CompiledDecodeRunner(loaded.model, pool, config.block_size, sampler,
+                                          scratch_block=num_blocks - 1,
+                                          max_blocks_per_seq=max_blocks,
+                                          decode_threads=decode_threads(config, info))
         if runner is None and graphs:
             from engine.worker.cuda_graph_runner import CudaGraphRunner
 
             runner = CudaGraphRunner(loaded.model, pool, config.block_size, sampler,
                                      scratch_block=num_blocks - 1,
-                                     max_blocks_per_seq=-(-info.context_len // config.block_size))
+                                     max_blocks_per_seq=max_blocks)
         runner = runner or PagedModelRunner(loaded.model, pool, config.block_size, sampler,
                                             config.weight_stationary,
                                             decode_threads(config, info))
@@ -111,6 +122,22 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         probe = MemoryProbe(loaded.model, info.device, spec, info.dtype_bytes, gpu=gpu)
     return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats(),
                        kv_dtype)
+
+
+def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str]:
+    """Whether decode steps take the compiled path, and a note when ``compile`` asked for it
+    but the model can't (the reason names what runs instead).
+
+    ``auto`` compiles on CPU only: on CUDA the CUDA-graph runner already removes the per-step
+    launches over the same buckets (``on`` compiles there too)."""
+    if config.compile == "off" or (config.compile == "auto" and device.startswith("cuda")):
+        return False, ""
+    from engine.worker.compiled.llama_decode import unsupported_reason
+
+    reason = unsupported_reason(model)
+    if reason:
+        return False, f"decode runs eagerly: {reason}" if config.compile == "on" else ""
+    return True, ""
 
 
 def decode_threads(config: EngineConfig, info) -> int:

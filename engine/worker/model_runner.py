@@ -170,6 +170,9 @@ class ModelRunner:
             if cache is not None:
                 cache.release()
 
+    def close(self) -> None:
+        """Stop any background work of the runner (the engine is shutting down)."""
+
 
 def after_error(exc: BaseException) -> None:
     """After an out-of-memory error on a GPU, give torch's cached blocks back to the device,

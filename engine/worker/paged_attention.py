@@ -57,6 +57,8 @@ class PagedContext:
             decode sequence has ``S_max`` tokens.
         decode_lens: ``[B]`` int64 tokens of each decode sequence (for sliding windows).
         decode_max_len: ``S_max``, the longest decode sequence in tokens.
+        decode_lens_host: the same lengths as Python ints (for the per-sequence attention of
+            CPU decode steps, :func:`decode_attention_per_sequence`); empty when not known.
     """
 
     pool: object
@@ -67,6 +69,7 @@ class PagedContext:
     decode_mask: torch.Tensor | None
     decode_lens: torch.Tensor | None = None
     decode_max_len: int = 0
+    decode_lens_host: tuple[int, ...] = ()
 
     @property
     def decode_only(self) -> bool:
@@ -163,25 +166,72 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             q = query[0].transpose(0, 1)[:, :, None]                     # [B, heads, 1, d]
         else:
             q = query[0][:, paged.decode_q].transpose(0, 1)[:, :, None]
-        b, smax = paged.decode_blocks.shape[0], paged.decode_max_len
+        b = paged.decode_blocks.shape[0]
         k = gather_blocks(k_pool, paged.decode_blocks, bs).view(b, -1, *k_pool.shape[1:])
         v = gather_blocks(v_pool, paged.decode_blocks, bs).view(b, -1, *v_pool.shape[1:])
-        k = pool.decode(layer, "k", k[:, :smax]).permute(0, 2, 1, 3)     # [B, kv_heads, S, d]
-        v = pool.decode(layer, "v", v[:, :smax]).permute(0, 2, 1, 3)
-        mask = paged.decode_mask
-        if window and smax > window:
-            k_pos = torch.arange(k.shape[2], device=k.device)[None, :]
-            recent = k_pos >= (paged.decode_lens[:, None] - window)
-            mask = recent[:, None, None] if mask is None else mask & recent[:, None, None]
-        if q.dtype == torch.float32 or q.device.type != "cpu":
-            o, _ = sdpa(module, q, k, v, mask, scaling=scaling, dropout=0.0)  # [B, 1, heads, d]
-        else:  # PyTorch 2.13's CPU kernel runs one bf16 query 5-10x slower than fp32 (620 vs
-            # 50 us for 512 keys on one core): decode queries compute in fp32, then cast back
-            o = _fp32_attention(q, k, v, mask, scaling)                  # [B, 1, heads, d]
+        if q.device.type == "cpu":
+            lens = paged.decode_lens_host or tuple(paged.decode_lens.tolist())
+            o = decode_attention_per_sequence(module, q, k, v, lens, window, pool, layer,
+                                              scaling)
+        else:
+            o = _decode_attention_batched(module, q, k, v, paged, window, pool, layer, scaling)
         if paged.decode_only:
             return o.reshape(1, b, *o.shape[2:]), None
         out[0][:, paged.decode_q] = o[:, 0].transpose(0, 1)
     return out.transpose(1, 2), None
+
+
+def decode_attention_per_sequence(module, q, k, v, lens, window, pool, layer: int,
+                                  scaling) -> torch.Tensor:
+    """Decode attention on CPU, one sequence at a time over exactly its own keys.
+
+    Batch invariance: PyTorch 2.13's CPU SDPA gives different bits for the same query and keys
+    when they are padded to a longer length under a mask, or batched with other sequences
+    (checked for 16 to 1,030 keys), so a greedy answer changed with whoever else was decoding.
+    Here every sequence makes the call a batch-1 decode step makes (no mask, its own length),
+    so its output depends on its own query and keys only; on this CPU the loop of B small calls
+    was also faster than one padded batched call (B = 8, 200 keys: 2.6 against 7.5 ms).
+
+    Args:
+        q: ``[B, heads, 1, d]``; k, v: ``[B, S_pad, kv_heads, d]`` raw pool rows (gathered
+            blocks, padding after each sequence's length).
+        lens: ``B`` Python ints, the tokens each sequence attends to (its new one included).
+        window: the layer's sliding window in tokens, or ``None``.
+
+    Returns:
+        ``[B, 1, heads, d]`` in ``q``'s dtype.
+    """
+    outs = []
+    for i, n in enumerate(lens):
+        lo = max(0, n - window) if window else 0
+        ki = pool.decode(layer, "k", k[i:i + 1, lo:n]).permute(0, 2, 1, 3)   # [1, kv_heads, n, d]
+        vi = pool.decode(layer, "v", v[i:i + 1, lo:n]).permute(0, 2, 1, 3)
+        qi = q[i:i + 1]
+        if qi.dtype == torch.float32:
+            oi, _ = _sdpa()(module, qi, ki, vi, None, scaling=scaling, dropout=0.0)
+        else:  # PyTorch 2.13's CPU kernel runs one bf16 query 5-10x slower than fp32 (620 vs
+            # 50 us for 512 keys on one core): decode queries compute in fp32, then cast back
+            oi = _fp32_attention(qi, ki, vi, None, scaling)
+        outs.append(oi)
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def _decode_attention_batched(module, q, k, v, paged: PagedContext, window, pool, layer: int,
+                              scaling) -> torch.Tensor:
+    """Decode attention of all ``B`` sequences as one padded, masked SDPA call (GPUs).
+
+    ``k``/``v`` are ``[B, S_pad, kv_heads, d]`` gathered pool rows; returns ``[B, 1, heads, d]``.
+    """
+    smax = paged.decode_max_len
+    k = pool.decode(layer, "k", k[:, :smax]).permute(0, 2, 1, 3)         # [B, kv_heads, S, d]
+    v = pool.decode(layer, "v", v[:, :smax]).permute(0, 2, 1, 3)
+    mask = paged.decode_mask
+    if window and smax > window:
+        k_pos = torch.arange(k.shape[2], device=k.device)[None, :]
+        recent = k_pos >= (paged.decode_lens[:, None] - window)
+        mask = recent[:, None, None] if mask is None else mask & recent[:, None, None]
+    o, _ = _sdpa()(module, q, k, v, mask, scaling=scaling, dropout=0.0)  # [B, 1, heads, d]
+    return o
 
 
 def _fp32_attention(q, k, v, mask, scaling) -> torch.Tensor:

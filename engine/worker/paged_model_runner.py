@@ -78,7 +78,8 @@ def build_paged_context(entries, pool, block_size: int, device):
     prefills = [SeqSlice(q, n, c, blocks, verify)
                 for (q, n, c, verify), blocks in zip(prefill_meta, views[7:])]
     ctx = PagedContext(pool=pool, new_slots=slots, prefills=prefills, decode_q=dq,
-                       decode_blocks=db, decode_mask=dm, decode_lens=dl, decode_max_len=smax)
+                       decode_blocks=db, decode_mask=dm, decode_lens=dl, decode_max_len=smax,
+                       decode_lens_host=tuple(decode_lens))
     return input_ids[None], position_ids[None], keep_t, ctx
 
 

@@ -1,0 +1,184 @@
+"""Decode steps through ``torch.compile``: one static graph per batch bucket, compiled in the
+background while the eager path serves.
+
+A decode-only step of ``B`` sequences (``B`` ≤ 32) is padded up to the smallest bucket of
+:data:`engine.worker.cuda_graph_runner.BATCH_BUCKETS` (1, 2, 4, 8, 16, 32) that holds it and run
+by that bucket's compiled :class:`engine.worker.compiled.llama_decode.LlamaDecodeForward` on
+static buffers (the CUDA-graph runner's buffers, so both devices share one static path). The
+spare rows read and write one scratch block that no sequence owns, and their logits are
+dropped, so padding never reaches an output or the KV accounting. Block tables have the full
+context's width in every bucket: the attention op is opaque to the compiler and reads only the
+blocks a step needs, so one graph serves every length.
+
+Start-up does not wait: a background thread compiles bucket 1 first, then the others; until a
+bucket is ready its steps run eagerly (transformers' model code), and prefill and mixed steps
+always do. Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
+``$LLM_PLAYGROUND_CACHE/inductor``), so a second start loads the compiled kernels instead of
+generating them. If compiling fails, the runner stays eager and :attr:`state` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.core.scheduler_output import ScheduledSeq
+from engine.worker.compiled.attention_op import register_pool, unregister_pool
+from engine.worker.compiled.llama_decode import LlamaDecodeForward
+from engine.worker.cuda_graph_runner import BATCH_BUCKETS, CudaGraphRunner, DecodeBuffers, bucket_for
+
+log = logging.getLogger("engine")
+
+
+@dataclass
+class CompileState:
+    """What the compiled path is doing, for the badge, ``stats()`` and the benches.
+
+    Attributes:
+        status: ``"compiling"``, ``"ready"`` (every bucket), ``"failed"`` or ``"off"``.
+        ready: batch buckets whose compiled graph is in use.
+        compile_s: seconds spent compiling each ready bucket (tracing included).
+        cache_hits: inductor FX-graph cache hits while compiling (a second start: > 0).
+        error: why compiling failed (``status == "failed"``).
+        steps_compiled, steps_eager: decode-only steps run each way so far.
+    """
+
+    status: str = "compiling"
+    ready: list[int] = field(default_factory=list)
+    compile_s: dict[int, float] = field(default_factory=dict)
+    cache_hits: int = 0
+    error: str = ""
+    steps_compiled: int = 0
+    steps_eager: int = 0
+
+    @property
+    def total_compile_s(self) -> float:
+        """Seconds of compiling over all ready buckets."""
+        return sum(self.compile_s.values())
+
+
+def inductor_cache_dir() -> str:
+    """The folder of inductor's on-disk caches (set once, before the first compile)."""
+    from engine.model.loader import cache_dir
+
+    path = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+class CompiledDecodeRunner(CudaGraphRunner):
+    """:class:`CudaGraphRunner` whose bucketed decode steps run a compiled compact forward.
+
+    Args:
+        model, pool, block_size, sampler: as :class:`PagedModelRunner`.
+        scratch_block, max_blocks_per_seq: as :class:`CudaGraphRunner`.
+        decode_threads: as :class:`PagedModelRunner`.
+        buckets: the batch buckets to compile, in the order they are compiled.
+        background: compile in a background thread (False: compile every bucket now, in the
+            constructor, as the benches and tests do).
+        compile: ``False`` runs the same compact forward eagerly on the static buffers (its
+            parity with transformers' forward is testable in seconds).
+    """
+
+    def __init__(self, model, pool, block_size: int, sampler=None, *, scratch_block: int,
+                 max_blocks_per_seq: int, decode_threads: int = 0,
+                 buckets=BATCH_BUCKETS, background: bool = True, compile: bool = True):
+        super().__init__(model, pool, block_size, sampler, scratch_block=scratch_block,
+                         max_blocks_per_seq=max_blocks_per_seq, use_graphs=False)
+        self.decode_threads = decode_threads if self.device.type == "cpu" else 0
+        self.width = max_blocks_per_seq
+        self.buckets = tuple(buckets)
+        self.forward_fn = LlamaDecodeForward(model, register_pool(pool),
+                                             max_blocks_per_seq * block_size)
+        self.state = CompileState(status="compiling" if compile else "off")
+        self._compiled = {}
+        self._lock = threading.Lock()
+        self.stopped = threading.Event()
+        if not compile:
+            self.state.ready = list(self.buckets)
+            self._fn = self.forward_fn
+            return
+        inductor_cache_dir()
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
+                                                    2 * len(self.buckets))
+        self._fn = torch.compile(self.forward_fn, dynamic=False, fullgraph=True,
+                                 options={"emulate_precision_casts": True})
+        if background:
+            threading.Thread(target=self.compile_all, name="decode-compile", daemon=True).start()
+        else:
+            self.compile_all()
+
+    # ---- compiling ----------------------------------------------------------------------------
+    def compile_all(self) -> None:
+        """Compile every bucket in order (the background thread's body); stops at the first
+        failure, leaving the runner eager, or when :attr:`stopped` is set."""
+        from torch._dynamo.utils import counters
+
+        for rows in self.buckets:
+            if self.stopped.is_set():
+                return
+            start, hits = time.perf_counter(), counters["inductor"]["fxgraph_cache_hit"]
+            try:
+                bufs = self._static_buffers(rows)
+                self._run(bufs)                     # traces and compiles this shape
+            except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
+                log.warning("compiling the decode step failed; decode stays eager",
+                            exc_info=True)
+                self.state.status, self.state.error = "failed", f"{type(exc).__name__}: {exc}"[:300]
+                return
+            with self._lock:
+                self.buffers[(rows, self.width)] = bufs
+                self.state.compile_s[rows] = time.perf_counter() - start
+                self.state.cache_hits += counters["inductor"]["fxgraph_cache_hit"] - hits
+                self.state.ready.append(rows)
+        self.state.status = "ready"
+
+    def _static_buffers(self, rows: int) -> DecodeBuffers:
+        bufs = self._new_buffers(rows, self.width)
+        bufs.slots.fill_(self.scratch_block * self.block_size)
+        bufs.blocks.fill_(self.scratch_block)
+        return bufs
+
+    def _run(self, bufs: DecodeBuffers) -> None:
+        with torch.inference_mode():
+            logits = self._fn(bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots,
+                              bufs.blocks, bufs.lens)
+        bufs.logits = logits
+
+    def close(self) -> None:
+        """Stop compiling further buckets and forget the pool (the engine is shutting down)."""
+        self.stopped.set()
+        unregister_pool(self.forward_fn.pool_id)
+
+    # ---- steps --------------------------------------------------------------------------------
+    def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
+        """``(batch bucket, table width)`` for a decode-only step whose bucket is compiled,
+        ``None`` for any other step (it runs eagerly)."""
+        if not entries or any(e.num_new != 1 or e.draft_ids for e in entries):
+            return None
+        rows = bucket_for(len(entries), self.buckets)
+        return (rows, self.width) if rows in self.state.ready else None
+
+    def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
+        """``[B, V]`` logits: the bucket's compiled step, or the eager packed pass."""
+        key = self.bucket(entries)
+        if key is None:
+            if entries and all(e.num_new == 1 for e in entries):
+                self.state.steps_eager += 1
+            return super(CudaGraphRunner, self).forward(entries)
+        self._set_threads(True)
+        with self._lock:
+            bufs = self.buffers.get(key)
+            if bufs is None:  # the eager compact forward (compile=False) makes them on demand
+                bufs = self.buffers[key] = self._static_buffers(key[0])
+        self.fill(bufs, entries)
+        self._run(bufs)
+        self.state.steps_compiled += 1
+        return bufs.logits[:len(entries)]
