@@ -63,6 +63,9 @@ class EngineConfig:
             a compact Llama-family forward compiled with ``torch.compile`` per batch bucket
             (:mod:`engine.worker.compiled`), compiled in the background while the eager path
             serves; other architectures, prefill and mixed steps stay on transformers' code.
+        compile_batch_sizes: the batch buckets the compiled step compiles, in that order
+            (each is one graph; a decode step of ``B`` sequences runs in the smallest bucket
+            that holds it, larger ones eagerly).
         draft_model: the draft model of ``speculative="draft"``: an embedded name, a Hub id or
             a local folder of a smaller model with the target's tokenizer; loaded when the
             engine starts (required with ``"draft"``; with another default, requests may still
@@ -89,6 +92,7 @@ class EngineConfig:
     num_speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS
     draft_model: str | None = None
     compile: str = field(default_factory=lambda: os.environ.get("LLM_PLAYGROUND_COMPILE", "auto"))
+    compile_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
     def __post_init__(self) -> None:
         for name in ("max_queue", "max_num_seqs", "max_num_batched_tokens", "block_size"):
@@ -115,6 +119,9 @@ class EngineConfig:
         if self.speculative == "draft" and self.draft_model is None:
             raise ValueError("draft_model is required with speculative='draft': give a Hub id "
                              "or a local folder of a smaller model with the same tokenizer")
+        sizes = self.compile_batch_sizes
+        if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
+            raise ValueError(f"compile_batch_sizes must be positive integers, got {sizes!r}")
         if self.compile not in COMPILE_MODES:
             raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, "
                              f"got {self.compile!r}")

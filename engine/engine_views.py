@@ -39,6 +39,41 @@ class EngineViews:
                            prefix_hit_rate=b.hit_rate)
             return out
 
+    def compile_status(self) -> dict:
+        """Which decode step runs (:mod:`engine.worker.compiled`), for the badge and benches.
+
+        Returns:
+            ``path`` (``"compiled"`` once at least one batch bucket is compiled, else
+            ``"eager"``), ``status`` (``"off"``, ``"compiling"``, ``"ready"``, ``"failed"``),
+            ``buckets`` (all batch buckets), ``ready`` (those compiled), ``compile_s`` (seconds,
+            tracing included, over the ready buckets), ``cache_hits`` (inductor cache hits:
+            > 0 on a start that found its kernels on disk), ``error``, ``steps_compiled`` and
+            ``steps_eager`` (decode-only steps run each way).
+        """
+        state = getattr(self.runner, "state", None)
+        if state is None:
+            return {"path": "eager", "status": "off", "buckets": [], "ready": [],
+                    "compile_s": 0.0, "cache_hits": 0, "error": "", "steps_compiled": 0,
+                    "steps_eager": 0}
+        compiled = state.status != "off" and bool(state.ready)
+        return {"path": "compiled" if compiled else "eager", "status": state.status,
+                "buckets": list(self.runner.buckets), "ready": list(state.ready),
+                "compile_s": round(state.total_compile_s, 2), "cache_hits": state.cache_hits,
+                "error": state.error, "steps_compiled": state.steps_compiled,
+                "steps_eager": state.steps_eager}
+
+    def wait_compiled(self, timeout: float = 900.0) -> dict:
+        """Block until the compiled decode step is ready for every bucket, failed, or is off
+        (at most ``timeout`` seconds); returns :meth:`compile_status`."""
+        import time
+
+        end = time.monotonic() + timeout
+        while True:
+            status = self.compile_status()
+            if status["status"] != "compiling" or time.monotonic() > end:
+                return status
+            time.sleep(0.2)
+
     def block_snapshot(self) -> dict:
         """The block pool now, for drawing PagedAttention's picture.
 

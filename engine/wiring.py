@@ -90,7 +90,8 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
             runner = CompiledDecodeRunner(loaded.model, pool, config.block_size, sampler,
                                           scratch_block=num_blocks - 1,
                                           max_blocks_per_seq=max_blocks,
-                                          decode_threads=decode_threads(config, info))
+                                          decode_threads=decode_threads(config, info),
+                                          buckets=tuple(config.compile_batch_sizes))
         if runner is None and graphs:
             from engine.worker.cuda_graph_runner import CudaGraphRunner
 
@@ -135,6 +136,8 @@ def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str
     from engine.worker.compiled.llama_decode import unsupported_reason
 
     reason = unsupported_reason(model)
+    if config.kv_cache_dtype == "fp8":
+        reason = "an fp8 KV cache (per-layer scales) runs the eager decode step"
     if reason:
         return False, f"decode runs eagerly: {reason}" if config.compile == "on" else ""
     return True, ""

@@ -6,6 +6,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# engines built by tests decode eagerly unless a test asks for the compiled step: a background
+# compile per engine would cost minutes of CPU; the compiled path has tests of its own
+os.environ.setdefault("LLM_PLAYGROUND_COMPILE", "off")
 
 
 def pytest_collection_modifyitems(config, items):

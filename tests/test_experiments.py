@@ -39,6 +39,9 @@ FIELDS = {
                   "matching_prefix", "engine"},
     "speculative": {"new_tokens", "pairs", "num_speculative_tokens", "rows", "verify_ms",
                     "verify_cost", "engine"},
+    "compile": {"batch_sizes", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup", "rounds",
+                "compile", "bandwidth_gb_per_s", "bytes_per_step", "ceiling_tokens_per_s",
+                "roofline_fraction", "parity", "profile"},
 }
 
 _CACHE: dict = {}
@@ -331,3 +334,20 @@ def test_cli_bench_quick_all(tmp_path):
             assert not (isinstance(v, float) and not math.isfinite(v))
     summary = (out / "summary.md").read_text()
     assert "| experiment | metric | value | unit |" in summary and "vs-hf" in summary
+
+
+@pytest.mark.slow
+def test_compile_experiment_compiles_then_checks_parity_and_profiles(quick):
+    """Quick mode compiles batch bucket 1, times both paths in turns, and states for each
+    parity prompt whether the compiled greedy tokens equal eager's or where they part."""
+    res, _ = quick("compile")
+    assert res["compile"]["status"] == "ready" and res["compile"]["ready"] == [1]
+    assert res["compile"]["steps_compiled"] > 0
+    assert len(res["rounds"]["eager"][1]) == len(res["rounds"]["compiled"][1]) == 2
+    assert len(res["parity"]) == 5
+    assert all(p["equal"] or "first_difference" in p for p in res["parity"])
+    for path in ("eager", "compiled"):
+        assert set(res["profile"][path]) == {"matrix products", "attention", "other operators",
+                                            "python and dispatch"}
+        assert res["profile"][path]["matrix products"] > 0
+    assert 0 < res["roofline_fraction"]["compiled"] < 1

@@ -52,6 +52,10 @@ def register(sub) -> None:
                         "(embedded name, Hub id or local folder)")
     p.add_argument("--num-speculative-tokens", type=int, default=3,
                    help="most draft tokens verified per step (with --speculative; default 3)")
+    p.add_argument("--compile", default="off", choices=("auto", "on", "off"),
+                   help="decode step (default off: one generation ends before compiling pays "
+                        "off; on compiles batch bucket 1 first, from the on-disk cache after "
+                        "the first time)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     p.set_defaults(func=run)
 
@@ -101,7 +105,10 @@ def run(args) -> int:
         engine = LLMEngine(loaded, telemetry=not args.no_telemetry,
                            kv_cache_dtype=args.kv_cache_dtype, speculative=spec,
                            num_speculative_tokens=args.num_speculative_tokens,
-                           draft_model=args.draft_model)
+                           draft_model=args.draft_model, compile=args.compile,
+                           **({"compile_batch_sizes": (1,)} if args.compile == "on" else {}))
+        if args.compile == "on":
+            engine.wait_compiled()
     except ValueError as exc:
         fail(str(exc), 2)
     except ModelLoadError as exc:   # the draft model

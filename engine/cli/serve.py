@@ -7,7 +7,7 @@ import sys
 
 from engine.cli.common import fail
 from engine.cli.generate import WEIGHTS
-from engine.config import KV_CACHE_DTYPES
+from engine.config import COMPILE_MODES, KV_CACHE_DTYPES
 
 
 def register(sub) -> None:
@@ -29,6 +29,11 @@ def register(sub) -> None:
                         "(default: $LLM_PLAYGROUND_API_KEY; none on loopback)")
     p.add_argument("--allow-unauthenticated", action="store_true",
                    help="allow a non-loopback --host without an API key")
+    p.add_argument("--compile", default=None, choices=COMPILE_MODES,
+                   help="decode step: auto (compiled on CPU for Llama-family models, in the "
+                        "background while eager serves), on, off (default: auto)")
+    p.add_argument("--compile-wait", action="store_true",
+                   help="compile every batch bucket before serving (benchmarks, image builds)")
     p.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     p.set_defaults(func=run)
 
@@ -52,9 +57,17 @@ def run(args) -> int:
     try:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights,
                             progress=lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
-        engine = LLMEngine(loaded, max_queue=args.max_queue, kv_cache_dtype=args.kv_cache_dtype)
+        options = {} if args.compile is None else {"compile": args.compile}
+        engine = LLMEngine(loaded, max_queue=args.max_queue, kv_cache_dtype=args.kv_cache_dtype,
+                           **options)
     except (ModelLoadError, ValueError, OSError) as exc:
         fail(str(exc), 2)
+    if args.compile_wait:
+        print("[load] compiling the decode step...", file=sys.stderr, flush=True)
+        status = engine.wait_compiled()
+        print(f"[load] decode step: {status['path']} ({status['status']}, "
+              f"{status['compile_s']:.0f} s, cache hits {status['cache_hits']})"
+              + (f": {status['error']}" if status["error"] else ""), file=sys.stderr, flush=True)
     name = args.served_model_name or engine.info.name
     app = create_server(engine, name, api_key=key, aliases={args.model, engine.info.name})
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

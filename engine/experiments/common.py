@@ -108,11 +108,14 @@ def prompt_of_length(tokenizer, n_tokens: int, unique: bool = True) -> tuple[str
 
 
 def private_engine(loaded, **options):
-    """A benchmark engine: the shipped settings, but no telemetry and no prefix caching (a
-    repeated prompt must pay its prefill every time); ``options`` are more
+    """A benchmark engine: the shipped settings, but no telemetry, no prefix caching (a
+    repeated prompt must pay its prefill every time) and the eager decode step unless
+    ``compile`` is given (a short experiment ends before a background compile pays off; the
+    ``compile`` experiment measures both); ``options`` are more
     :class:`engine.config.EngineConfig` fields (e.g. ``kv_cache_dtype``)."""
     from engine.engine import LLMEngine
 
+    options.setdefault("compile", "off")
     return LLMEngine(loaded, telemetry=False, enable_prefix_caching=False, **options)
 
 

@@ -171,8 +171,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         v = gather_blocks(v_pool, paged.decode_blocks, bs).view(b, -1, *v_pool.shape[1:])
         if q.device.type == "cpu":
             lens = paged.decode_lens_host or tuple(paged.decode_lens.tolist())
-            o = decode_attention_per_sequence(module, q, k, v, lens, window, pool, layer,
-                                              scaling)
+            o = decode_attention_per_sequence(module, q, k, v, lens, window, scaling,
+                                              lambda which, x: pool.decode(layer, which, x))
         else:
             o = _decode_attention_batched(module, q, k, v, paged, window, pool, layer, scaling)
         if paged.decode_only:
@@ -181,8 +181,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     return out.transpose(1, 2), None
 
 
-def decode_attention_per_sequence(module, q, k, v, lens, window, pool, layer: int,
-                                  scaling) -> torch.Tensor:
+def decode_attention_per_sequence(module, q, k, v, lens, window, scaling,
+                                  decode) -> torch.Tensor:
     """Decode attention on CPU, one sequence at a time over exactly its own keys.
 
     Batch invariance: PyTorch 2.13's CPU SDPA gives different bits for the same query and keys
@@ -197,6 +197,8 @@ def decode_attention_per_sequence(module, q, k, v, lens, window, pool, layer: in
             blocks, padding after each sequence's length).
         lens: ``B`` Python ints, the tokens each sequence attends to (its new one included).
         window: the layer's sliding window in tokens, or ``None``.
+        decode: ``decode(which, stored) -> tensor``: pool rows (``which`` is ``"k"`` or
+            ``"v"``) back in the compute dtype (:meth:`engine.worker.kv_pool.KVPool.decode`).
 
     Returns:
         ``[B, 1, heads, d]`` in ``q``'s dtype.
@@ -204,8 +206,8 @@ def decode_attention_per_sequence(module, q, k, v, lens, window, pool, layer: in
     outs = []
     for i, n in enumerate(lens):
         lo = max(0, n - window) if window else 0
-        ki = pool.decode(layer, "k", k[i:i + 1, lo:n]).permute(0, 2, 1, 3)   # [1, kv_heads, n, d]
-        vi = pool.decode(layer, "v", v[i:i + 1, lo:n]).permute(0, 2, 1, 3)
+        ki = decode("k", k[i:i + 1, lo:n]).permute(0, 2, 1, 3)           # [1, kv_heads, n, d]
+        vi = decode("v", v[i:i + 1, lo:n]).permute(0, 2, 1, 3)
         qi = q[i:i + 1]
         if qi.dtype == torch.float32:
             oi, _ = _sdpa()(module, qi, ki, vi, None, scaling=scaling, dropout=0.0)

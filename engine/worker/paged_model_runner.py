@@ -199,9 +199,9 @@ class PagedModelRunner(ModelRunner):
         if self._threads is None:
             own = torch.get_num_threads()
             self._threads = (own, own)
-        own, now = self._threads
+        own = self._threads[0]
         want = self.decode_threads if decode_only else own
-        if want != now:
+        if want != torch.get_num_threads():  # read back: another thread may have changed it
             torch.set_num_threads(want)
             self._threads = (own, want)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core.scheduler_output import ScheduledSeq
-from engine.worker.compiled.attention_op import register_pool, unregister_pool
+import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
 from engine.worker.cuda_graph_runner import BATCH_BUCKETS, CudaGraphRunner, DecodeBuffers, bucket_for
 
@@ -92,8 +92,8 @@ class CompiledDecodeRunner(CudaGraphRunner):
                          max_blocks_per_seq=max_blocks_per_seq, use_graphs=False)
         self.decode_threads = decode_threads if self.device.type == "cpu" else 0
         self.width = max_blocks_per_seq
-        self.buckets = tuple(buckets)
-        self.forward_fn = LlamaDecodeForward(model, register_pool(pool),
+        self.buckets = tuple(sorted(buckets))
+        self.forward_fn = LlamaDecodeForward(model, pool,
                                              max_blocks_per_seq * block_size)
         self.state = CompileState(status="compiling" if compile else "off")
         self._compiled = {}
@@ -147,24 +147,27 @@ class CompiledDecodeRunner(CudaGraphRunner):
         return bufs
 
     def _run(self, bufs: DecodeBuffers) -> None:
+        """The bucket's compiled step on its buffers, with the intra-op thread count the
+        graphs were compiled under (Dynamo guards on it: another count would recompile)."""
+        self._set_threads(True)
         with torch.inference_mode():
             logits = self._fn(bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots,
                               bufs.blocks, bufs.lens)
         bufs.logits = logits
 
     def close(self) -> None:
-        """Stop compiling further buckets and forget the pool (the engine is shutting down)."""
+        """Stop compiling further buckets (the engine is shutting down)."""
         self.stopped.set()
-        unregister_pool(self.forward_fn.pool_id)
 
     # ---- steps --------------------------------------------------------------------------------
     def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
         """``(batch bucket, table width)`` for a decode-only step whose bucket is compiled,
-        ``None`` for any other step (it runs eagerly)."""
+        ``None`` for any other step (it runs eagerly). A bucket not compiled yet is skipped for
+        the next larger one that is (padding costs less than the eager step)."""
         if not entries or any(e.num_new != 1 or e.draft_ids for e in entries):
             return None
-        rows = bucket_for(len(entries), self.buckets)
-        return (rows, self.width) if rows in self.state.ready else None
+        rows = bucket_for(len(entries), sorted(self.state.ready))  # the smallest one compiled
+        return None if rows is None else (rows, self.width)
 
     def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
         """``[B, V]`` logits: the bucket's compiled step, or the eager packed pass."""
@@ -173,7 +176,6 @@ class CompiledDecodeRunner(CudaGraphRunner):
             if entries and all(e.num_new == 1 for e in entries):
                 self.state.steps_eager += 1
             return super(CudaGraphRunner, self).forward(entries)
-        self._set_threads(True)
         with self._lock:
             bufs = self.buffers.get(key)
             if bufs is None:  # the eager compact forward (compile=False) makes them on demand

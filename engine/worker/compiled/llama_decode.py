@@ -79,14 +79,15 @@ class LlamaDecodeForward:
     Args:
         model: a transformers ``LlamaForCausalLM`` (or Mistral / Qwen2), as loaded by
             :func:`engine.model.loader.load_model` (any ``weights`` option).
-        pool_id: the KV pool's id from :func:`engine.worker.compiled.attention_op.register_pool`.
+        pool: the :class:`engine.worker.kv_pool.KVPool` (bf16, fp16 or fp32 storage; fp8's
+            per-layer scales keep it on the eager path).
         max_positions: rows of the rotary table (the context window in tokens).
 
     Raises:
         ValueError: the model is not one :func:`unsupported_reason` accepts.
     """
 
-    def __init__(self, model, pool_id: int, max_positions: int):
+    def __init__(self, model, pool, max_positions: int):
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(reason)
@@ -97,7 +98,9 @@ class LlamaDecodeForward:
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.eps = inner.norm.variance_epsilon
-        self.pool_id = pool_id
+        if pool.fp8:
+            raise ValueError("an fp8 KV cache runs the eager decode step")
+        self.k_pool, self.v_pool, self.block_size = pool.k, pool.v, pool.block_size
         self.embed, self.lm_head, self.norm = inner.embed_tokens, model.lm_head, inner.norm.weight
         self.layers = []
         for block in inner.layers:
@@ -148,7 +151,8 @@ class LlamaDecodeForward:
             q = self._rotate(q.view(b, self.heads, self.head_dim), cos, sin)
             k = self._rotate(k.view(b, self.kv_heads, self.head_dim), cos, sin)
             v = v.reshape(b, self.kv_heads, self.head_dim)
-            o = attend(q, k, v, slots, blocks, lens, self.pool_id, i, self.scale, 0)
+            o = attend(q, k, v, self.k_pool[i], self.v_pool[i], slots, blocks, lens,
+                       self.block_size, self.scale)
             h = h + layer.o_proj(o.reshape(b, self.heads * self.head_dim))
             x = self._rms_norm(h, layer.ln2)
             gate, up = layer.gate_up(x)
