@@ -1,0 +1,124 @@
+"""The runner's side of structured output: each structured row's token mask on the raw
+logits, and the tokens the grammar forces after the sampled one.
+
+A row's mask comes from its matcher as a bitmask (one bit per vocabulary id, 32 ids per
+int32 word, llguidance's layout); it is unpacked on the logits' device and every id it
+forbids gets :data:`MASKED_LOGIT`, before penalties, temperature and the filters, so they
+see only the allowed tokens. Rows without a structure are left as they are, bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+MASKED_LOGIT = -1e20
+"""The logit of a forbidden token. Finite, so the sampler's one-sum finite check still tells a
+model's NaN or inf apart; far below any real logit, so its probability is exactly 0 after
+softmax, and it stays below the rest through penalties and temperatures down to 1e-5."""
+MASKED_LOGPROB_BELOW = -1e19
+"""Beam candidates with a log-probability below this are forbidden tokens (dropped)."""
+
+
+def structured_rows(seqs) -> list[int]:
+    """Indices of the sequences in ``seqs`` that carry a live structure."""
+    return [i for i, s in enumerate(seqs)
+            if s.structured is not None and s.structured.matcher is not None]
+
+
+def fill_bitmask(seqs, rows: list[int], vocab: int, errors: dict) -> torch.Tensor:
+    """``[R, ceil(V / 32)]`` int32 host bitmask of ``rows``, each row's matcher first fed the
+    output tokens it has not seen. A row whose matcher fails gets its exception in
+    ``errors`` (keyed by request id) and a mask that allows only EOS."""
+    from llguidance.torch import fill_next_token_bitmask
+
+    words = (vocab + 31) // 32
+    bitmask = torch.zeros((len(rows), words), dtype=torch.int32)
+    for j, i in enumerate(rows):
+        seq = seqs[i]
+        st = seq.structured
+        start = time.perf_counter()
+        try:
+            st.sync(seq.output_ids)
+            fill_next_token_bitmask(st.matcher, bitmask, j)
+        except ValueError as exc:
+            errors[seq.request_id] = exc
+            bitmask[j].zero_()
+            bitmask[j, st.eos_token_id // 32] = 1 << (st.eos_token_id % 32)
+        st.mask_s += time.perf_counter() - start
+    return bitmask
+
+
+def unpack_bitmask(bitmask: torch.Tensor, vocab: int, device) -> torch.Tensor:
+    """``[R, V]`` bool, True where allowed, from an ``[R, W]`` int32 bitmask (bit ``b`` of word
+    ``w`` is id ``32 w + b``), moved to ``device`` packed and unpacked there."""
+    packed = bitmask.to(device, non_blocking=True)
+    shifts = torch.arange(32, dtype=torch.int32, device=device)
+    bits = (packed[:, :, None] >> shifts) & 1
+    return bits.view(packed.shape[0], -1)[:, :vocab].bool()
+
+
+def allowed_counts(bitmask: torch.Tensor) -> list[int]:
+    """Allowed ids of each row of an ``[R, W]`` int32 host bitmask (a popcount)."""
+    return np.unpackbits(bitmask.numpy().view(np.uint8), axis=1).sum(axis=1).tolist()
+
+
+def apply_structured_masks(logits: torch.Tensor, seqs, errors: dict) -> torch.Tensor:
+    """Mask the logits of every structured row of a step.
+
+    Args:
+        logits: ``[N, V]`` raw logits, one row per sequence of ``seqs`` (not modified).
+        seqs: the ``N`` sequences, in row order.
+        errors: the step's per-request errors; a row whose matcher fails is added.
+
+    Returns:
+        ``logits`` itself when no row has a structure, else a new ``[N, V]`` tensor whose
+        structured rows hold :data:`MASKED_LOGIT` at every forbidden id. Each structured
+        sequence records how many ids its mask allowed at this output position, and marks
+        the position forced when exactly one was.
+    """
+    rows = structured_rows(seqs)
+    if not rows:
+        return logits
+    vocab = logits.shape[-1]
+    bitmask = fill_bitmask(seqs, rows, vocab, errors)
+    for i, count in zip(rows, allowed_counts(bitmask)):
+        st, pos = seqs[i].structured, len(seqs[i].output_ids)
+        st.allowed[pos] = count
+        if count == 1:
+            st.forced.add(pos)
+    allowed = unpack_bitmask(bitmask, vocab, logits.device)
+    index = torch.tensor(rows, device=logits.device)
+    sub = logits[index].masked_fill(~allowed, MASKED_LOGIT)
+    return logits.index_put((index,), sub)
+
+
+def jump_forward(seqs, sampled: dict, errors: dict) -> None:
+    """After sampling: each structured one-sequence row with jump-forward consumes its
+    sampled token and queues the tokens the grammar forces next (``structured.pending``),
+    within ``max_tokens`` and the context window."""
+    for seq in seqs:
+        st = seq.structured
+        if st is None or st.matcher is None or not st.jump_forward or seq.request_id in errors:
+            continue
+        choice = sampled.get(seq.request_id)
+        if choice is None:
+            continue
+        room = seq.context_len - seq.num_tokens - 1
+        if seq.params.max_tokens is not None:
+            room = min(room, seq.params.max_tokens - len(seq.output_ids) - 1)
+        st.advance(choice.token_id, room)
+
+
+def drop_masked_candidates(seqs, beam_candidates: dict) -> None:
+    """Remove forbidden tokens from the beam candidates of structured beams (their
+    log-softmax is about :data:`MASKED_LOGIT`)."""
+    for seq in seqs:
+        cands = beam_candidates.get(seq.request_id)
+        if seq.structured is None or cands is None:
+            continue
+        ids, lps = cands
+        keep = [(t, lp) for t, lp in zip(ids, lps) if lp > MASKED_LOGPROB_BELOW]
+        beam_candidates[seq.request_id] = ([t for t, _ in keep], [lp for _, lp in keep])
