@@ -118,8 +118,8 @@ class SamplingParams:
 
             self.structured_outputs = StructuredOutputsParams.coerce(self.structured_outputs)
             if self.ignore_eos:
-                raise ValueError("ignore_eos cannot be combined with structured_outputs: a "
-                                 "complete structure ends with EOS")
+                raise ValueError("ignore_eos must be false with structured_outputs: a complete "
+                                 "structure ends with EOS")
 
     def _check_group(self) -> None:
         """Checks of ``n``, ``best_of`` and the beam search settings."""
