@@ -39,6 +39,7 @@ FIELDS = {
                   "matching_prefix", "engine"},
     "speculative": {"new_tokens", "pairs", "num_speculative_tokens", "rows", "verify_ms",
                     "verify_cost", "engine"},
+    "structured": {"mask_rows", "decode_step_ms", "compile", "forced", "engine"},
 }
 
 _CACHE: dict = {}

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Callable
 
 from . import (batch, decode_share, kv_cache, llama_cpp, prompt_length, quantization, roofline,
-               speculative, telemetry_cost, vs_hf)
+               speculative, structured, telemetry_cost, vs_hf)
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _entry(mod: ModuleType) -> Experiment:
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e for e in map(_entry, (vs_hf, kv_cache, prompt_length, decode_share, batch,
                                     roofline, telemetry_cost, llama_cpp, quantization,
-                                    speculative))
+                                    speculative, structured))
 }
 
 

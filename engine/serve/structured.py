@@ -119,6 +119,6 @@ async def compile_off_loop(engine, params, fields: dict[str, str]) -> None:
     if so is None:
         return
     try:
-        await asyncio.to_thread(engine.structured.compiler.grammar, so)
+        await asyncio.to_thread(engine.structured.compiler.prepare, so)
     except StructuredOutputError as exc:
         raise api_error(exc, fields) from None

@@ -5,7 +5,7 @@ turns a JSON schema, a regex, a Lark or GBNF grammar into a grammar over bytes a
 model's tokenizer, computes at each step the bitmask of tokens that keep the output valid
 (Earley parsing over a lexer of derivative-based regexes; see its docs/ on GitHub).
 
-Compiling happens in :meth:`GrammarCompiler.matcher_for`, called by ``LLMEngine.submit`` on
+Compiling happens in :meth:`GrammarCompiler.prepare`, called through ``matcher_for`` by ``LLMEngine.submit`` on
 the caller's thread, not the engine thread: a large schema costs its sender the time, and
 llguidance releases the GIL while it builds a grammar, so the other requests' steps go on.
 """
@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from engine.structured.params import StructuredOutputError, StructuredOutputsParams
 
 CACHE_SIZE = 256
-"""Compiled grammars kept (least recently used dropped first)."""
+"""Compiled grammars kept (least recently used dropped first): each as a fresh matcher that is
+never advanced; every request gets its own ``deep_copy`` (microseconds, where building a
+matcher from a large schema's grammar takes milliseconds)."""
 JSON_OPTIONS = {"whitespace_flexible": False}
 """JSON comes out compact (``{"a":1}``): no free whitespace for a small model to loop in.
 A schema's own ``x-guidance`` options override it (llguidance's rule)."""
@@ -33,7 +35,7 @@ class CompileStats:
 
     Attributes:
         hits, misses: cache lookups that found a grammar / had to compile one.
-        last_compile_s: seconds the last compile took (grammar text and validation).
+        last_compile_s: seconds the last compile took (grammar text, validation, matcher).
         tokenizer_s: seconds building llguidance's tokenizer took (once per engine).
     """
 
@@ -59,7 +61,7 @@ class GrammarCompiler:
         self.hf_tokenizer, self.vocab_size = hf_tokenizer, vocab_size
         self.stats = CompileStats()
         self._ll_tokenizer = None
-        self._cache: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], object] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -81,8 +83,9 @@ class GrammarCompiler:
         """The token a complete structure ends with (the tokenizer's EOS)."""
         return int(self.ll_tokenizer.eos_token)
 
-    def grammar(self, params: StructuredOutputsParams) -> str:
-        """The validated llguidance grammar of ``params``, from the cache when it was seen.
+    def prepare(self, params: StructuredOutputsParams):
+        """The compiled, never-advanced matcher of ``params``, from the cache when it was seen
+        (compiled and cached otherwise).
 
         Raises:
             StructuredOutputError: the schema, regex or grammar does not compile; the message
@@ -95,16 +98,20 @@ class GrammarCompiler:
                 self._cache.move_to_end(key)
                 self.stats.hits += 1
                 return hit
+        import llguidance
+
         start = time.perf_counter()
-        grammar = self._compile(params)
+        template = llguidance.LLMatcher(self.ll_tokenizer, self._compile(params), log_level=0)
+        if template.is_error():
+            raise StructuredOutputError(params.field, _short(template.get_error()))
         elapsed = time.perf_counter() - start
         with self._lock:
             self.stats.misses += 1
             self.stats.last_compile_s = elapsed
-            self._cache[key] = grammar
+            self._cache[key] = template
             while len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
-        return grammar
+        return template
 
     def _compile(self, params: StructuredOutputsParams) -> str:
         import llguidance
@@ -131,17 +138,15 @@ class GrammarCompiler:
         return grammar
 
     def matcher_for(self, params: StructuredOutputsParams):
-        """A fresh ``llguidance.LLMatcher`` for one sequence of a request.
+        """A fresh ``llguidance.LLMatcher`` for one sequence of a request (a copy of the
+        cached one).
 
         Raises:
-            StructuredOutputError: as :meth:`grammar`, or the matcher starts in an error state.
+            StructuredOutputError: as :meth:`prepare`.
         """
-        import llguidance
-
-        matcher = llguidance.LLMatcher(self.ll_tokenizer, self.grammar(params), log_level=0)
-        if matcher.is_error():
-            raise StructuredOutputError(params.field, _short(matcher.get_error()))
-        return matcher
+        template = self.prepare(params)
+        with self._lock:
+            return template.deep_copy()
 
 
 def _short(message: str) -> str:

@@ -15,11 +15,17 @@ class StructuredOutputs:
     Args:
         tokenizer: the model's Hugging Face tokenizer.
         model_config: the model's config (its ``vocab_size`` is the logits' width).
+
+    Attributes:
+        compiler: the engine's :class:`GrammarCompiler` (its cache and counts).
+        jump_forward: append forced tokens without a forward pass where the runner allows
+            it (True); False only marks them (the bench compares the two).
     """
 
     def __init__(self, tokenizer, model_config):
         vocab = int(getattr(model_config, "vocab_size", 0) or len(tokenizer))
         self.compiler = GrammarCompiler(tokenizer, vocab)
+        self.jump_forward = True
 
     def state_for(self, params, paged: bool) -> StructuredState | None:
         """The state of a new request's first sequence, or ``None`` without a structure.
@@ -39,7 +45,7 @@ class StructuredOutputs:
         matcher = self.compiler.matcher_for(so)
         one_sequence = params.group_width == 1 and not params.use_beam_search
         return StructuredState(matcher, so.kind, self.compiler.eos_token_id,
-                               jump_forward=paged and one_sequence)
+                               jump_forward=self.jump_forward and paged and one_sequence)
 
     @staticmethod
     def attach(seq, state: StructuredState | None) -> None:
