@@ -153,3 +153,23 @@ def test_abort_frees_the_matcher(engine):
     out = h.result(60)
     assert out.finish_reason == "abort"
     assert seq.structured.matcher is None
+
+
+def test_one_at_a_time_and_no_cache_paths_mask_without_jumping(loaded, engine):
+    from engine.engine import LLMEngine
+
+    eng = LLMEngine(loaded, batching=False)
+    try:
+        runs = [eng.submit("Describe a person as JSON.", SamplingParams(
+            temperature=0, max_tokens=40, structured_outputs={"json": PERSON}))]
+        runs.append(engine.submit("Describe a person as JSON.", SamplingParams(
+            temperature=0, max_tokens=40, structured_outputs={"json": PERSON}),
+            use_kv_cache=False))
+        for h in runs:
+            out = h.result(300)
+            jsonschema.validate(json.loads(out.text), PERSON)
+            assert out.structured["jump_forward_tokens"] == 0 and not any(e.jumped for e in h.events)
+            assert out.structured["forced_tokens"] >= 3  # '{"', 'name', ... each had one choice
+            assert sum(e.forced for e in h.events) == out.structured["forced_tokens"]
+    finally:
+        eng.shutdown()

@@ -20,11 +20,19 @@ import numpy as np
 import torch
 
 MASKED_LOGIT = -1e20
-"""The logit of a forbidden token. Finite, so the sampler's one-sum finite check still tells a
-model's NaN or inf apart; far below any real logit, so its probability is exactly 0 after
-softmax, and it stays below the rest through penalties and temperatures down to 1e-5."""
-MASKED_LOGPROB_BELOW = -1e19
-"""Beam candidates with a log-probability below this are forbidden tokens (dropped)."""
+"""The logit of a forbidden token (float16 logits, whose range ends at 65504, get their most
+negative finite value instead: :func:`masked_value`). Finite, so the sampler's one-sum finite
+check still tells a model's NaN or inf apart; far below any real logit, so its probability is
+exactly 0 after softmax, and it stays below the rest through penalties and temperatures down
+to 1e-5 (the sampler works in fp32)."""
+MASKED_LOGPROB_BELOW = -1e4
+"""Beam candidates with a log-probability below this are forbidden tokens (dropped; a real
+token that far down has probability e**-10000, 0 in fp32, and nothing is lost)."""
+
+
+def masked_value(dtype: torch.dtype) -> float:
+    """:data:`MASKED_LOGIT`, or ``dtype``'s most negative finite value when that is higher."""
+    return max(MASKED_LOGIT, float(torch.finfo(dtype).min))
 
 
 def structured_rows(seqs) -> list[int]:
@@ -79,7 +87,7 @@ def _mask_cpu(logits: torch.Tensor, rows: list[int], allowed: np.ndarray) -> tor
     """The CPU path of :func:`apply_structured_masks`: NumPy selects over the logits' bits
     (any float dtype, bfloat16 included, through an integer view of the same width)."""
     as_int, np_int = _INTS[logits.element_size()]
-    fill = torch.tensor([MASKED_LOGIT], dtype=logits.dtype).view(as_int).item()
+    fill = torch.tensor([masked_value(logits.dtype)], dtype=logits.dtype).view(as_int).item()
     x = logits.contiguous().view(as_int).numpy()
     if len(rows) == x.shape[0]:
         out = np.where(allowed, x, np_int(fill))
@@ -116,9 +124,15 @@ def apply_structured_masks(logits: torch.Tensor, seqs, errors: dict) -> torch.Te
             st.forced.add(pos)
     if logits.device.type == "cpu":
         return _mask_cpu(logits, rows, host)
-    allowed = unpack_bitmask(bitmask, vocab, logits.device)
+    return _mask_torch(logits, rows, bitmask)
+
+
+def _mask_torch(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) -> torch.Tensor:
+    """The device path of :func:`apply_structured_masks`: the packed bitmask goes to the
+    logits' device and is unpacked and applied there."""
+    allowed = unpack_bitmask(bitmask, logits.shape[-1], logits.device)
     index = torch.tensor(rows, device=logits.device)
-    sub = torch.where(allowed, logits[index], MASKED_LOGIT)
+    sub = torch.where(allowed, logits[index], masked_value(logits.dtype))
     return logits.index_put((index,), sub)
 
 
@@ -141,7 +155,7 @@ def jump_forward(seqs, sampled: dict, errors: dict) -> None:
 
 def drop_masked_candidates(seqs, beam_candidates: dict) -> None:
     """Remove forbidden tokens from the beam candidates of structured beams (their
-    log-softmax is about :data:`MASKED_LOGIT`)."""
+    log-softmax is about :func:`masked_value`)."""
     for seq in seqs:
         cands = beam_candidates.get(seq.request_id)
         if seq.structured is None or cands is None:
