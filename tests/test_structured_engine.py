@@ -173,3 +173,16 @@ def test_one_at_a_time_and_no_cache_paths_mask_without_jumping(loaded, engine):
             assert sum(e.forced for e in h.events) == out.structured["forced_tokens"]
     finally:
         eng.shutdown()
+
+
+def test_explain_records_what_the_mask_removed(engine):
+    h = engine.submit("Describe a person as JSON.", SamplingParams(
+        temperature=0, max_tokens=40, structured_outputs={"json": PERSON, "explain": True}))
+    h.result(120)
+    sampled = [e for e in h.events if not e.jumped]
+    assert all(e.mask_detail["vocab_size"] == 49152 for e in h.events)
+    assert all(0.0 <= e.mask_detail["removed_mass"] <= 1.0 for e in sampled)
+    first = sampled[0]  # the model would rather not open with '{"' at all
+    assert first.mask_detail["removed_mass"] > 0.5 and first.mask_detail["removed_top"]
+    text, p = first.mask_detail["removed_top"][0]
+    assert isinstance(text, str) and 0 < p <= first.mask_detail["removed_mass"] + 1e-6

@@ -69,22 +69,27 @@ class _Seq:
         self.output_ids, self.structured, self.request_id = [5], state, "r"
 
 
-class _State:
-    def __init__(self, pending):
-        self.pending, self.forced, self.jumped, self.allowed = pending, {0}, set(), {0: 1}
-
-    def take_pending(self, start):
-        from engine.structured.state import StructuredState
-
-        return StructuredState.take_pending(self, start)
-
-
 def test_forced_tokens_are_appended_until_a_stop_and_marked():
-    seq = _Seq(_State([7, 8, 2]))
+    from engine.structured.state import StructuredState
+
+    seq = _Seq(StructuredState(None, "json", 2, pending=[7, 8, 2], forced={0}, allowed={0: 1},
+                               vocab_size=10))
     reason = append_forced(seq, lambda s, t: "stop" if t == 2 else None)
     assert reason == "stop" and seq.output_ids == [5, 7, 8, 2]
-    assert token_marks(seq, 0) == {"forced": True, "jumped": False, "allowed_tokens": 1}
-    assert token_marks(seq, 2) == {"forced": True, "jumped": True, "allowed_tokens": None}
+    detail = {"vocab_size": 10, "removed_mass": None, "removed_top": []}
+    assert token_marks(seq, 0) == {"forced": True, "jumped": False, "allowed_tokens": 1,
+                                   "mask_detail": detail}
+    assert token_marks(seq, 2) == {"forced": True, "jumped": True, "allowed_tokens": None,
+                                   "mask_detail": detail}
     choices = with_forced(seq, SampleResult(5, 0.5, [5], [0.5]), 4)
     assert [c.token_id for c in choices] == [5, 7, 8, 2] and choices[1].prob == 1.0
     assert token_marks(_Seq(), 0) == {}
+
+
+def test_removed_by_mask_reports_the_mass_and_the_likeliest_removed_tokens():
+    logits = torch.tensor([2.0, 1.0, 0.0, 3.0, -1.0])
+    allowed = np.array([True, False, True, False, False])
+    mass, top = masking.removed_by_mask(logits, allowed, k=2)
+    probs = torch.softmax(logits, -1)
+    assert mass == pytest.approx(float(probs[1] + probs[3] + probs[4]), rel=1e-5)
+    assert [t for t, _ in top] == [3, 1] and top[0][1] == pytest.approx(float(probs[3]), rel=1e-5)

@@ -70,6 +70,9 @@ class StepEvent:
         jumped: a forced token appended without a forward pass of its own (jump-forward).
         allowed_tokens: with structured output, how many ids the mask allowed at this step
             (``None`` without a structure, or for a jumped token).
+        mask_detail: with structured output, ``{"vocab_size", "removed_mass", "removed_top"}``:
+            the mask's width and, with ``structured_outputs.explain``, the probability it
+            removed and the most likely removed tokens as ``[text, prob]`` (before the mask).
     """
 
     request_id: str
@@ -99,6 +102,7 @@ class StepEvent:
     forced: bool = False
     jumped: bool = False
     allowed_tokens: int | None = None
+    mask_detail: dict | None = None
 
     @property
     def duration_s(self) -> float:

@@ -145,7 +145,7 @@ class OutputProcessor:
                     finish_reason=_reason(seq, state) if last or cut else None,
                     memory=memory, batch=batch, block_table=e.block_table,
                     num_drafted=len(e.draft_ids), draft_accepted=j < accepted,
-                    tokens_in_step=len(choices), **token_marks(seq, first_step + j)))
+                    tokens_in_step=len(choices), **token_marks(seq, first_step + j, text)))
                 if cut:
                     break
             state.pending_start_s = None

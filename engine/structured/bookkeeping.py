@@ -37,12 +37,19 @@ def with_forced(seq, choice: SampleResult, new_tokens: int) -> list[SampleResult
     return [choice] + [SampleResult(t, 1.0, [t], [1.0]) for t in extra]
 
 
-def token_marks(seq, position: int) -> dict:
+def token_marks(seq, position: int, text=None) -> dict:
     """The event fields of output position ``position``: ``forced`` (the grammar allowed one
-    token), ``jumped`` (appended without a forward pass) and ``allowed_tokens`` (how many
-    the mask allowed; ``None`` without a structure or for a jumped token)."""
+    token), ``jumped`` (appended without a forward pass), ``allowed_tokens`` (how many the mask
+    allowed; ``None`` without a structure or for a jumped token) and ``mask_detail``
+    (``{"vocab_size", "removed_mass", "removed_top": [[text, prob], ...]}``, the removed
+    figures with ``explain`` only; ``text(token_id)`` names the removed tokens)."""
     st = seq.structured
     if st is None:
         return {}
+    detail = {"vocab_size": st.vocab_size, "removed_mass": None, "removed_top": []}
+    if position in st.removed:
+        mass, top = st.removed[position]
+        detail.update(removed_mass=mass, removed_top=[
+            [text(t) if text is not None else str(t), p] for t, p in top])
     return {"forced": position in st.forced, "jumped": position in st.jumped,
-            "allowed_tokens": st.allowed.get(position)}
+            "allowed_tokens": st.allowed.get(position), "mask_detail": detail}

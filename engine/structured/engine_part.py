@@ -45,7 +45,8 @@ class StructuredOutputs:
         matcher = self.compiler.matcher_for(so)
         one_sequence = params.group_width == 1 and not params.use_beam_search
         return StructuredState(matcher, so.kind, self.compiler.eos_token_id,
-                               jump_forward=self.jump_forward and paged and one_sequence)
+                               jump_forward=self.jump_forward and paged and one_sequence,
+                               explain=so.explain)
 
     @staticmethod
     def attach(seq, state: StructuredState | None) -> None:

@@ -25,6 +25,8 @@ negative finite value instead: :func:`masked_value`). Finite, so the sampler's o
 check still tells a model's NaN or inf apart; far below any real logit, so its probability is
 exactly 0 after softmax, and it stays below the rest through penalties and temperatures down
 to 1e-5 (the sampler works in fp32)."""
+REMOVED_SHOWN = 5
+"""Removed tokens recorded per step with ``explain`` (the most likely ones)."""
 MASKED_LOGPROB_BELOW = -1e4
 """Beam candidates with a log-probability below this are forbidden tokens (dropped; a real
 token that far down has probability e**-10000, 0 in fp32, and nothing is lost)."""
@@ -117,11 +119,14 @@ def apply_structured_masks(logits: torch.Tensor, seqs, errors: dict) -> torch.Te
     vocab = logits.shape[-1]
     bitmask = fill_bitmask(seqs, rows, vocab, errors)
     host = _unpack_host(bitmask, vocab)
-    for i, count in zip(rows, np.count_nonzero(host, axis=1).tolist()):
+    for j, (i, count) in enumerate(zip(rows, np.count_nonzero(host, axis=1).tolist())):
         st, pos = seqs[i].structured, len(seqs[i].output_ids)
         st.allowed[pos] = count
+        st.vocab_size = vocab
         if count == 1:
             st.forced.add(pos)
+        if st.explain:
+            st.removed[pos] = removed_by_mask(logits[i], host[j])
     if logits.device.type == "cpu":
         return _mask_cpu(logits, rows, host)
     return _mask_torch(logits, rows, bitmask)
@@ -134,6 +139,20 @@ def _mask_torch(logits: torch.Tensor, rows: list[int], bitmask: torch.Tensor) ->
     index = torch.tensor(rows, device=logits.device)
     sub = torch.where(allowed, logits[index], masked_value(logits.dtype))
     return logits.index_put((index,), sub)
+
+
+def removed_by_mask(row: torch.Tensor, allowed: np.ndarray, k: int = REMOVED_SHOWN) -> tuple:
+    """What the mask took from one row: ``(mass, [(token_id, prob), ...])``, the probability
+    of the forbidden ids under softmax of the raw ``[V]`` logits, and the ``k`` most likely of
+    them with their probabilities (before the mask, temperature 1)."""
+    x = row.detach().float().cpu().numpy()
+    e = np.exp(x - x.max())
+    probs = e / e.sum()
+    mass = float(1.0 - probs[allowed].sum())
+    masked = np.where(allowed, -1.0, probs)
+    top = np.argpartition(-masked, k)[:k]
+    top = top[np.argsort(-masked[top])]
+    return max(0.0, mass), [(int(t), float(probs[t])) for t in top if masked[t] > 0]
 
 
 def jump_forward(seqs, sampled: dict, errors: dict) -> None:

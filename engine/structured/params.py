@@ -38,6 +38,9 @@ class StructuredOutputsParams:
         choice: a non-empty list of strings; the output is exactly one of them.
         grammar: a context-free grammar, GBNF (llama.cpp's ``root ::= ...``) or Lark
             (``start: ...``), as llguidance reads them.
+        explain: this engine's extra, not a structure: at each step also record the share of
+            the probability (before the mask, at temperature 1) the mask removed and the most
+            likely removed tokens, for the page's chips (a softmax per row per step).
 
     Raises:
         StructuredOutputError: (a ``ValueError``) from ``__post_init__``: none or several set,
@@ -51,8 +54,12 @@ class StructuredOutputsParams:
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
+    explain: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.explain, bool):
+            raise StructuredOutputError("structured_outputs.explain",
+                                        f"must be true or false, got {self.explain!r}")
         given = [k for k in KINDS if getattr(self, k) not in (None, False)]
         if len(given) != 1:
             raise StructuredOutputError(
@@ -130,7 +137,7 @@ class StructuredOutputsParams:
         if not isinstance(value, dict):
             raise StructuredOutputError("structured_outputs", "must be an object with one of "
                                         f"{', '.join(KINDS)}, got {type(value).__name__}")
-        unknown = sorted(set(value) - set(KINDS))
+        unknown = sorted(set(value) - set(KINDS) - {"explain"})
         if unknown:
             raise StructuredOutputError("structured_outputs", f"unknown field {unknown[0]!r} "
                                         f"(known: {', '.join(KINDS)})")

@@ -29,6 +29,10 @@ class StructuredState:
         pending: forced tokens computed after this step's sampled token, for the scheduler
             to append (then cleared).
         mask_s: seconds spent filling this sequence's masks.
+        explain: record :attr:`removed` at each masked step (``structured_outputs.explain``).
+        vocab_size: width of the masks (the logits' vocabulary), once one was filled.
+        removed: per output position, ``(mass, [(token_id, prob), ...])``: the probability
+            the mask removed (softmax of the raw logits) and the most likely removed tokens.
     """
 
     matcher: object
@@ -41,12 +45,16 @@ class StructuredState:
     allowed: dict[int, int] = field(default_factory=dict)
     pending: list[int] = field(default_factory=list)
     mask_s: float = 0.0
+    explain: bool = False
+    vocab_size: int = 0
+    removed: dict[int, tuple] = field(default_factory=dict)
 
     def fork(self) -> "StructuredState":
         """A copy for a forked sample or beam: its own matcher at the same point."""
         return StructuredState(self.matcher.deep_copy(), self.kind, self.eos_token_id,
                                False, self.consumed, set(self.forced), set(self.jumped),
-                               dict(self.allowed))
+                               dict(self.allowed), explain=self.explain,
+                               vocab_size=self.vocab_size, removed=dict(self.removed))
 
     def sync(self, output_ids: list[int]) -> None:
         """Feed the matcher the output tokens it has not consumed yet.
