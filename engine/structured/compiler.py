@@ -149,6 +149,17 @@ class GrammarCompiler:
             return template.deep_copy()
 
 
+    def valid_prefix(self, params: StructuredOutputsParams, token_ids: list[int]) -> int:
+        """How many leading tokens of ``token_ids`` the structure accepts: ``len(token_ids)``
+        when all of them, else the index of the first token that breaks it (an answer written
+        without the mask, checked against it).
+
+        Raises:
+            StructuredOutputError: as :meth:`prepare`.
+        """
+        return int(self.matcher_for(params).validate_tokens(list(token_ids)))
+
+
 def _short(message: str) -> str:
     """llguidance's reason cut to its first lines (its messages can echo the whole grammar)."""
     message = message.split("<state>")[0].strip()
