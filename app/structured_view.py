@@ -65,6 +65,25 @@ def structure_from(kind: str, text: str) -> dict | None:
     return {"choice": choices, "explain": True}
 
 
+def remote_fields(structure) -> dict:
+    """The request fields of a structure for a remote OpenAI-compatible server: a JSON schema
+    or any JSON object as OpenAI's ``response_format`` (OpenAI, vLLM, llama.cpp's server), a
+    regex, choice or grammar as vLLM's ``structured_outputs``; ``{}`` without one.
+
+    Args:
+        structure: ``SamplingParams.structured_outputs`` (``None`` or its params object).
+    """
+    if structure is None:
+        return {}
+    kind = structure.kind
+    if kind == "json":
+        return {"response_format": {"type": "json_schema", "json_schema": {
+            "name": "structure", "schema": structure.json}}}
+    if kind == "json_object":
+        return {"response_format": {"type": "json_object"}}
+    return {"structured_outputs": {kind: getattr(structure, kind)}}
+
+
 def mask_of(ev) -> dict | None:
     """A token's mask as its chip shows it, from a step event (``None`` without a
     structure): ``{"allowed", "vocab", "forced", "jumped", "mass", "removed": [[text, p]]}``."""

@@ -80,3 +80,17 @@ def test_the_page_modules_do_not_import_torch(name):
     mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(m == "torch" or m.startswith("torch.") for m in mods)
+
+
+def test_a_remote_server_gets_the_structure_in_the_openai_and_vllm_fields():
+    from app.structured_view import remote_fields
+    from engine.params import SamplingParams
+
+    def fields_of(structure):
+        return remote_fields(SamplingParams(structured_outputs=structure).structured_outputs)
+
+    assert fields_of(None) == {}
+    assert fields_of({"json": {"type": "object"}, "explain": True}) == {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "structure", "schema": {"type": "object"}}}}
+    assert fields_of({"json_object": True}) == {"response_format": {"type": "json_object"}}
+    assert fields_of({"choice": ["a", "b"]}) == {"structured_outputs": {"choice": ["a", "b"]}}
