@@ -77,8 +77,11 @@ def test_free_rows_batched_with_structured_rows_keep_their_solo_tokens(engine, l
 
 
 def test_samples_and_beams_with_a_schema_all_validate(engine):
-    out = run(engine, "List some colors.", {"json": COLORS}, temperature=1.0, seed=7, n=3)
+    h = engine.submit("List some colors.", SamplingParams(
+        max_tokens=40, structured_outputs={"json": COLORS}, temperature=1.0, seed=7, n=3))
+    out = h.result(300)
     assert len(out.outputs) == 3
+    assert {e.index for e in h.events if e.forced} == {0, 1, 2}  # '["' opens every sample
     for o in out.outputs:
         jsonschema.validate(json.loads(o.text), COLORS)
     out = run(engine, "List some colors.", {"json": COLORS}, temperature=0, num_beams=3, n=3)
