@@ -103,6 +103,10 @@ def test_forced_tokens_are_marked_and_jumped_without_a_forward_pass(engine):
     # every jumped token rode along with the pass of the token before it
     assert len({(e.start_s, e.end_s) for e in h.events}) == len(sampled)
     assert out.structured["jump_forward_tokens"] == len(jumped)
+    # the pass that feeds a sampled token and the forced ones after it is a decode step
+    prefill = (h.events[0].start_s, h.events[0].end_s)
+    later = [e.phase for e in h.events if (e.start_s, e.end_s) != prefill]
+    assert later and set(later) == {"decode"}
 
 
 def test_speculative_requests_turn_drafting_off_and_give_the_same_tokens(engine):

@@ -162,6 +162,8 @@ class Scheduler:
             entry.draft_ids = list(drafts)
             entry.num_new += len(drafts)
             entry.phase = "decode"
+        elif seq.structured is not None and n > 1 and seq.num_computed >= len(seq.prompt_ids):
+            entry.phase = "decode"  # the sampled token and the grammar's forced ones (jump-forward)
         seq.num_scheduled = entry.num_new
         return entry
 
