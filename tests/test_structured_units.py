@@ -93,3 +93,21 @@ def test_removed_by_mask_reports_the_mass_and_the_likeliest_removed_tokens():
     probs = torch.softmax(logits, -1)
     assert mass == pytest.approx(float(probs[1] + probs[3] + probs[4]), rel=1e-5)
     assert [t for t, _ in top] == [3, 1] and top[0][1] == pytest.approx(float(probs[3]), rel=1e-5)
+
+
+def test_a_failed_matcher_leaves_only_eos_and_reports_the_error():
+    from engine.structured.state import StructuredState
+
+    class Broken:
+        def consume_tokens(self, tokens):
+            return False
+
+        def get_error(self):
+            return "token rejected"
+
+    for eos in (2, 31, 63):
+        seq = _Seq(StructuredState(Broken(), "json", eos))
+        errors = {}
+        bm = masking.fill_bitmask([seq], [0], 100, errors)
+        assert isinstance(errors["r"], StructuredOutputError) and "token rejected" in str(errors["r"])
+        assert np.flatnonzero(masking._unpack_host(bm, 100)[0]).tolist() == [eos]

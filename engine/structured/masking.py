@@ -60,8 +60,9 @@ def fill_bitmask(seqs, rows: list[int], vocab: int, errors: dict) -> torch.Tenso
             fill_next_token_bitmask(st.matcher, bitmask, j)
         except ValueError as exc:
             errors[seq.request_id] = exc
-            bitmask[j].zero_()
-            bitmask[j, st.eos_token_id // 32] = 1 << (st.eos_token_id % 32)
+            row = bitmask[j].numpy().view(np.uint8)  # little-endian bytes of the row's words
+            row[:] = 0
+            row[st.eos_token_id // 8] = 1 << (st.eos_token_id % 8)
         st.mask_s += time.perf_counter() - start
     return bitmask
 
