@@ -193,3 +193,20 @@ def test_explain_records_what_the_mask_removed(engine):
     assert first.mask_detail["removed_mass"] > 0.5 and first.mask_detail["removed_top"]
     text, p = first.mask_detail["removed_top"][0]
     assert isinstance(text, str) and 0 < p <= first.mask_detail["removed_mass"] + 1e-6
+
+
+def test_grammars_compile_on_the_callers_thread_not_the_engines(engine, monkeypatch):
+    import threading
+
+    compiler = engine.structured.compiler
+    real, seen = compiler._compile, []
+
+    def spy(params):
+        seen.append(threading.current_thread().name)
+        return real(params)
+
+    monkeypatch.setattr(compiler, "_compile", spy)
+    out = run(engine, "Give two digits.", {"regex": "[0-9]{2}(-[0-9])?"}, max_tokens=8,
+              temperature=0)
+    assert re.fullmatch("[0-9]{2}(-[0-9])?", out.text)
+    assert seen == [threading.current_thread().name] and "llm-engine" not in seen
