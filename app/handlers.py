@@ -7,6 +7,7 @@ engine and read the frames directly.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Iterator
 
@@ -16,6 +17,7 @@ from . import cards, fields, figures
 from .errors import log_internal
 from .session import RunState, Throttle
 from .spec_view import spec_trace
+from .structured_view import structure_from
 from .shared import shared
 from .tokens_view import TokenChips, tokens_html
 
@@ -156,7 +158,8 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
 def generate(pg, session_id: str, mode: str, message: str, history: list | None, system_prompt: str,
              temperature: float, top_p: float, top_k: int, min_p: float, repetition_penalty: float,
              max_tokens: int, seed: int | None, use_kv_cache: bool,
-             notify: Callable[[str], None] | None = None) -> Iterator[dict]:
+             notify: Callable[[str], None] | None = None, structure_kind: str = "none",
+             structure_text: str = "") -> Iterator[dict]:
     """Run one request for the page and yield frames while it streams.
 
     Args:
@@ -168,6 +171,8 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         temperature ... seed: sampling settings (see :func:`make_params`); use_kv_cache: decode
             with a KV cache (False: recompute the whole sequence each step).
         notify: called with a message for every refused or failed request (a toast in the page).
+        structure_kind, structure_text: the sidebar's structured output
+            (:func:`app.structured_view.structure_from`).
 
     Yields:
         Frames (dicts keyed by :data:`OUTPUTS` names). The last frame has ``busy=False`` and,
@@ -190,6 +195,9 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         system_prompt = fields.text("system_prompt", system_prompt, default="")
         use_kv_cache = fields.flag("use_kv_cache", use_kv_cache)
         params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
+        structure = structure_from(structure_kind, structure_text)
+        if structure is not None:
+            params = dataclasses.replace(params, structured_outputs=structure)
         prompt = chat_messages(history, message, system_prompt) if mode == "chat" else message
         state = RunState(use_kv_cache=use_kv_cache)
         handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=use_kv_cache)

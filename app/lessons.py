@@ -37,6 +37,7 @@ from .lesson_sampling import (EXAMPLES, PENALTY_RULE, USE_CASES, answer_html, ex
                               explorer_generate, show_token, step_choices)
 from . import lesson_calculator, lesson_prefill, lesson_sampling
 from .spec_lesson import build_spec_lesson
+from .lesson_constrained import build_constrained_lesson
 
 TEXT = {
     "kv": "The same prompt runs twice, first with the KV cache and then without it; both runs "
@@ -308,6 +309,8 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             c.update(lesson_roofline.build(engine))
         with gr.Tab("Speculative decoding"):
             c.update(build_spec_lesson(engine))
+        with gr.Tab("Constrained decoding"):
+            c.update(build_constrained_lesson(engine))
     _wire(engine, c, session_kwargs or (lambda session_id: {}))
     return c
 

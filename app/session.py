@@ -12,6 +12,8 @@ from typing import Any
 
 from engine.output.metrics import RequestMetrics, RequestTimes
 
+from .structured_view import mask_of
+
 
 @dataclass
 class TokenView:
@@ -26,6 +28,8 @@ class TokenView:
         delta: the text the answer gained at this step (a whole character once its last
             byte-piece token arrives; ``""`` for the pieces before it).
         draft: a draft token (speculative decoding) the model accepted, not one it produced.
+        mask: with structured output, what the grammar's mask did at this token
+            (:func:`app.structured_view.mask_of`), else ``None``.
     """
 
     text: str
@@ -35,6 +39,7 @@ class TokenView:
     visible: bool = True
     delta: str = ""
     draft: bool = False
+    mask: dict | None = None
 
 
 def memory_to_plain(mem: Any) -> dict | None:
@@ -151,7 +156,8 @@ class RunState:
         top = [(c.text, float(c.prob)) for c in (ev.top_candidates or [])][:5]
         visible = bool(ev.text_delta) or not _looks_special(ev.token_text)
         self.tokens.append(TokenView(ev.token_text, float(ev.token_prob), top, ev.phase, visible,
-                                     ev.text_delta or "", bool(getattr(ev, "draft_accepted", 0))))
+                                     ev.text_delta or "", bool(getattr(ev, "draft_accepted", 0)),
+                                     mask_of(ev)))
         self.drafted.append(int(getattr(ev, "num_drafted", 0) or 0))
         self.step_out.append(int(getattr(ev, "tokens_in_step", 1) or 1))
         self.text += ev.text_delta or ""

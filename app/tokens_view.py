@@ -13,6 +13,8 @@ from __future__ import annotations
 import html
 import json
 
+from .structured_view import chip_extras
+
 PIECE = "\ufffd"  # what a lone byte of a multi-byte UTF-8 character decodes to
 
 LEGEND = (
@@ -21,7 +23,9 @@ LEGEND = (
     '<span class="tok-swatch" style="background:{mid}">so-so</span> '
     '<span class="tok-swatch" style="background:{lo}">surprising</span>. Hover or click a token '
     'to see the top-5 candidates it was picked from. A <span class="tok-swatch tok-draft">dashed'
-    '</span> chip is a drafted token the model accepted (speculative decoding).</div>'
+    '</span> chip is a drafted token the model accepted (speculative decoding); an '
+    '<span class="tok-swatch tok-forced">underlined</span> one was forced by the structured '
+    'output\'s grammar (the only token it allowed).</div>'
 )
 
 # Draws the chips (appending what the value gained since the last update) and shows the hovered
@@ -61,6 +65,14 @@ function show(chip) {
     note = PIECE_NOTE;
   }
   note = note ? `<div class="tip-note">${note}</div>` : '';
+  if (d.mask) {  // structured output: what the grammar's mask allowed and removed
+    const removed = JSON.parse(d.removed || '[]');
+    note += `<div class="tip-note">${esc(d.mask)}</div>`;
+    if (removed.length) {
+      note += '<div class="tip-note">most likely tokens the mask removed (before it):</div><table>' +
+        removed.map(([t, q]) => row(t, q, false)).join('') + '</table>';
+    }
+  }
   tip.innerHTML = `<b>token #${d.i}</b> (${esc(d.ph)}) · p = ${(p * 100).toFixed(1)}%${note}<table>${rows}</table>`;
   tip.style.display = 'block';
   place();
@@ -171,6 +183,10 @@ def token_html(tok, index: int) -> str:
         cls += " tok-piece"
     if getattr(tok, "draft", False):  # an accepted draft token (speculative decoding)
         cls += " tok-draft"
+    extra_cls, extra = chip_extras(tok)  # structured output: the grammar's mask
+    if extra:
+        cls += extra_cls
+        attrs += " " + " ".join(f'data-{k}="{html.escape(v, quote=True)}"' for k, v in extra.items())
     return (f'<span class="{cls}" tabindex="0" style="background:{prob_color(tok.prob)}" {attrs}>'
             f"{_shown(chip_text(tok))}</span>")
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from . import batch_view, cards, figures, handlers
+from . import batch_view, cards, figures, handlers, structured_view
 from .assets import load_examples
 from .errors import log_internal
 from .fmt import fmt_int
@@ -73,6 +73,7 @@ def _sidebar(pg) -> dict:
             system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1, elem_id="system-prompt",
                                      placeholder="optional, e.g. You are a concise assistant."),
         )
+        s.update(structured_view.controls())
         gr.HTML(cards.model_badge_html(pg.info))
         return s
 

@@ -105,10 +105,11 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     encode = {name: encoder(c) for name, c in zip(STREAM_KEYS + BUTTON_KEYS, gen_outputs)}
 
     def on_generate(mode, message, history, system_prompt, temperature, top_p, top_k, min_p, rep_penalty,
-                    max_tokens, seed, use_kv, request: gr.Request):
+                    max_tokens, seed, use_kv, structure_kind, structure_text, request: gr.Request):
         frames = handlers.generate(pg, request.session_hash, mode, message, history, system_prompt,
                                    temperature, top_p, top_k, min_p, rep_penalty, max_tokens, seed,
-                                   use_kv, notify=gr.Warning)
+                                   use_kv, notify=gr.Warning, structure_kind=structure_kind,
+                                   structure_text=structure_text)
         # the hidden chatbot of raw mode keeps the value it has (sending it back costs less than
         # a skip); the rolling table is resent until the request's end redraws it
         held = {"rolling": shared(pg).rolling_html()}
@@ -119,7 +120,8 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     # the conversation comes from the session's own state, never from the browser: a client
     # could otherwise send a forged Chatbot value (file or component messages naming server files)
     gen_inputs = [page.mode, page.message, page.history, page.system_prompt, page.temperature, page.top_p,
-                  page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv]
+                  page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv,
+                  page.structure_kind, page.structure_text]
     run = dict(fn=guard(on_generate), inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
                concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private",
                postprocess=False)  # stream_updates encodes the values (see encoder)

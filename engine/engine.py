@@ -28,6 +28,7 @@ from engine.output.output_processor import OutputProcessor
 from engine.core.sequence_group import new_group
 from engine.params import SamplingParams, sample_seed
 from engine.spec_decode.spec_state import spec_state_for
+from engine.structured.engine_part import StructuredOutputs
 from engine.wiring import build_parts, note_pool, release_free_memory
 from engine.worker.kv_pool import kv_dtype_name
 
@@ -76,6 +77,7 @@ class LLMEngine(EngineViews):
         if self.drafter is not None and self.probe is not None:
             self.probe.weights += self.drafter.weights_bytes
         self.output_processor = OutputProcessor(loaded.tokenizer, self.rolling)
+        self.structured = StructuredOutputs(loaded.tokenizer, loaded.model.config)
         self.recent_steps: deque[BatchInfo] = deque(maxlen=64)
         self._ids, self._steps = itertools.count(), itertools.count()
         self._lock = threading.Lock()
@@ -127,6 +129,8 @@ class LLMEngine(EngineViews):
         Raises:
             ValueError: empty or malformed prompt, a bad argument, or a prompt (plus
                 ``max_tokens``) that does not fit the context window; the message names it.
+                A structure (``params.structured_outputs``) that does not compile raises
+                :class:`engine.structured.params.StructuredOutputError` naming its field.
             QueueFullError: the waiting queue is full.
             EngineShutdownError: the engine was shut down.
         """
@@ -142,6 +146,8 @@ class LLMEngine(EngineViews):
         check_fits(len(prompt_ids), params.max_tokens, ctx,
                    "the context window" if ctx == self.info.context_len else "the KV cache pool")
         rid = request_id or f"req-{next(self._ids)}"
+        # the grammar compiles here, on the caller's thread, not between the engine's steps
+        structured = self.structured.state_for(params, self.paged and use_kv_cache)
         if params.group_width > 1 or params.use_beam_search:
             if speculative not in (None, False, "off"):
                 raise ValueError("speculative decoding works on one-sequence requests: use it "
@@ -156,6 +162,7 @@ class LLMEngine(EngineViews):
             seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
                            use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
                            cache_salt=cache_salt, source=source, spec=spec)
+        self.structured.attach(seq, structured)
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
         with self._wake:
@@ -310,6 +317,7 @@ class LLMEngine(EngineViews):
     def _finish(self, seqs: list[Sequence]) -> None:
         """Free the caches of finished sequences and hand their outputs to their callers."""
         self.runner.release([s.request_id for s in seqs])
+        self.structured.release(seqs)
         if self.drafter is not None:
             for s in seqs:
                 self.drafter.release(s.request_id)

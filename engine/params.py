@@ -57,6 +57,12 @@ class SamplingParams:
             soon as ``num_beams`` beams have finished; ``False`` also ends when no running beam
             can beat the worst finished one at its current length; ``"never"`` assumes the
             longest possible length for that check when ``length_penalty > 0``.
+        structured_outputs: a structure the output must follow (vLLM's name): a
+            :class:`engine.structured.params.StructuredOutputsParams` or a dict of one of its
+            fields, ``json`` (a JSON schema), ``json_object``, ``regex``, ``choice`` or
+            ``grammar``; ``None`` for free text. Each step masks the tokens that would break
+            it; the request ends with ``stop`` when the structure is complete. Not with
+            ``ignore_eos``. Whether it compiles is checked at submit.
 
     Raises:
         ValueError: from ``__post_init__``, naming the field and its allowed range.
@@ -79,6 +85,7 @@ class SamplingParams:
     num_beams: int = 1
     length_penalty: float = 1.0
     early_stopping: bool | str = False
+    structured_outputs: object = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -106,6 +113,13 @@ class SamplingParams:
         for tid in self.stop_token_ids:
             _check_int("stop_token_ids", tid, lambda v: v >= 0, "token ids >= 0")
         self._check_group()
+        if self.structured_outputs is not None:
+            from engine.structured.params import StructuredOutputsParams
+
+            self.structured_outputs = StructuredOutputsParams.coerce(self.structured_outputs)
+            if self.ignore_eos:
+                raise ValueError("ignore_eos must be false with structured_outputs: a complete "
+                                 "structure ends with EOS")
 
     def _check_group(self) -> None:
         """Checks of ``n``, ``best_of`` and the beam search settings."""

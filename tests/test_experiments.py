@@ -39,6 +39,7 @@ FIELDS = {
                   "matching_prefix", "engine"},
     "speculative": {"new_tokens", "pairs", "num_speculative_tokens", "rows", "verify_ms",
                     "verify_cost", "engine"},
+    "structured": {"mask_rows", "decode_step_ms", "compile", "forced", "engine"},
     "compile": {"batch_sizes", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup", "rounds",
                 "compile", "bandwidth_gb_per_s", "bytes_per_step", "ceiling_tokens_per_s",
                 "roofline_fraction", "parity", "profile"},

@@ -19,6 +19,7 @@ from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.params import SamplingParams
 
+from ..structured_view import remote_fields
 from .metrics import MetricsPoller
 from .stream import RemoteError, StreamFolder, open_stream, sse_data
 from .view import RemoteView
@@ -232,6 +233,7 @@ class RemoteEngine:
             body["min_p"] = params.min_p
         if params.repetition_penalty != 1.0:
             body["repetition_penalty"] = params.repetition_penalty
+        body.update(remote_fields(params.structured_outputs))  # the sidebar's structured output
         if raw:
             return "/completions", {**body, "prompt": prompt, "logprobs": 5}
         messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]

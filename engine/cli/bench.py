@@ -13,7 +13,7 @@ from engine.cli.generate import WEIGHTS
 from engine.config import KV_CACHE_DTYPES
 
 EXPERIMENT_NAMES = ["vs-hf", "kv-cache", "prompt-length", "decode-share", "batch", "roofline",
-                    "telemetry-cost", "llama-cpp", "quantization", "speculative", "compile"]  # the registry's order, listed here so --help needs no torch
+                    "telemetry-cost", "llama-cpp", "quantization", "speculative", "structured", "compile"]  # the registry's order, listed here so --help needs no torch
 
 
 def register(sub) -> None:

@@ -24,6 +24,7 @@ from engine.core.sequence_group import admit_group, preemption_unit, seats, upda
 from engine.errors import QueueFullError
 from engine.outputs import ModelRunnerOutput
 from engine.spec_decode.scheduling import accept_tokens, draft_tokens
+from engine.structured.bookkeeping import append_forced
 
 __all__ = ["Scheduler", "QueueFullError"]
 
@@ -161,6 +162,8 @@ class Scheduler:
             entry.draft_ids = list(drafts)
             entry.num_new += len(drafts)
             entry.phase = "decode"
+        elif seq.structured is not None and n > 1 and seq.num_computed >= len(seq.prompt_ids):
+            entry.phase = "decode"  # the sampled token and the grammar's forced ones (jump-forward)
         seq.num_scheduled = entry.num_new
         return entry
 
@@ -211,6 +214,8 @@ class Scheduler:
             if seq.spec is not None and e.phase == "decode":
                 seq.spec.record(0, 0, 1)
             reason = self._check_stop(seq, sample.token_id)
+            if reason is None and seq.structured is not None:  # tokens the grammar forces next
+                reason = append_forced(seq, self._check_stop)
             if reason is not None:
                 self._finish(seq, reason)
                 finished.append(seq)

@@ -53,6 +53,8 @@ class Sequence:
         cumulative_logprob: sum of the natural logs of its tokens' probabilities, as the
             sampler chose them (a beam: the sum of log-softmax values beam search ranks by).
         spec: its :class:`engine.spec_decode.spec_state.SpecState` when it may speculate.
+        structured: its :class:`engine.structured.state.StructuredState` when its output
+            must follow a structure (``params.structured_outputs``).
     """
 
     request_id: str
@@ -83,6 +85,7 @@ class Sequence:
         """The request id the caller knows (its group's, for a sample or a beam)."""
         return self.group.request_id if self.group is not None else self.request_id
     spec: object = None
+    structured: object = None
 
     @property
     def num_tokens(self) -> int:

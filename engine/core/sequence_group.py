@@ -114,7 +114,8 @@ def fork(bm, parent: Sequence, index: int, generator=None) -> Sequence:
                      output_ids=list(parent.output_ids), block_table=bm.fork(parent.block_table),
                      num_computed=parent.num_computed, first_unkeyed=parent.first_unkeyed,
                      preemptions=parent.preemptions, group=g, index=index,
-                     cumulative_logprob=parent.cumulative_logprob)
+                     cumulative_logprob=parent.cumulative_logprob,
+                     structured=parent.structured.fork() if parent.structured is not None else None)
     g.seqs.append(child)
     return child
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
-from . import (batch, compile_step, decode_share, kv_cache, llama_cpp, prompt_length, quantization, roofline,
-               speculative, telemetry_cost, vs_hf)
+from . import (batch, compile_step, decode_share, kv_cache, llama_cpp, prompt_length,
+               quantization, roofline, speculative, structured, telemetry_cost, vs_hf)
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _entry(mod: ModuleType) -> Experiment:
 EXPERIMENTS: dict[str, Experiment] = {
     e.name: e for e in map(_entry, (vs_hf, kv_cache, prompt_length, decode_share, batch,
                                     roofline, telemetry_cost, llama_cpp, quantization,
-                                    speculative, compile_step))
+                                    speculative, structured, compile_step))
 }
 
 

@@ -66,6 +66,13 @@ class StepEvent:
         draft_accepted: this token is an accepted draft (False for the model's own token).
         tokens_in_step: output tokens the step produced for this request (1 without
             speculation; a verified step's events share it and its ``start_s``/``end_s``).
+        forced: with structured output, the grammar allowed only this token.
+        jumped: a forced token appended without a forward pass of its own (jump-forward).
+        allowed_tokens: with structured output, how many ids the mask allowed at this step
+            (``None`` without a structure, or for a jumped token).
+        mask_detail: with structured output, ``{"vocab_size", "removed_mass", "removed_top"}``:
+            the mask's width and, with ``structured_outputs.explain``, the probability it
+            removed and the most likely removed tokens as ``[text, prob]`` (before the mask).
     """
 
     request_id: str
@@ -92,6 +99,10 @@ class StepEvent:
     num_drafted: int = 0
     draft_accepted: bool = False
     tokens_in_step: int = 1
+    forced: bool = False
+    jumped: bool = False
+    allowed_tokens: int | None = None
+    mask_detail: dict | None = None
 
     @property
     def duration_s(self) -> float:
@@ -158,6 +169,8 @@ class RequestOutput:
         source: who sent it, ``"user"`` or ``"lesson"`` (``LLMEngine.submit``).
         speculative: its speculative decoding figures
             (:meth:`engine.spec_decode.spec_state.SpecState.summary`), ``None`` without.
+        structured: its structured-output figures (forced and jumped tokens, mask time:
+            :meth:`engine.structured.state.StructuredState.summary`), ``None`` without.
     """
 
     request_id: str
@@ -175,6 +188,7 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
     source: str = "user"
     speculative: dict | None = None
+    structured: dict | None = None
 
     @property
     def finished_ok(self) -> bool:

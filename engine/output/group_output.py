@@ -17,6 +17,7 @@ from engine.core.sequence import Sequence
 from engine.core.sequence_group import group_result
 from engine.output.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from engine.output.events import Candidate, CompletionOutput, StepEvent
+from engine.structured.bookkeeping import token_marks
 
 
 @dataclass
@@ -107,7 +108,8 @@ class GroupOutputs:
                 top_candidates=[Candidate(i, text(i), p, _log(p))
                                 for i, p in zip(choice.top_ids, choice.top_probs)],
                 finish_reason=reason, index=s.index,
-                **{**common, "block_table": list(s.block_table)}))
+                **{**common, "block_table": list(s.block_table)},
+                **token_marks(s, len(s.output_ids) - 1, text)))
         state.pending_start_s = None
         return stopped
 

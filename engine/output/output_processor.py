@@ -20,6 +20,7 @@ from engine.output.group_output import GroupOutputs
 from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.outputs import ModelRunnerOutput
+from engine.structured.bookkeeping import token_marks, with_forced
 
 log = logging.getLogger("engine")
 
@@ -119,6 +120,8 @@ class OutputProcessor:
                 accepted = len(drafts)
                 new = len(seq.output_ids) - len(state.times.token_times)
                 choices = (drafts + [choice])[:max(1, new)]
+            else:  # with jump-forward, the grammar's forced tokens follow the sampled one
+                choices = with_forced(seq, choice, len(seq.output_ids) - len(state.times.token_times))
             first_step = len(seq.output_ids) - len(choices)
             for j, c in enumerate(choices):
                 last = j == len(choices) - 1
@@ -142,7 +145,7 @@ class OutputProcessor:
                     finish_reason=_reason(seq, state) if last or cut else None,
                     memory=memory, batch=batch, block_table=e.block_table,
                     num_drafted=len(e.draft_ids), draft_accepted=j < accepted,
-                    tokens_in_step=len(choices)))
+                    tokens_in_step=len(choices), **token_marks(seq, first_step + j, text)))
                 if cut:
                     break
             state.pending_start_s = None
@@ -191,7 +194,8 @@ class OutputProcessor:
             stop_reason=state.stop_reason if state.stop_reason is not None else seq.stop_reason,
             use_kv_cache=seq.use_kv_cache, memory=state.last_memory,
             deltas=[e.text_delta for e in state.handle.events], source=seq.source,
-            speculative=seq.spec.summary() if seq.spec is not None else None)
+            speculative=seq.spec.summary() if seq.spec is not None else None,
+            structured=seq.structured.summary() if seq.structured is not None else None)
         self.counts[reason.outcome] += 1
         if self.rolling is not None:
             self.rolling.add(output)

@@ -17,6 +17,7 @@ from engine.serve.errors import APIError
 from engine.serve.metrics import CONTENT_TYPE, EngineMetrics
 from engine.serve.protocol import ChatCompletionRequest, CompletionRequest
 from engine.serve.requests import submit_choices
+from engine.serve.structured import compile_off_loop
 from engine.serve.responses import Builder
 from engine.serve.streaming import ClientGone, EventStream, chunks, wait_all
 
@@ -88,6 +89,7 @@ def create_api(state: ServeState, api_key: str | None = None) -> FastAPI:
 async def _complete(state: ServeState, request: Request, kind: str, prompt, params, top, body):
     """Submit the request's choices, then stream them or wait for them all."""
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
+    await compile_off_loop(state.engine, params, body.structure()[1])  # a structure's grammar
     choices = submit_choices(state.engine, prompt, params, body.n, raw=(kind != "chat"),
                              id_prefix=rid)
     builder = Builder(kind, state.model_name, rid, top)

@@ -5,6 +5,8 @@ The fields are OpenAI's; ``top_k``, ``min_p``, ``repetition_penalty`` and ``igno
 accepted as extra fields, as vLLM does. Fields OpenAI defines that this engine cannot honour
 (``echo``, ``suffix``, ``best_of`` other than ``n``, ``logit_bias``, tools) are refused with a
 400 naming them rather than silently ignored; unknown fields are ignored, as vLLM does.
+Structured output comes as OpenAI's ``response_format`` or vLLM's ``structured_outputs`` /
+``guided_*`` fields (:mod:`engine.serve.structured`).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.params import SamplingParams
 from engine.serve.errors import APIError, bad_value
+from engine.serve.structured import api_error, structure_of
+from engine.structured.params import StructuredOutputError
 
 MAX_N = 16
 """Most choices one request may ask for (``n``); each is an engine request of its own."""
 MAX_TOP_LOGPROBS = 5
 """The sampler keeps the 5 most likely tokens of each step (``engine.worker.sampler``)."""
 PARAM_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                "presence_penalty", "frequency_penalty", "max_tokens", "seed", "stop")
+                "presence_penalty", "frequency_penalty", "max_tokens", "seed", "stop", "ignore_eos")
 
 
 class StreamOptions(BaseModel):
@@ -53,6 +57,17 @@ class _Common(BaseModel):
     min_p: float | None = None
     repetition_penalty: float | None = None
     ignore_eos: bool = False
+    # structured output: OpenAI's response_format; vLLM's structured_outputs and guided_*
+    response_format: Any = None
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+
+    def structure(self) -> tuple[dict | None, dict[str, str]]:
+        """The structure asked for and its field names (:func:`engine.serve.structured.structure_of`)."""
+        return structure_of(self)
 
     def sampling_params(self, max_tokens: int | None) -> SamplingParams:
         """The engine's settings for this request (OpenAI's defaults where a field is absent:
@@ -70,8 +85,12 @@ class _Common(BaseModel):
                   "frequency_penalty": self.frequency_penalty, "seed": self.seed,
                   "stop": self.stop}
         kwargs = {k: v for k, v in values.items() if v is not None}
+        structure, fields = self.structure()
         try:
-            return SamplingParams(max_tokens=max_tokens, ignore_eos=self.ignore_eos, **kwargs)
+            return SamplingParams(max_tokens=max_tokens, ignore_eos=self.ignore_eos,
+                                  structured_outputs=structure, **kwargs)
+        except StructuredOutputError as exc:
+            raise api_error(exc, fields) from None
         except ValueError as exc:
             raise bad_value(exc, PARAM_FIELDS) from None
 

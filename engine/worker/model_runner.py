@@ -143,7 +143,19 @@ class ModelRunner:
         out.spans[rid] = (start, time.perf_counter())
 
     def sample(self, seq: Sequence, logits: torch.Tensor) -> SampleResult:
-        """The next token of one sequence from its ``[V]`` last-position logits."""
+        """The next token of one sequence from its ``[V]`` last-position logits (masked by
+        its grammar first when it has a structure).
+
+        Raises:
+            ValueError: its grammar matcher failed.
+        """
+        if seq.structured is not None:
+            from engine.structured.masking import apply_structured_masks
+
+            errors: dict = {}
+            logits = apply_structured_masks(logits[None], [seq], errors)[0]
+            if errors:
+                raise errors[seq.request_id]
         return self.sampler.sample(logits, seq.params, seq.all_ids, seq.output_ids,
                                    seq.generator)
 

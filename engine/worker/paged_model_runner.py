@@ -13,6 +13,7 @@ from engine.outputs import ModelRunnerOutput
 from engine.worker.group_sampling import sample_group_rows, split_group_rows
 from engine.worker.sampler import Sampler
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
+from engine.structured.masking import apply_structured_masks, drop_masked_candidates, jump_forward
 
 VERIFY_TOKENS_MAX = 17
 
@@ -168,9 +169,11 @@ class PagedModelRunner(ModelRunner):
 
             logits = verify_drafts([e for e in entries if e.samples], logits, out)
         sampling = [e.seq for e in entries if e.samples and not e.draft_ids]
+        logits = apply_structured_masks(logits, sampling, out.errors)  # grammar masks, if any
         plain, own = split_group_rows(sampling)
         if own:  # samples before their fork, and beams: the group takes the logits
             sample_group_rows(self.sampler, logits[own], [sampling[i] for i in own], out)
+            drop_masked_candidates([sampling[i] for i in own], out.beam_candidates)
             logits, sampling = logits[plain], [sampling[i] for i in plain]
         if sampling:
             choices = self.sampler.sample_many(
@@ -181,6 +184,7 @@ class PagedModelRunner(ModelRunner):
                     out.errors[seq.request_id] = choice
                 else:
                     out.sampled[seq.request_id] = choice
+            jump_forward(sampling, out.sampled, out.errors)
         end = time.perf_counter()
         out.batch_size = max(out.batch_size, len(entries))
         for e in entries:

@@ -1,0 +1,96 @@
+"""The page's structured output on the embedded model: the sidebar's choice becomes the
+engine's structure, the chips show the mask, a bad structure is a clear message and the next
+request is served, and the "Constrained decoding" lesson runs."""
+
+import json
+
+import pytest
+
+from app import handlers
+from app.structured_view import EXAMPLES, example_text, mask_label, structure_from
+
+
+def test_the_sidebar_choice_becomes_the_engines_structure():
+    assert structure_from("none", "anything") is None
+    person = structure_from("json", example_text("A person"))
+    assert person == {"json": EXAMPLES["A person"], "explain": True}
+    assert structure_from("regex", r"\d+") == {"regex": r"\d+", "explain": True}
+    assert structure_from("choice", "yes\n\n no \n")["choice"] == ["yes", "no"]
+    for kind, text, words in [("json", "{oops", "not valid JSON"), ("regex", " ", "box is empty"),
+                              ("xml", "a", "kind must be")]:
+        with pytest.raises(ValueError, match=words):
+            structure_from(kind, text)
+    assert mask_label({"allowed": 7, "vocab": 49152, "forced": False, "mass": 0.25}) == \
+        "7 of 49,152 allowed; the mask removed 25.0% of the probability"
+    assert "jump-forward" in mask_label({"jumped": True})
+
+
+@pytest.fixture(scope="module")
+def pg(engine, tmp_path_factory):
+    from app.service import Playground
+
+    return Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"), monitor=False)
+
+
+def _run(pg, kind, text, prompt="Describe a person as JSON."):
+    return list(handlers.generate(pg, "structured", "chat", prompt, [], "", 0, 1.0, 0, 0.0, 1.0,
+                                  40, 0, True, structure_kind=kind, structure_text=text))
+
+
+def test_the_chips_show_the_mask_and_a_bad_structure_is_a_clear_message(pg):
+    frames = _run(pg, "json", example_text("A person"))
+    last = frames[-1]
+    answer = last["history"][-1]["content"]
+    assert set(json.loads(answer)) == {"name", "age"}
+    chips = last["tokens"]
+    assert "of 49,152 allowed" in chips and "tok-forced" in chips and "data-removed" in chips
+    bad = _run(pg, "regex", "[a-z")
+    assert "structured_outputs.regex" in bad[-1]["status"] and "unclosed" in bad[-1]["status"]
+    again = _run(pg, "choice", "yes\nno", prompt="Is the sky blue?")
+    assert again[-1]["history"][-1]["content"] in ("yes", "no")
+
+
+def test_the_constrained_decoding_lesson_runs(engine):
+    from app.lesson_constrained import run_lesson
+
+    free, held, fig, note = run_lesson(engine, "A person", "", 0, 48)
+    text = held.strip("`").removeprefix("json\n").strip()
+    assert set(json.loads(text)) == {"name", "age"}
+    assert free.startswith("```") and "forced" in note
+    bars = fig.data[0]
+    assert len(bars.x) == len(bars.y) > 3 and all(0 <= y <= 1 for y in bars.y)
+    assert "free answer" in note.lower()
+
+
+def test_the_page_builds_with_the_structured_controls_and_the_lesson(pg):
+    from app.ui import build_demo
+
+    demo = build_demo(pg)
+    ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    assert {"structure-kind", "structure-text", "lesson-cd-run"} <= ids
+
+
+@pytest.mark.parametrize("name", ["structured_view.py", "lesson_constrained.py"])
+def test_the_page_modules_do_not_import_torch(name):
+    import ast
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "app" / name
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m == "torch" or m.startswith("torch.") for m in mods)
+
+
+def test_a_remote_server_gets_the_structure_in_the_openai_and_vllm_fields():
+    from app.structured_view import remote_fields
+    from engine.params import SamplingParams
+
+    def fields_of(structure):
+        return remote_fields(SamplingParams(structured_outputs=structure).structured_outputs)
+
+    assert fields_of(None) == {}
+    assert fields_of({"json": {"type": "object"}, "explain": True}) == {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "structure", "schema": {"type": "object"}}}}
+    assert fields_of({"json_object": True}) == {"response_format": {"type": "json_object"}}
+    assert fields_of({"choice": ["a", "b"]}) == {"structured_outputs": {"choice": ["a", "b"]}}
