@@ -219,6 +219,20 @@ def embedded_config_folder(name: str, progress=None) -> Path:
     return _embedded_meta(emb, gguf, progress)
 
 
+def embedded_weights_folder(name: str, progress=None) -> Path:
+    """A transformers folder (fp32 safetensors, config, tokenizer) of an embedded model,
+    dequantized from its GGUF once and cached: what another engine (vLLM, say) loads to serve
+    the same model.
+
+    Raises:
+        ModelLoadError: ``name`` is not an embedded model, or its package is not installed.
+    """
+    emb = _embedded_for(name)
+    if emb is None:
+        raise ModelLoadError(f"model {name!r} is not an embedded model ({', '.join(EMBEDDED)})")
+    return _embedded_folder(emb, progress)[0]
+
+
 def _locate(name: str, progress) -> tuple[str, str, dict]:
     """Map a model name to (path or hub id, source description, extra from_pretrained kwargs)."""
     key = name.lower()
