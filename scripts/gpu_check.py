@@ -237,6 +237,27 @@ def launches_per_decode_step(loaded, batch: int) -> dict:
     return out
 
 
+def compiled_step(loaded, sizes=(1, 16), new_tokens: int = 64) -> dict:
+    """The compiled decode step (``compile="on"``: the compact Llama forward through
+    torch.compile on the same batch buckets) beside the CUDA-graph runner (the ``auto`` default
+    on CUDA): compile time, decode tokens/s per batch size, greedy tokens equal."""
+    from engine import LLMEngine
+
+    out = {}
+    for mode in ("on", "auto"):
+        eng = LLMEngine(loaded, telemetry=False, compile=mode, compile_batch_sizes=tuple(sizes))
+        try:
+            status = eng.wait_compiled(240)
+            figures = batch_figures(eng, sizes, new_tokens)
+            out[f"compile_{mode}"] = {"status": eng.compile_status(), "runner":
+                                      type(eng.runner).__name__, "batch": figures,
+                                      "greedy": greedy_ids(eng, "Explain the KV cache.", 32)[0]}
+        finally:
+            eng.shutdown()
+    out["greedy_equal"] = out["compile_on"]["greedy"] == out["compile_auto"]["greedy"]
+    return out
+
+
 def nvml_readings(engine) -> dict:
     gpu = getattr(engine, "gpu", None)
     if gpu is None:
@@ -323,6 +344,8 @@ def main(argv=None) -> int:
                 loaded.model.to(torch.float32)
 
         _step(report, "parity_greedy_bf16", bf16_parity)
+    _step(report, "compiled_step", lambda: compiled_step(loaded, (1, 2) if args.quick else (1, 16),
+                                                          8 if args.quick else 64))
     if device.startswith("cuda"):
         for b in (1, 32):
             _step(report, f"launches_batch_{b}", lambda b=b: launches_per_decode_step(loaded, b))

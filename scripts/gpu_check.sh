@@ -2,8 +2,9 @@
 # One prepared run on a machine with an NVIDIA GPU (at most about 10 minutes):
 #   1. the tests marked `gpu`;
 #   2. scripts/gpu_check.py: environment, pool set-up, a short generation with telemetry,
-#      greedy parity with Hugging Face generate, batch 1 and 16, NVML readings, and the batch
-#      experiment in quick mode; all figures in one JSON.
+#      greedy parity with Hugging Face generate, batch 1 and 16, NVML readings, the batch
+#      experiment in quick mode, and the compiled decode step (torch.compile over the batch
+#      buckets) beside the CUDA-graph runner; all figures in one JSON.
 # Usage: bash scripts/gpu_check.sh [OUT_DIR] [MODEL_DIR]
 #   OUT_DIR defaults to $OUT (or gpu-check-out). MODEL_DIR: a folder with the model's config
 #   and tokenizer files; without weights in it, the model gets seeded random weights (make it

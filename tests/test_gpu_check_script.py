@@ -34,11 +34,14 @@ def test_gpu_check_script_runs_on_cpu_with_random_weights(loaded, tmp_path):
     report = json.loads(out.read_text())
     for part in ("environment", "telemetry_run", "parity_greedy", "paged_scenarios",
                  "prefill_memory", "batch", "nvml", "itl",
-                 "telemetry_on_off", "ttft_first_vs_second", "batch_experiment_quick"):
+                 "telemetry_on_off", "ttft_first_vs_second", "batch_experiment_quick",
+                 "compiled_step"):
         assert "error" not in report[part], (part, report[part])
     assert "random weights" in report["model"]["source"]
     assert report["parity_greedy"]["identical"] is True
     assert all(report["paged_scenarios"].values()), report["paged_scenarios"]
     assert report["batch"]["batch_2"]["tokens_per_s_total"] > 0
     assert report["pool"]["num_blocks"] > 0
+    assert report["compiled_step"]["compile_on"]["status"]["status"] == "ready"
+    assert report["compiled_step"]["greedy_equal"] in (True, False)
     assert report["telemetry_run"]["memory_last_step"]["parts"]
