@@ -99,9 +99,9 @@ def make_stats(pg):
         cache between users (it would count their hits)."""
         return {"engine": pg.stats(), "rolling": pg.rolling_summary(),
                 "model": {"name": pg.info.name, "device": pg.info.device, "dtype": pg.info.dtype,
-                          "weights": getattr(pg.info, "weights", "") or pg.info.dtype,
+                          "weights": pg.info.weights or pg.info.dtype,
                           "weights_bytes": pg.info.weights_bytes,
-                          "kv_cache_dtype": getattr(pg.info, "kv_dtype", "") or pg.info.dtype}}
+                          "kv_cache_dtype": pg.info.kv_dtype or pg.info.dtype}}
 
     return stats
 

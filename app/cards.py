@@ -90,33 +90,34 @@ def status_html(text: str, kind: str = "info") -> str:
 def kv_element_bytes(info) -> int:
     """Bytes per cached K or V element: the engine's KV cache dtype (``info.kv_dtype_bytes``),
     else the model's dtype."""
-    return getattr(info, "kv_dtype_bytes", 0) or info.dtype_bytes
+    return info.kv_dtype_bytes or info.dtype_bytes
 
 
 def kv_dtype_label(info) -> str:
     """The KV cache's dtype name (``fp8 (e4m3)``, ``bfloat16``...), else the model's."""
-    return getattr(info, "kv_dtype", "") or info.dtype
+    return info.kv_dtype or info.dtype
 
 
 def precision_line(info) -> str:
     """Which precision runs: weights storage, compute dtype and KV cache, e.g. ``weights <b>int4</b>
     · compute bfloat16 · KV cache bfloat16``; the loader's note (how the weights got there) as a
     tooltip."""
-    weights = getattr(info, "weights", "") or info.dtype
-    note = getattr(info, "weights_note", "") or ""
+    weights = info.weights or info.dtype
+    note = info.weights_note or ""
     return (f"<div class='model-precision' title='{html.escape(note, quote=True)}'>weights "
             f"<b>{html.escape(weights)}</b> · compute {html.escape(info.dtype)} · KV cache "
             f"<b>{html.escape(kv_dtype_label(info))}</b></div>")
 
 
-def model_badge_html(info) -> str:
-    """The model in use, its size and its precision, from the engine's ``ModelInfo`` (a remote
-    engine's info draws its own badge: engine, address, model)."""
-    if getattr(info, "remote", None) is not None:
-        return info.remote.badge_html()
-    arch = getattr(info, "architecture", "") or ""
+def model_badge_html(info, remote=None) -> str:
+    """The model in use, its size and its precision, from the engine's ``ModelInfo``; a remote
+    engine's view (``remote``, :class:`app.remote.view.RemoteView`) draws its own badge:
+    engine, address, model."""
+    if remote is not None:
+        return remote.badge_html()
+    arch = info.architecture or ""
     spec = info.spec
-    weights = getattr(info, "weights", "") or info.dtype
+    weights = info.weights or info.dtype
     return (
         "<div class='model-badge'>"
         f"<div class='model-name'>{html.escape(info.name)}</div>"
@@ -131,7 +132,7 @@ def model_badge_html(info) -> str:
 
 def _eos_line(info) -> str:
     """The tokens that end generation (EOS set), e.g. ``<|endoftext|> (0), <|im_end|> (2)``."""
-    eos = getattr(info, "eos_tokens", ()) or ()
+    eos = info.eos_tokens or ()
     if not eos:
         return ""
     names = ", ".join(f"{html.escape(str(t))} ({i})" for i, t in eos)
@@ -140,7 +141,7 @@ def _eos_line(info) -> str:
 
 def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,
                     bytes_per_token: int | None = None, pool_bytes: int | None = None,
-                    prompt_tokens: int = 0, output_tokens: int = 0) -> str:
+                    prompt_tokens: int = 0, output_tokens: int = 0, remote=None) -> str:
     """The KV cache formula written out with this model's numbers, and checked against the cache.
 
     Args:
@@ -153,9 +154,10 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
             than in the model's dtype when the KV cache is stored in fewer bytes.
         prompt_tokens, output_tokens: the request's prompt length and N, its output tokens so
             far; when ``tokens`` = prompt + N − 1 a line says why the newest token is not cached.
+        remote: a remote engine's view: its ``/metrics`` figures instead.
     """
-    if getattr(info, "remote", None) is not None:  # a remote engine: its /metrics figures
-        return info.remote.kv_html()
+    if remote is not None:
+        return remote.kv_html()
     spec = info.spec
     elem = kv_element_bytes(info)
     per_tok = bytes_per_token or kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim, elem)

@@ -65,9 +65,8 @@ def run(pg, session_id: str, mode, prompt, width, temperature, max_tokens, lengt
     except Exception as exc:  # noqa: BLE001 - logged; the client gets an error id only
         yield gr.skip(), cards.status_html(log_internal("Decoding", exc), "error")
         return
-    engine = pg.engine
-    decode = engine.tokenizer.decode
-    block_size = getattr(getattr(engine, "block_manager", None), "block_size", 16)
+    decode = pg.engine.detokenize
+    block_size = pg.engine_stats().block_size or 16
     texts: dict[int, str] = {}
     view = None
     try:

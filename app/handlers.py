@@ -91,7 +91,7 @@ def chat_messages(history: list | None, message: str, system_prompt: str = "") -
 
 def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> dict:
     """The panels before any request (also what Clear shows)."""
-    remote = getattr(pg.info, "remote", None)  # a remote engine draws its KV and memory panels
+    remote = pg.remote_view  # a remote engine draws its KV and memory panels
     return {
         "status": cards.status_html(note, "info"),
         "tokens": tokens_html([]),
@@ -99,7 +99,7 @@ def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> 
         "latency": figures.latency_figure([], [], []),
         "kv": remote.kv_figure() if remote else figures.kv_figure([], [], pg.bytes_per_token),
         "kv_formula": cards.kv_formula_html(pg.info, bytes_per_token=pg.bytes_per_token,
-                                            pool_bytes=getattr(pg, "pool_bytes", None)),
+                                            pool_bytes=pg.pool_bytes, remote=remote),
         "memory": remote.memory_figure() if remote else figures.memory_figure(None),
     }
 
@@ -125,8 +125,8 @@ def _kv_formula(pg, state: RunState) -> str:
     last_tokens = state.kv_tokens[-1] if state.kv_tokens else None
     return cards.kv_formula_html(pg.info, last_tokens if state.use_kv_cache else None,
                                  state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token,
-                                 getattr(pg, "pool_bytes", None), state.prompt_tokens,
-                                 len(state.token_index))
+                                 pg.pool_bytes, state.prompt_tokens,
+                                 len(state.token_index), remote=pg.remote_view)
 
 
 def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:
@@ -145,7 +145,7 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
     if memory:
         frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None,
                                                 request_done=state.done)
-    remote = getattr(pg.info, "remote", None)
+    remote = pg.remote_view
     if remote is not None:  # the server's KV usage over time; no memory breakdown
         frame["kv"] = remote.kv_figure()
         if memory:

@@ -48,7 +48,7 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
     n = fields.whole("new_tokens", new_tokens)
     if not 4 <= n <= 128:
         raise ValueError(f"new_tokens must be in [4, 128], got {n}")
-    return batch.run(engine.loaded, quick=True, progress=progress, backends=["engine"], repeats=1,
+    return batch.run(engine.experiment_model(), quick=True, progress=progress, backends=["engine"], repeats=1,
                      engine=LessonEngine(engine, "batch", submit_kwargs), batch_sizes=list(SIZES),
                      new_tokens=n)
 

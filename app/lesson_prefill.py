@@ -87,7 +87,7 @@ def run_sweep(engine, largest: int, repeats: int = 1, progress=None) -> tuple[go
         ``(figure, conclusion_html, result)``; the result feeds :func:`run_share`'s comparison.
     """
     lengths = [n for n in LENGTHS if n <= int(largest)]
-    res = prompt_length.run(engine.loaded, quick=True, progress=progress_adapter(progress), engine=engine,
+    res = prompt_length.run(engine.experiment_model(), quick=True, progress=progress_adapter(progress), engine=engine,
                             lengths=lengths, repeats=max(1, min(5, int(repeats))))
     return sweep_figure(res), sweep_conclusion(res), res
 
@@ -125,7 +125,7 @@ def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_to
         prompt_tokens: the prompt length that prefill speed was measured at.
         where: where the prefill figure comes from (shown).
     """
-    params, wbytes = int(getattr(info, "num_params", 0) or 0), int(getattr(info, "weights_bytes", 0) or 0)
+    params, wbytes = int(info.num_params or 0), int(info.weights_bytes or 0)
     ratio = f" (<b>{prefill_tok_s / decode_tok_s:.0f}×</b>)" if decode_tok_s > 0 else ""
     text = (f"<br>Side by side: prefill <b>{fmt_rate(prefill_tok_s)}</b> ({where}) against decode "
             f"<b>{fmt_rate(decode_tok_s)}</b>{ratio}. Decode is <b>memory-bound</b>: every step reads all "
@@ -142,7 +142,7 @@ def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_to
 def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None) -> tuple[go.Figure, str]:
     """Decode share of one request with ``new_tokens`` new tokens, and the memory-bound comparison
     (prefill speed from ``sweep``'s longest prompt when a sweep has run, else from this request)."""
-    res = decode_share.run(engine.loaded, quick=True, progress=progress_adapter(progress), engine=engine,
+    res = decode_share.run(engine.experiment_model(), quick=True, progress=progress_adapter(progress), engine=engine,
                            new_tokens=int(new_tokens))
     decode_rate = 1.0 / res["tpot_s"] if res["tpot_s"] > 0 else 0.0
     if sweep and sweep.get("prefill_tokens_per_s"):

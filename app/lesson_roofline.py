@@ -39,7 +39,7 @@ def model_shape(engine) -> intensity.DecodeShape:
     """The page's model as :func:`engine.experiments.intensity.shape_of` sees it (weights as
     stored, the KV cache in the engine's own dtype)."""
     info = engine.info
-    kv_bytes = getattr(info, "kv_dtype_bytes", 0) or info.dtype_bytes
+    kv_bytes = info.kv_dtype_bytes or info.dtype_bytes
     return intensity.shape_of(info, engine.spec, engine.spec.kv_cache_bytes(1, kv_bytes))
 
 

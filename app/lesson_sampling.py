@@ -82,9 +82,8 @@ def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, see
         raise gr.Error(str(exc), print_exception=False) from None
     if not out.finished_ok:
         raise gr.Error(f"the request ended with {out.finish_reason}: {out.error}")
-    tok = engine.tokenizer
     return {"prompt_ids": out.prompt_token_ids, "token_ids": out.token_ids,
-            "texts": [tok.decode([i]) for i in out.token_ids], "text": out.text,
+            "texts": [engine.detokenize([i]) for i in out.token_ids], "text": out.text,
             "finish_reason": str(out.finish_reason),
             "settings": {"temperature": params.temperature, "top_k": params.top_k,
                          "top_p": params.top_p, "min_p": params.min_p,

@@ -176,7 +176,7 @@ def quant_table(res: dict) -> str:
 
 def run_quantization(engine, progress=None) -> tuple[go.Figure, str]:
     """The ``quantization`` experiment in quick mode on the page's model (its own engines)."""
-    res = quantization.run(engine.loaded, quick=True, progress=progress_adapter(progress))
+    res = quantization.run(engine.experiment_model(), quick=True, progress=progress_adapter(progress))
     return quant_figure(res), quant_table(res)
 
 

@@ -16,7 +16,6 @@ when the session ends and, with the whole trace folder, at shutdown.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import secrets
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from engine import SamplingParams
+from engine.protocol import BlockPoolSnapshot, EngineClient, EngineStats
 
 from .cards import kv_element_bytes
 from .monitor import DeviceMonitor
@@ -43,7 +43,8 @@ class Playground:
     """Shared by every session of the page.
 
     Args:
-        engine: a running ``LLMEngine`` (or anything with its API).
+        engine: a running :class:`engine.protocol.EngineClient` (``LLMEngine``, a remote
+            engine, a test's fake).
         trace_dir: folder for trace downloads (created 0700 when missing); when ``None``, a
             fresh private folder in ``trace_parent``, removed by :meth:`close`.
         trace_parent: where that fresh folder goes (the system's temporary folder when ``None``).
@@ -52,23 +53,26 @@ class Playground:
             prefixes (``cache_salt=None``); by default each session has its own secret salt.
     """
 
-    def __init__(self, engine, trace_dir: str | Path | None = None, monitor: bool = True,
+    def __init__(self, engine: EngineClient, trace_dir: str | Path | None = None, monitor: bool = True,
                  trace_parent: str | Path | None = None, shared_prefix_cache: bool = False) -> None:
         self.engine = engine
         self._salted = not shared_prefix_cache
-        if self._salted and not _takes_keyword(engine.submit, "cache_salt"):
+        self.capabilities = engine.capabilities
+        if self._salted and not self.capabilities.supports_cache_salt:
             log.warning("this engine's submit() takes no cache_salt: every user shares its prefix cache")
             self._salted = False
         self._salts: OrderedDict[str, str] = OrderedDict()
         self.info = engine.info
-        spec = getattr(self.info, "spec", None)  # None for a remote engine: no model shape
+        spec = engine.spec  # None for a remote engine: no model shape
         self.bytes_per_token = int(spec.kv_bytes_per_token(kv_element_bytes(self.info))) if spec else 0
         self._own_trace_dir = trace_dir is None
         self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-", dir=trace_parent))
         self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._trace_dirs: dict[str, Path] = {}  # session -> its private trace folder
-        self.pool_bytes = getattr(getattr(engine, "pool", None), "nbytes", None)
-        self.device = DeviceMonitor(getattr(engine, "gpu", None), self.info.device)
+        self.pool_bytes = engine.pool_bytes
+        # what a remote engine draws instead of its KV and memory panels (None for a local one)
+        self.remote_view = self.info.remote if self.capabilities.remote else None
+        self.device = DeviceMonitor(engine.gpu, self.info.device)
         if monitor:
             self.device.start()
         self._active: dict[str, set] = {}
@@ -104,7 +108,7 @@ class Playground:
     def max_seq_tokens(self) -> int:
         """Longest prompt + output one request may reach (the context window, or less when the
         engine's KV pool is smaller)."""
-        return int(getattr(self.engine, "max_seq_tokens", None) or self.info.context_len)
+        return int(self.engine.max_seq_tokens or self.info.context_len)
 
     # ---- requests -----------------------------------------------------------------------------
     def submit(self, session_id: str, prompt, params: SamplingParams, raw: bool = False,
@@ -201,13 +205,13 @@ class Playground:
         """Write the request's trace as JSON and CSV into the session's private folder (0600
         files); returns their paths (``None`` on failure, and for a remote engine, whose steps
         this page does not see)."""
-        if getattr(self.engine, "remote", False):
+        if not self.capabilities.supports_traces:
             return None
         from engine.telemetry.trace import write_trace
 
         try:
             paths = write_trace(self._session_trace_dir(session_id), output, events,
-                                getattr(self.engine, "spec", None), kv_element_bytes(self.info))
+                                self.engine.spec, kv_element_bytes(self.info))
             for path in paths:
                 os.chmod(path, 0o600)
         except Exception:  # a trace is a nicety: never fail the request for it
@@ -240,25 +244,21 @@ class Playground:
     def rolling_summary(self) -> dict:
         """``engine.rolling.summary()``: p50/p90/p99 over recent requests of every session, lesson
         runs apart under ``"lessons"``."""
-        rolling = getattr(self.engine, "rolling", None)
-        return rolling.summary() if rolling is not None else {}
+        return self.engine.rolling_summary()
 
     def reset_rolling(self) -> None:
         """Empty the recent-requests table (for every page: the statistics are the server's)."""
-        rolling = getattr(self.engine, "rolling", None)
-        if rolling is not None and hasattr(rolling, "reset"):
-            rolling.reset()
+        if self.capabilities.supports_rolling_reset:
+            self.engine.reset_rolling()
 
-    def batch_data(self) -> tuple[dict, dict, list]:
+    def batch_data(self) -> tuple[dict, BlockPoolSnapshot, list]:
         """The engine's batching state for the page: ``(stats, block snapshot, recent steps)``.
 
-        Engines without continuous batching (or fakes) give ``batching`` False, ``{}`` and ``[]``.
+        Engines without continuous batching give ``batching`` False, an empty snapshot and ``[]``.
         """
-        stats = self._visible(self.engine.stats())
-        stats.setdefault("batching", False)
-        snap_fn = getattr(self.engine, "block_snapshot", None)
-        snapshot = (snap_fn() or {}) if callable(snap_fn) else {}
-        recent = getattr(self.engine, "recent_steps", None) or ()
+        stats = self.visible_stats()
+        snapshot = BlockPoolSnapshot.of(self.engine.block_snapshot())
+        recent = self.engine.recent_steps or ()
         for _ in range(3):  # the engine thread appends while we copy
             try:
                 steps = list(recent)
@@ -270,13 +270,18 @@ class Playground:
     def stats(self) -> dict:
         """Engine counts (waiting, running, finished, aborted, failed, queue_max) plus the
         playground's followed requests, whether the prefix cache is shared, and a timestamp."""
-        return {**self._visible(self.engine.stats()), "followed": self.active_count(),
+        return {**self.visible_stats(), "followed": self.active_count(),
                 "prefix_cache_shared": self.prefix_cache_shared, "time_s": time.time()}
 
-    def _visible(self, stats: dict) -> dict:
-        """The engine's stats as clients may see them: without the engine-wide prefix-cache
-        figures (``prefix_*``) unless the cache is shared, since they count other users' hits."""
-        return {k: v for k, v in dict(stats).items()
+    def engine_stats(self) -> EngineStats:
+        """The engine's :class:`engine.protocol.EngineStats` now."""
+        return EngineStats.of(self.engine.stats())
+
+    def visible_stats(self) -> dict:
+        """The engine's stats as clients may see them (a plain dict): without the engine-wide
+        prefix-cache figures (``prefix_*``) unless the cache is shared, since they count other
+        users' hits."""
+        return {k: v for k, v in self.engine_stats().as_dict().items()
                 if self.prefix_cache_shared or not str(k).startswith("prefix_")}
 
     def close(self) -> None:
@@ -290,11 +295,3 @@ class Playground:
         if self._own_trace_dir:
             shutil.rmtree(self.trace_dir, ignore_errors=True)
 
-
-def _takes_keyword(fn, name: str) -> bool:
-    """Whether ``fn`` accepts the keyword argument ``name``."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

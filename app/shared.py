@@ -52,11 +52,8 @@ class SharedViews:
             section = self._section
             if section is not None and now - self._section_at < max_age_s:
                 return section
-            engine = self.pg.engine
-            stats = self.pg._visible(engine.stats())  # no other users' prefix hits unless shared
-            stats.setdefault("batching", False)
-            recent = getattr(engine, "recent_steps", None)
-            last = _last_step_id(recent)
+            stats = self.pg.visible_stats()  # no other users' prefix hits unless shared
+            last = _last_step_id(self.pg.engine.recent_steps)
             key = (last, stats.get("running"), stats.get("waiting"), stats.get("blocks_used"),
                    stats.get("blocks_cached"))
             if section is None or section.key != key:
@@ -77,9 +74,8 @@ class SharedViews:
 
     def rolling_html(self) -> str:
         """The recent-requests table, redrawn when a request has ended or the table was reset."""
-        st = self.pg.engine.stats()
-        key = (st.get("finished"), st.get("aborted"), st.get("failed"),
-               getattr(getattr(self.pg.engine, "rolling", None), "version", None))  # a reset too
+        st = self.pg.engine_stats()
+        key = (st.finished, st.aborted, st.failed, self.pg.engine.rolling_version)  # a reset too
         with self._lock:
             if self._rolling is None or self._rolling[0] != key:
                 self._rolling = (key, cards.rolling_table_html(self.pg.rolling_summary()))
@@ -93,7 +89,7 @@ def _last_step_id(recent):
         last = recent[-1]
     except IndexError:  # emptied meanwhile
         return None
-    return last.get("step_id") if isinstance(last, dict) else getattr(last, "step_id", None)
+    return last["step_id"] if isinstance(last, dict) else last.step_id
 
 
 _views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

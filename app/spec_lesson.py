@@ -80,7 +80,7 @@ def spec_table(res: dict) -> str:
 def run_spec_lesson(engine, new_tokens: int = 64, progress=None) -> tuple[go.Figure, str]:
     """Both prompts, plain and speculative, one measured pair each on the page's engine."""
     cb = (lambda f, m: progress(f, desc=m)) if progress is not None else None
-    res = speculative.run(engine.loaded, quick=True, progress=cb, engine=engine,
+    res = speculative.run(engine.experiment_model(), quick=True, progress=cb, engine=engine,
                           new_tokens=int(new_tokens), pairs=1, prompts=PROMPTS)
     return spec_figure(res), spec_table(res)
 

@@ -73,7 +73,7 @@ def _sidebar(pg) -> dict:
             system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1, elem_id="system-prompt",
                                      placeholder="optional, e.g. You are a concise assistant."),
         )
-        gr.HTML(cards.model_badge_html(pg.info))
+        gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
         return s
 
 
@@ -158,7 +158,7 @@ def _batching(pg, head: str) -> dict:
 def _lessons(pg) -> None:
     """The Lessons tab (``app.lessons``); a note instead when it can't be built (the reason
     goes to the server log: it may name server paths)."""
-    if getattr(pg.engine, "remote", False):
+    if not pg.capabilities.supports_lessons:
         from .remote.view import LESSONS
 
         gr.Markdown(LESSONS)
@@ -191,7 +191,7 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
         sidebar = _sidebar(pg)
         with gr.Tabs(elem_id="main-tabs"):
             with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
-                if getattr(pg.engine, "remote", False):
+                if pg.capabilities.remote:
                     from .remote.view import CLIENT_SIDE, NO_TRACE
 
                     gr.Markdown(f"**Remote engine.** {CLIENT_SIDE}. {NO_TRACE}.", elem_id="remote-note")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from engine.output.events import Candidate, RequestOutput, StepEvent
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.model.model_spec import ModelSpec
+from engine.protocol import BlockPoolSnapshot, EngineCapabilities, EngineStats
 
 BPT = 46_080  # KV bytes per token of the embedded model in fp32: 2 × 30 × 3 × 64 × 4
 SECRET_PATH = "/srv/secret/weights.bin"  # named by the "crash" script's exception; must never reach a client
@@ -30,6 +31,7 @@ class FakeInfo:
     weights_note: str = ""
     kv_dtype: str = "float32"
     kv_dtype_bytes: int = 4
+    eos_tokens: tuple = ()
     spec: ModelSpec = field(default_factory=lambda: ModelSpec(
         name="smollm2-135m", architecture="LlamaForCausalLM", layers=30, heads=9, kv_heads=3,
         head_dim=64, hidden_size=576, intermediate_size=1536, vocab_size=49152,
@@ -147,7 +149,8 @@ class FakeRolling:
 
 
 class FakeEngine:
-    """Answers every request with a canned stream; ``script`` picks what happens next.
+    """An :class:`engine.protocol.EngineClient` that answers every request with a canned
+    stream; ``script`` picks what happens next.
 
     script values: ``"ok"`` (stream and stop), ``"slow"`` (one event per wait, abortable),
     ``"error"`` (engine error after two tokens),
@@ -155,8 +158,13 @@ class FakeEngine:
     ``"crash"`` (an unexpected ``KeyError`` naming a server path, from submit).
     """
 
+    capabilities = EngineCapabilities(supports_traces=True, supports_lessons=True,
+                                      supports_cache_salt=True)
+    pool_bytes = None
+
     def __init__(self, script: str = "ok"):
         self.info = FakeInfo()
+        self.recent_steps = []
         self.spec = self.info.spec
         self.gpu = None
         self.rolling = FakeRolling()
@@ -198,12 +206,37 @@ class FakeEngine:
         self.aborted.append(request_id)
         return True
 
+    @property
+    def max_seq_tokens(self):
+        return self.info.context_len
+
+    def generate(self, prompt, params=None, **kwargs):
+        return self.submit(prompt, params, **kwargs).result()
+
+    def detokenize(self, token_ids):
+        return "".join(f"<{i}>" for i in token_ids)
+
+    def rolling_summary(self):
+        return self.rolling.summary()
+
+    @property
+    def rolling_version(self):
+        return len(self.rolling.outputs)
+
+    def reset_rolling(self):
+        self.rolling.outputs.clear()
+
+    def experiment_model(self):
+        raise NotImplementedError("a fake engine has no model")
+
+    def block_snapshot(self):
+        return BlockPoolSnapshot.empty()
+
     def shutdown(self):
         self.stopped = True
 
     def stats(self):
-        return {"waiting": 0, "running": 0, "finished": len(self.rolling.outputs), "aborted": 0,
-                "failed": 0, "queue_max": 32}
+        return EngineStats(waiting=0, running=0, finished=len(self.rolling.outputs), queue_max=32)
 
 
 def free_port() -> int:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from app.service import Playground
+from engine.protocol import EngineCapabilities
 from test_app_fakes import FakeEngine, launch, make_events, make_output, wait_until
 
 
@@ -572,6 +573,8 @@ def test_api_clients_and_lessons_get_their_sessions_salt(served):
 
 def test_an_engine_without_cache_salt_is_reported_as_sharing(tmp_path, caplog):
     class OldEngine(FakeEngine):
+        capabilities = EngineCapabilities(supports_traces=True, supports_lessons=True)
+
         def submit(self, prompt, params, raw=False, use_kv_cache=True):
             return super().submit(prompt, params, raw, use_kv_cache)
 
