@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from app import batch_view, handlers
-from app.service import Playground
+from app.render import batch as batch_view
+from app.tabs.playground import frames as schema, handlers
+from app.state.playground import Playground
 from engine.core.batch_info import BatchInfo
 from test_app_fakes import FakeEngine
 
@@ -143,7 +144,7 @@ def test_batch_frame_shows_the_note_when_the_model_cannot_batch():
                                     "request at a time"}, {}, [], set())
     assert "gpt2 architecture" in frame["batch_stats"] and frame["pool"] == ""
     full = batch_view.batch_frame(STATS, SNAP, [step(1, ["req-1"])], {"req-1"})
-    assert set(full) == set(handlers.BATCH_KEYS) and "bp-mine" in full["pool"]
+    assert set(full) == set(schema.BATCH_KEYS) and "bp-mine" in full["pool"]
 
 
 # ---- the playground knows which requests are yours -------------------------------------------------
@@ -179,7 +180,7 @@ def test_generate_frames_carry_the_batching_section(tmp_path):
     pg = Playground(BatchingFake(), trace_dir=tmp_path, monitor=False)
     frames = list(handlers.generate(pg, "alice", "chat", "Hi", [], "", 0.7, 0.95, 50, 0.0, 1.1, 32, -1, True))
     first, last = frames[0], frames[-1]
-    assert set(handlers.BATCH_KEYS) <= set(first) and set(handlers.BATCH_KEYS) <= set(last)
+    assert set(schema.BATCH_KEYS) <= set(first) and set(schema.BATCH_KEYS) <= set(last)
     assert first["pool"].count("bp-cell bp-mine' title") == 1  # req-0 is alice's
     names = {t.name: list(t.x) for t in last["strip"].data}
     assert names["your request: decode"] == [1] and names["other requests: decode"] == [1]
@@ -189,7 +190,7 @@ def test_generate_frames_carry_the_batching_section(tmp_path):
 def test_idle_refresh_skips_when_busy_or_unchanged(tmp_path):
     pg = Playground(BatchingFake(), trace_dir=tmp_path, monitor=False)
     frame, seen = handlers.idle_batch_frame(pg, "bob", None)
-    assert set(frame) == set(handlers.BATCH_KEYS) and "bp-mine' title" not in frame["pool"]
+    assert set(frame) == set(schema.BATCH_KEYS) and "bp-mine' title" not in frame["pool"]
     assert handlers.idle_batch_frame(pg, "bob", seen) == ({}, seen)
     pg.engine.recent_steps.append(step(2, ["other-7"]))
     assert handlers.idle_batch_frame(pg, "bob", seen)[0]
@@ -198,7 +199,7 @@ def test_idle_refresh_skips_when_busy_or_unchanged(tmp_path):
 
 
 def test_page_has_playground_and_lessons_tabs(tmp_path):
-    from app.ui import build_demo
+    from app.page import build_demo
 
     pg = Playground(BatchingFake(), trace_dir=tmp_path, monitor=False)
     demo = build_demo(pg)
@@ -209,7 +210,7 @@ def test_page_has_playground_and_lessons_tabs(tmp_path):
 
 
 def test_step_phases_use_the_engine_record_when_present():
-    from app.batch_view import step_phases
+    from app.render.batch import step_phases
 
     steps = [{"request_ids": ["a", "b"], "phases": ["decode", "prefill"], "prefill_tokens": 30,
               "decode_tokens": 1}]
@@ -219,7 +220,7 @@ def test_step_phases_use_the_engine_record_when_present():
 def test_pool_picture_of_an_engine_pool_drawn_in_cells():
     """A GPU-sized pool arrives from the engine in cells of several blocks: the picture counts
     blocks, not cells, and a request's blocks land in the right square."""
-    from app.batch_view import PoolPicture
+    from app.render.batch import PoolPicture
 
     snapshot = {"block_size": 16, "num_blocks": 200_000, "blocks_per_cell": 49,
                 "state": ["used"] + ["free"] * 4081,

@@ -24,7 +24,7 @@ from test_app_fakes import launch, wait_until  # noqa: E402
 
 @pytest.fixture(scope="module")
 def page_url(engine, tmp_path_factory):
-    from app.service import Playground
+    from app.state.playground import Playground
 
     pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"))
     demo, url = launch(pg)

@@ -21,7 +21,7 @@ from test_app_fakes import launch  # noqa: E402
 
 @pytest.fixture(scope="module")
 def served(engine, tmp_path_factory):
-    from app.service import Playground
+    from app.state.playground import Playground
 
     pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"))
     demo, url = launch(pg)
@@ -114,7 +114,7 @@ def test_bad_input_errors_then_a_normal_request_works(served, engine, kwargs, me
 
 
 def test_full_queue_and_engine_error_reach_the_client(tmp_path):
-    from app.service import Playground
+    from app.state.playground import Playground
     from test_app_fakes import FakeEngine
 
     eng = FakeEngine("queue_full")
@@ -206,8 +206,8 @@ def _engine_takes_cache_salt() -> bool:
 def test_prefix_cache_hits_stay_within_a_session_unless_shared(engine, tmp_path, shared):
     """On the real engine: a session's repeated prompt reuses its cached prefix; another
     session's identical prompt does so only with --shared-prefix-cache."""
-    from app.handlers import make_params
-    from app.service import Playground
+    from app.tabs.playground.handlers import make_params
+    from app.state.playground import Playground
 
     pg = Playground(engine, trace_dir=tmp_path, monitor=False, shared_prefix_cache=shared)
     prompt = f"{'shared' if shared else 'salted'} {time.time()}: " + "the quick brown fox jumps over the lazy dog. " * 12

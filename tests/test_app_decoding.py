@@ -2,9 +2,10 @@
 
 import pytest
 
-from app.decoding_tab import build_decoding_tab, params_for, run
-from app.decoding_view import beam_html, samples_html
-from app.service import Playground
+from app.tabs.beams.tab import build, params_for, run
+from app.tabs.context import TabContext
+from app.render.beams import beam_html, samples_html
+from app.state.playground import Playground
 from engine import SamplingParams
 
 
@@ -70,5 +71,5 @@ def test_the_tab_builds():
     import gradio as gr
 
     with gr.Blocks():
-        c = build_decoding_tab(None)
+        c = build(TabContext())
     assert {"mode", "width", "run", "view", "status"} <= set(c)

@@ -249,9 +249,9 @@ def free_port() -> int:
 def launch(pg, concurrency: int = 8):
     """Serve the page for playground ``pg`` on a free loopback port with the launch settings
     of ``python -m app`` (``app.server.launch``); returns (demo, url)."""
-    from app.assets import read_css
-    from app.server import launch as serve
-    from app.ui import build_demo
+    from app.server.assets import read_css
+    from app.server.launch import launch as serve
+    from app.page import build_demo
 
     demo = build_demo(pg, max_concurrency=concurrency)
     demo.queue(default_concurrency_limit=concurrency)

@@ -39,12 +39,12 @@ BOXES = """(ids) => {
 }"""
 @pytest.fixture(scope="module")
 def page_url(engine, tmp_path_factory):
-    from app.service import Playground
+    from app.state.playground import Playground
 
-    from app.assets import read_css
-    from app.cli import theme
-    from app.server import launch
-    from app.ui import build_demo
+    from app.server.assets import read_css
+    from app.server.main import theme
+    from app.server.launch import launch
+    from app.page import build_demo
 
     pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"))
     demo = build_demo(pg, max_concurrency=8)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.openai_api import mount_api
+from app.server.openai_mount import mount_api
 from engine import SamplingParams
 from test_app_fakes import launch
 
@@ -15,7 +15,7 @@ openai = pytest.importorskip("openai")
 
 @pytest.fixture(scope="module")
 def page(engine, tmp_path_factory):
-    from app.service import Playground
+    from app.state.playground import Playground
 
     pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"), monitor=False)
     demo, url = launch(pg)

@@ -17,12 +17,13 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from app import batch_view, figures, handlers, wiring
-from app.plainfig import PlainFigure
-from app.service import Playground
-from app.session import RunState, TokenView
-from app.shared import SharedViews, shared
-from app.tokens_view import TokenChips, tokens_html
+from app.render import batch as batch_view, figures
+from app.tabs.playground import events as wiring, frames as schema, handlers
+from app.render.plainfig import PlainFigure
+from app.state.playground import Playground
+from app.state.run_state import RunState, TokenView
+from app.state.shared_views import SharedViews, shared
+from app.render.tokens import TokenChips, tokens_html
 from engine.core.batch_info import BatchInfo
 from test_app_fakes import FakeEngine, make_events
 
@@ -99,7 +100,7 @@ def test_one_engine_snapshot_serves_every_streaming_page(tmp_path):
     eng = CountingEngine()
     pg = Playground(eng, trace_dir=tmp_path, monitor=False)
     pg._recent.update({"s0": ["req-0"], "s1": ["req-1"]})
-    frames = {s: handlers.batch_frame(pg, s, max_age_s=60) for s in ("s0", "s1", "s2", "s3")}
+    frames = {s: handlers.session_batch_frame(pg, s, max_age_s=60) for s in ("s0", "s1", "s2", "s3")}
     assert eng.snapshots == 1  # not once per page
     assert "req-0 (you)" in frames["s0"]["pool"] and "req-0 (you)" not in frames["s1"]["pool"]
     assert "req-1 (you)" in frames["s1"]["pool"] and "(you)" not in frames["s2"]["pool"]
@@ -109,7 +110,7 @@ def test_one_engine_snapshot_serves_every_streaming_page(tmp_path):
     # the engine moves on: the next refresh reads it once more, whatever the number of pages
     eng.recent_steps.append(_steps(4)[-1])
     for s in ("s0", "s1", "s2"):
-        handlers.batch_frame(pg, s)
+        handlers.session_batch_frame(pg, s)
     assert eng.snapshots == 2
 
 
@@ -148,7 +149,7 @@ def test_streamed_frames_resend_values_instead_of_skips(tmp_path):
     pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
     frames = handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
     outs = list(wiring.stream_updates(frames, {"chat": [], "rolling": "<table></table>"}))
-    keys = list(wiring.STREAM_KEYS) + list(wiring.BUTTON_KEYS)
+    keys = list(schema.STREAM_KEYS) + list(schema.BUTTON_KEYS)
     skip = gr.skip()
     first, *middle, last = outs
     for out in outs:
@@ -156,14 +157,14 @@ def test_streamed_frames_resend_values_instead_of_skips(tmp_path):
         # only the prompt box (the user's: chat mode clears it once), the conversation kept on
         # the server (a State: set at a chat turn's end, never sent), and the plots until this
         # request's first token redraws them (they show the last answer meanwhile)
-        assert skipped <= {"message", "history"} | set(handlers.PLOT_KEYS), skipped
+        assert skipped <= {"message", "history"} | set(schema.PLOT_KEYS), skipped
     assert {k for k, v in zip(keys, last) if v == skip} == {"message", "history"}  # raw mode
     at = {k: keys.index(k) for k in keys}
-    assert all(_update(first[at[k]]) for k in wiring.BUTTON_KEYS)
+    assert all(_update(first[at[k]]) for k in schema.BUTTON_KEYS)
     assert first[at["gen"]]["interactive"] is False and first[at["stop"]]["interactive"] is True
     assert first[at["json"]] == {"__type__": "update", "value": None, "interactive": False}
     for out in middle:  # plain values: the labels, no file
-        assert [out[at[k]] for k in wiring.BUTTON_KEYS] == [None, None, "Generate", "Stop"]
+        assert [out[at[k]] for k in schema.BUTTON_KEYS] == [None, None, "Generate", "Stop"]
     assert last[at["gen"]]["interactive"] is True and last[at["stop"]]["interactive"] is False
     assert last[at["json"]]["value"].endswith(".json") and last[at["json"]]["interactive"] is True
     assert "Finished" in last[at["status"]]
@@ -185,13 +186,13 @@ def test_stream_encodes_each_new_value_once():
               for i in range(6)]
     outs = list(wiring.stream_updates(frames, encode={k: counting(k) for k in ("pool", "chat")}))
     assert calls.count("pool") == 1 and calls.count("chat") == 6
-    assert all(out[wiring.STREAM_KEYS.index("pool")] == pool for out in outs)
+    assert all(out[schema.STREAM_KEYS.index("pool")] == pool for out in outs)
 
 
 def test_plots_keep_the_last_answer_until_the_first_token(tmp_path):
     pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
     frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True))
-    assert not set(handlers.PLOT_KEYS) & set(frames[0])  # no reset to empty plots at the start
+    assert not set(schema.PLOT_KEYS) & set(frames[0])  # no reset to empty plots at the start
     drawn = [f for f in frames if "latency" in f]
     assert drawn and drawn[0]["latency"].data[0].x == [1]  # the first one shows this request's prefill
 
@@ -214,7 +215,7 @@ def test_a_refused_request_keeps_the_last_trace(tmp_path):
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     frames = handlers.generate(pg, "sess", "raw", "  ", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
     (out,) = wiring.stream_updates(frames)
-    keys = list(wiring.STREAM_KEYS) + list(wiring.BUTTON_KEYS)
+    keys = list(schema.STREAM_KEYS) + list(schema.BUTTON_KEYS)
     assert out[keys.index("json")] == gr.skip() and out[keys.index("gen")]["interactive"] is True
     assert "prompt is empty" in out[keys.index("status")]
 
@@ -228,19 +229,19 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
     """
     from gradio.state_holder import SessionState
 
-    from app.ui import build_demo
+    from app.page import build_demo
 
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     demo = build_demo(pg)
     fn = next(f for f in demo.fns.values() if f.name == "on_generate" and len(f.outputs) == 20)
     assert fn.postprocess is False  # the stream encodes its values itself
-    encode = {name: wiring.encoder(c) for name, c in zip(wiring.STREAM_KEYS + wiring.BUTTON_KEYS, fn.outputs)}
+    encode = {name: wiring.encoder(c) for name, c in zip(schema.STREAM_KEYS + schema.BUTTON_KEYS, fn.outputs)}
     state = SessionState(demo)
     st = RunState()
     for ev in make_events(texts=tuple(f" t{i}" for i in range(40)), finish=None):
         st.add(ev)
     text = handlers._text_frame(st, "raw", [], "Count:")
-    frames = [{**handlers.empty_panels(pg), **handlers.batch_frame(pg, "s"), **text, "busy": True}, text]
+    frames = [{**handlers.empty_panels(pg), **handlers.session_batch_frame(pg, "s"), **text, "busy": True}, text]
     first, second = wiring.stream_updates(frames, {"chat": [], "rolling": ""}, encode=encode)
 
     # Gradio takes the encoded frames as they are (about 0.3 ms a frame here, against 10 ms
@@ -251,7 +252,7 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
 
 
 def test_plotly_js_url_names_no_installed_package_path():
-    from app.plot_panel import serve_plotly_js
+    from app.tabs.playground.plot_panel import serve_plotly_js
 
     tag = serve_plotly_js()
     assert "site-packages" not in tag and "plotly/package_data" not in tag

@@ -5,7 +5,7 @@ time: each page must show exactly its own answer (the one the engine gives that 
 and the engine must have decoded the three together: each page's own trace download (the
 engine's per-step records) shows decode steps whose batch held all three requests. That is the
 behaviour that makes a class of pages fast; how much faster is a speed figure, so it is measured
-by `python -m app.bench_pages` (side by side, warm, median), never asserted here on a shared
+by `python -m app.bench.pages` (side by side, warm, median), never asserted here on a shared
 machine's clock. The test prints the ratio it saw, for information only.
 """
 
@@ -22,7 +22,7 @@ from browser_support import require_chromium  # noqa: E402
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from app.bench_pages import click_all, set_up_raw_greedy  # noqa: E402
+from app.bench.pages import click_all, set_up_raw_greedy  # noqa: E402
 from engine import SamplingParams  # noqa: E402
 from test_app_fakes import launch  # noqa: E402
 
@@ -32,7 +32,7 @@ TOKENS = 48
 
 @pytest.fixture(scope="module")
 def served(engine, tmp_path_factory):
-    from app.service import Playground
+    from app.state.playground import Playground
 
     pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"))
     demo, url = launch(pg)

@@ -68,9 +68,9 @@ def remote():
 CHECK = r"""
 import json, sys
 from app.remote import RemoteEngine
-from app.service import Playground
-from app import handlers
-from app.ui import build_demo
+from app.state.playground import Playground
+from app.tabs.playground import handlers
+from app.page import build_demo
 eng = RemoteEngine(sys.argv[1] + "/v1")
 pg = Playground(eng, monitor=False)
 build_demo(pg)

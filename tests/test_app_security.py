@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.service import Playground
+from app.state.playground import Playground
 from engine.protocol import EngineCapabilities
 from test_app_fakes import FakeEngine, launch, make_events, make_output, wait_until
 
@@ -244,17 +244,17 @@ def test_unexpected_errors_reach_clients_as_an_error_id_only(served, caplog):
     text = json.dumps(queue_call(url, index, _generate_payload(demo, index, [], Prompt="Hi")))
     ids.append(ERROR_ID.search(text))
 
-    import app.lessons
+    import app.tabs.lessons.calculator
 
     def broken(*args, **kwargs):
         raise KeyError(SECRET_PATH)
 
     calc = fn_index(demo, "on_calc")
-    app.lessons.calculator.calculate, saved = broken, app.lessons.calculator.calculate
+    app.tabs.lessons.calculator.calculator.calculate, saved = broken, app.tabs.lessons.calculator.calculator.calculate
     try:
         msgs = queue_call(url, calc, _calculator_payload(demo, calc, "", file=False))
     finally:
-        app.lessons.calculator.calculate = saved
+        app.tabs.lessons.calculator.calculator.calculate = saved
     text += json.dumps(msgs)
     ids.append(ERROR_ID.search(json.dumps(final(msgs))))
 
@@ -281,7 +281,7 @@ def test_every_event_handler_of_the_page_is_guarded(served):
 
 @pytest.fixture
 def run_cli(monkeypatch, tmp_path):
-    """Run ``app.cli.main(argv)`` on a fake engine; ``probe(demo, engine)`` runs while it serves
+    """Run ``app.server.main.main(argv)`` on a fake engine; ``probe(demo, engine)`` runs while it serves
     (in place of blocking). Returns ``(exit code, fake engine)``."""
     import tempfile
 
@@ -297,7 +297,7 @@ def run_cli(monkeypatch, tmp_path):
     monkeypatch.setattr(engine_pkg, "LLMEngine", lambda loaded, **kw: fake)
 
     def run(probe, *argv):
-        from app.cli import main
+        from app.server.main import main
 
         def block_thread(demo):
             try:
@@ -341,7 +341,7 @@ def test_python_m_app_sends_no_server_error_text_to_clients(run_cli, caplog):
 
 
 def test_page_generate_ends_with_an_error_id_and_restored_buttons(tmp_path, caplog):
-    from app import handlers
+    from app.tabs.playground import handlers
 
     pg = Playground(FakeEngine("crash"), trace_dir=tmp_path, monitor=False)
     notes = []
@@ -370,7 +370,7 @@ def test_page_generate_ends_with_an_error_id_and_restored_buttons(tmp_path, capl
 ])
 def test_api_refuses_bad_fields_up_front_naming_them(served, kwargs, message):
     """Sent as raw JSON (``"\\ud800"`` escapes included) to ``/gradio_api/call/generate``."""
-    from app.server import api_defaults
+    from app.server.launch import api_defaults
 
     demo, url, _, eng = served
     names = ["prompt", "temperature", "top_p", "top_k", "repetition_penalty", "max_tokens", "seed", "min_p",
@@ -401,7 +401,7 @@ def test_api_takes_true_and_false_strictly(served):
     ({"mode": "other"}, "mode must be chat or raw"),
 ])
 def test_page_generate_refuses_bad_fields_naming_them(tmp_path, over, message):
-    from app import handlers
+    from app.tabs.playground import handlers
 
     eng = FakeEngine()
     pg = Playground(eng, trace_dir=tmp_path, monitor=False)
@@ -447,7 +447,7 @@ def _mode(path) -> int:
 
 
 def test_trace_files_are_private_and_deleted_with_their_session(tmp_path):
-    from app import handlers
+    from app.tabs.playground import handlers
 
     pg = Playground(FakeEngine(), trace_parent=tmp_path, monitor=False)
     assert pg.trace_dir.parent == tmp_path and _mode(pg.trace_dir) == 0o700
@@ -530,7 +530,7 @@ class PrefixFake(FakeEngine):
 def test_each_session_gets_its_own_secret_salt(tmp_path):
     import inspect
 
-    from app import handlers
+    from app.tabs.playground import handlers
 
     eng = FakeEngine()
     assert "cache_salt" in inspect.signature(eng.submit).parameters
@@ -555,7 +555,7 @@ def test_each_session_gets_its_own_secret_salt(tmp_path):
 def test_api_clients_and_lessons_get_their_sessions_salt(served):
     from gradio_client import Client
 
-    from app.lessons import kv_live
+    from app.tabs.lessons.kv_cache import kv_live
 
     demo, url, pg, eng = served
     one, two = Client(url, verbose=False), Client(url, verbose=False)
@@ -586,7 +586,7 @@ def test_an_engine_without_cache_salt_is_reported_as_sharing(tmp_path, caplog):
 
 
 def handlers_params():
-    from app.handlers import make_params
+    from app.tabs.playground.handlers import make_params
 
     return make_params(0.7, 1.0, 0, 0.0, 1.0, 8, -1)
 
@@ -595,7 +595,7 @@ def handlers_params():
 def test_stats_show_the_prefix_hit_rate_only_when_the_cache_is_shared(tmp_path, shared):
     from gradio_client import Client
 
-    from app import handlers
+    from app.tabs.playground import handlers
 
     pg = Playground(PrefixFake(), trace_dir=tmp_path, monitor=False, shared_prefix_cache=shared)
     demo, url = launch(pg)
@@ -607,7 +607,7 @@ def test_stats_show_the_prefix_hit_rate_only_when_the_cache_is_shared(tmp_path, 
         pg.close()
     assert ("prefix_hit_rate" in stats["engine"]) is shared
     assert stats["engine"]["prefix_cache_shared"] is shared
-    html = handlers.batch_frame(pg, "alice")["batch_stats"]
+    html = handlers.session_batch_frame(pg, "alice")["batch_stats"]
     assert ("prefix-cache hits" in html) is shared and ("42%" in html) is shared
     assert ("shared by every user" in page) is shared
     assert ("Your prefix cache is your own" in page) is not shared
@@ -650,9 +650,9 @@ def test_app_code_never_logs_or_prints_a_session_id():
 
 
 def test_old_traces_are_pruned_with_their_empty_session_folders(tmp_path, monkeypatch):
-    import app.service
+    import app.state.playground
 
-    monkeypatch.setattr(app.service, "KEEP_TRACES", 2)
+    monkeypatch.setattr(app.state.playground, "KEEP_TRACES", 2)
     pg = Playground(FakeEngine(), trace_parent=tmp_path, monitor=False)
     events = make_events()
     for i, session in enumerate(("a", "b", "c")):
@@ -673,7 +673,7 @@ def test_old_traces_are_pruned_with_their_empty_session_folders(tmp_path, monkey
 def test_sampling_explorer_refuses_bad_fields_naming_them(over, message):
     import gradio as gr
 
-    from app.lessons import explorer_generate
+    from app.tabs.lessons.sampling import explorer_generate
 
     eng = FakeEngine()
     args = dict(prompt="Hi", temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=0)

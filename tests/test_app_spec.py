@@ -3,10 +3,10 @@ the lesson run on the embedded model."""
 
 from types import SimpleNamespace
 
-from app import figures
-from app.session import RunState
-from app.spec_view import spec_trace
-from app.tokens_view import token_html
+from app.render import figures
+from app.state.run_state import RunState
+from app.render.spec import spec_trace
+from app.render.tokens import token_html
 
 
 def _event(i, drafted=0, out=1, accepted=False, ms=10.0):
@@ -37,7 +37,7 @@ def test_accepted_drafts_are_marked_on_chips_and_the_latency_plot():
 
 
 def test_lesson_runs_both_prompts_on_the_engine(engine):
-    from app.spec_lesson import PROMPTS, run_spec_lesson
+    from app.tabs.lessons.speculative import PROMPTS, run_spec_lesson
 
     fig, table = run_spec_lesson(engine, new_tokens=24)
     names = [b for b in fig.data[0].x]

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from app import cards, figures, handlers, tokens_view
-from app.assets import load_examples, read_css
-from app.fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
-from app.monitor import DeviceMonitor, no_gpu_reason
-from app.service import Playground
-from app.session import RunState, Throttle, TokenView, memory_to_plain
+from app.render import cards, figures, tokens as tokens_view
+from app.tabs.playground import handlers
+from app.server.assets import load_examples, read_css
+from app.render.fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
+from app.state.device_monitor import DeviceMonitor, no_gpu_reason
+from app.state.playground import Playground
+from app.state.run_state import RunState, Throttle, TokenView, memory_to_plain
 from test_app_fakes import BPT, FakeEngine, FakeInfo, make_events, make_output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # ---- no torch in app/ ------------------------------------------------------------------------------
 def test_app_sources_never_import_torch():
-    for path in (ROOT / "app").glob("*.py"):
+    for path in (ROOT / "app").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             names = []
@@ -35,8 +36,9 @@ def test_app_sources_never_import_torch():
 
 
 def test_pure_modules_load_without_torch():
-    code = ("import sys; import app.figures, app.session, app.tokens_view, app.cards, app.fmt, app.assets, "
-            "app.batch_view; "
+    code = ("import sys; import app.render.figures, app.state.run_state, app.render.tokens, app.render.cards, app.render.fmt, app.server.assets, "
+            "app.render.batch, app.page, app.server.main, app.state.playground, app.tabs.playground, "
+            "app.tabs.lessons, app.remote, engine.protocol; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

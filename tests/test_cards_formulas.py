@@ -1,6 +1,6 @@
 """The formulas under the stat cards and in the KV panel, written out with a run's own numbers."""
 
-from app import cards
+from app.render import cards
 from test_app_fakes import FakeInfo
 
 FINAL = {"ttft_s": 0.2, "tpot_s": 0.04, "decode_tokens_per_s": 25.0, "prefill_tokens_per_s": 85.0,

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from app import lesson_batch, lesson_roofline
-from app.lesson_runs import LESSON_PREFIX, LessonEngine, is_lesson_request
+from app.tabs.lessons import batch as lesson_batch, roofline as lesson_roofline
+from app.tabs.lessons.runs import LESSON_PREFIX, LessonEngine, is_lesson_request
 from engine.experiments import intensity
 from engine.experiments.common import greedy
 

@@ -29,7 +29,7 @@ TRACES = """(sel) => {
 def lessons_url(engine):
     import gradio as gr
 
-    from app.lessons import build_lessons
+    from app.tabs.lessons import build_lessons
 
     with gr.Blocks() as demo:
         with gr.Tab("Lessons"):

@@ -5,7 +5,7 @@ never stay in their box beside an old chart."""
 
 import pytest
 
-from app.lesson_calculator import (CHUNKED, DEFAULTS, NUMBERS, UNCHUNKED, calculator_update,
+from app.tabs.lessons.calculator import (CHUNKED, DEFAULTS, NUMBERS, UNCHUNKED, calculator_update,
                                    calculator_view, fmt_both)
 from engine.experiments import calculator
 from engine.telemetry.estimator import activation_estimate, estimate, load_spec, quantized_weight_bytes

@@ -17,10 +17,9 @@ MODELS = ["meta-llama/Llama-2-7b-hf", "Qwen/Qwen2.5-7B-Instruct", "HuggingFaceTB
           "google/gemma-2-2b", "openai-community/gpt2"]
 
 
-@pytest.mark.parametrize("name", ["lessons.py", "lesson_common.py", "lesson_calculator.py",
-                                  "lesson_prefill.py", "lesson_sampling.py"])
+@pytest.mark.parametrize("name", ["__init__.py", "common.py", "calculator.py", "prefill.py", "sampling.py"])
 def test_lessons_modules_do_not_import_torch(name):
-    path = pathlib.Path(__file__).resolve().parents[1] / "app" / name
+    path = pathlib.Path(__file__).resolve().parents[1] / "app" / "tabs" / "lessons" / name
     tree = ast.parse(path.read_text(encoding="utf-8"))
     mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
@@ -69,7 +68,7 @@ def test_calculator_gpu_table_and_errors(tmp_path):
 
 
 def test_calculator_view_and_table():
-    from app.lessons import calculator_view
+    from app.tabs.lessons.calculator import calculator_view
 
     fig, md = calculator_view(known_models()[0], "", None, 4096, 2, "fp16")
     calc = calculator.calculate(known_models()[0], 4096, 2, "fp16")
@@ -88,7 +87,7 @@ CONFIG = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "
 
 
 def test_calculator_takes_a_pasted_or_uploaded_config(tmp_path):
-    from app.lessons import calculator_view
+    from app.tabs.lessons.calculator import calculator_view
 
     want = calculator.calculate(calculator.load_spec(_write(tmp_path, CONFIG)), 64, 1, "fp16")
     _, pasted = calculator_view(known_models()[0], json.dumps(CONFIG), None, 64, 1, "fp16")
@@ -112,7 +111,7 @@ def test_calculator_takes_a_pasted_or_uploaded_config(tmp_path):
     ("x", "\ud800", "not valid Unicode"),
 ])
 def test_calculator_refuses_paths_hub_ids_and_bad_configs(model, pasted, message):
-    from app.lessons import calculator_view
+    from app.tabs.lessons.calculator import calculator_view
 
     fig, md = calculator_view(model, pasted, None, 64, 1, "fp16")
     assert "⚠" in md and message in md, md
@@ -120,7 +119,7 @@ def test_calculator_refuses_paths_hub_ids_and_bad_configs(model, pasted, message
 
 
 def test_calculator_caps_an_upload_and_refuses_bad_sizes(tmp_path):
-    from app.lessons import calculator_view
+    from app.tabs.lessons.calculator import calculator_view
 
     big = tmp_path / "big.json"
     big.write_bytes(b"{" + b" " * (1 << 20) + b"}")
@@ -179,7 +178,7 @@ def test_reshape_equals_the_sampler(loaded, engine, answer, t, k, p, m, r):
 
 
 def test_temperature_zero_is_greedy_one_bar_at_one(loaded, engine, answer):
-    from app.lessons import explorer_figure
+    from app.tabs.lessons.sampling import explorer_figure
 
     prompt, out = answer
     sl = explorer.step_logits(engine, prompt, out, 1)
@@ -203,7 +202,7 @@ def test_repetition_penalty_rule_on_made_up_logits():
 def test_explorer_figure_hatches_the_tokens_the_penalty_touches():
     import numpy as np
 
-    from app.lessons import explorer_figure
+    from app.tabs.lessons.sampling import explorer_figure
 
     logits = np.linspace(5.0, -5.0, 30)
     seen = np.zeros(30, dtype=bool)
@@ -232,7 +231,7 @@ def test_step_logits_of_a_greedy_answer(loaded, engine, answer):
 
 
 def test_explorer_figure_marks_the_chosen_token(engine, answer):
-    from app.lessons import explorer_figure, show_token
+    from app.tabs.lessons.sampling import explorer_figure, show_token
 
     prompt, out = answer
     sl = explorer.step_logits(engine, prompt, out, 1)
@@ -246,7 +245,7 @@ def test_explorer_figure_marks_the_chosen_token(engine, answer):
 
 
 def test_kv_live_streams_both_curves(engine):
-    from app.lessons import kv_live
+    from app.tabs.lessons.kv_cache import kv_live
 
     frames = list(kv_live(engine, "Say hello.", 6, poll_s=0.05))
     fig, status = frames[-1]
@@ -257,14 +256,14 @@ def test_kv_live_streams_both_curves(engine):
 
 
 def test_kv_live_reports_a_bad_prompt(engine):
-    from app.lessons import kv_live
+    from app.tabs.lessons.kv_cache import kv_live
 
     (fig, status), = list(kv_live(engine, "   ", 4))
     assert "⚠" in status
 
 
 def test_sweep_and_share_handlers(engine):
-    from app.lessons import run_share, run_sweep
+    from app.tabs.lessons.prefill import run_share, run_sweep
 
     seen = []
 
@@ -289,7 +288,7 @@ def test_sweep_and_share_handlers(engine):
 
 
 def test_build_lessons_inside_blocks(engine):
-    from app.lessons import build_lessons
+    from app.tabs.lessons import build_lessons
 
     with gr.Blocks() as demo:
         with gr.Tab("Lessons"):
@@ -305,7 +304,7 @@ def test_build_lessons_inside_blocks(engine):
 def test_explorer_generate_and_choices(engine):
     import html as html_lib
 
-    from app.lessons import answer_html, explorer_generate, step_choices
+    from app.tabs.lessons.sampling import answer_html, explorer_generate, step_choices
 
     ans = explorer_generate(engine, "Name a colour.", 0.8, 0, 1.0, 0.0, 3)
     assert len(ans["token_ids"]) == len(ans["texts"]) >= 1
@@ -319,7 +318,7 @@ def test_explorer_generate_and_choices(engine):
 
 
 def test_kv_figure_before_any_run_has_real_axes_and_a_hint():
-    from app.lessons import kv_live_figure
+    from app.tabs.lessons.kv_cache import kv_live_figure
 
     fig = kv_live_figure([], [], 32)
     assert list(fig.layout.xaxis.range) == [0, 33] and list(fig.layout.yaxis.range) == [0, 100]
@@ -329,7 +328,7 @@ def test_kv_figure_before_any_run_has_real_axes_and_a_hint():
 
 def test_quantization_lesson_figure_and_table():
     """The lesson's view of a quantization result (made-up numbers, no model run)."""
-    from app import lessons
+    from app.tabs.lessons import quantization as lessons
 
     def r(label, w, kv, top1, mb, dec):
         return {"label": label, "weights": w, "kv_cache_dtype": kv, "perplexity": 15.6,
@@ -346,4 +345,4 @@ def test_quantization_lesson_figure_and_table():
     table = lessons.quant_table(res)
     assert "| int4 weights, fp8 KV | 15.60 | 93.0% |" in table and "11,520 B" in table
     assert "3.50×" in table and "128 tokens" in table
-    assert "quantize the weights" in lessons.TEXT["quant"] and "KV cache" in lessons.TEXT["quant"]
+    assert "quantize the weights" in lessons.TEXT and "KV cache" in lessons.TEXT

@@ -34,7 +34,7 @@ def _free_port() -> int:
 def lessons_url(engine):
     import gradio as gr
 
-    from app.lessons import build_lessons
+    from app.tabs.lessons import build_lessons
 
     with gr.Blocks() as demo:
         with gr.Tab("Lessons"):

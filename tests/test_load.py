@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.mark.slow
 def test_32_clients_5_requests_each(engine, tmp_path):
-    from app.service import Playground
+    from app.state.playground import Playground
 
     expected = {}
     for p in PROMPTS:

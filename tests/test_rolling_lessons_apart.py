@@ -2,7 +2,7 @@
 
 import pytest
 
-from app import cards
+from app.render import cards
 from engine import SamplingParams
 from engine.output.events import RequestOutput
 from engine.output.metrics import RequestMetrics
@@ -46,8 +46,8 @@ def test_engine_tags_lesson_requests(engine):
 
 
 def test_the_pages_reset_button_empties_the_table(engine, tmp_path):
-    from app.service import Playground
-    from app.ui import build_demo
+    from app.state.playground import Playground
+    from app.page import build_demo
 
     pg = Playground(engine, trace_dir=tmp_path, monitor=False)
     demo = build_demo(pg)

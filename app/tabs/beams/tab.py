@@ -1,7 +1,7 @@
-"""The decoding tab: sampling with n samples side by side, or beam search with a live beam view.
+"""The "Beams and samples" tab: sampling with n samples side by side, or beam search with a live beam view.
 
 Layout first, then the one handler (a generator that streams HTML), then the wiring; the HTML
-comes from :mod:`app.decoding_view`.
+comes from :mod:`app.render.beams`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import gradio as gr
 
 from engine import QueueFullError, SamplingParams
 
-from . import cards, fields
-from .decoding_view import LESSON, beam_html, samples_html
-from .errors import guard, log_internal
+from app.render import cards
+from app.server import fields
+from app.render.beams import LESSON, beam_html, samples_html
+from app.server.errors import guard, log_internal
 
 MODES = [("Sampling", "sampling"), ("Beam search", "beam")]
 MAX_WIDTH = 8
@@ -98,8 +99,9 @@ def run(pg, session_id: str, mode, prompt, width, temperature, max_tokens, lengt
         pg.release(session_id, handle)
 
 
-def build_decoding_tab(pg) -> dict:
-    """Build the tab's content inside an open ``gr.Tab``; returns its components by name."""
+def build(ctx) -> dict:
+    """Build the tab's content inside an open ``gr.Tab`` (``ctx``: an
+    :class:`app.tabs.context.TabContext`); returns its components by name."""
     c: dict = {}
     gr.Markdown(LESSON, elem_id="decoding-lesson")
     with gr.Row():
@@ -122,7 +124,7 @@ def build_decoding_tab(pg) -> dict:
 
     def on_run(mode, prompt, width, temperature, max_tokens, length_penalty, early_stopping, seed,
                request: gr.Request):
-        yield from run(pg, request.session_hash, mode, prompt, width, temperature, max_tokens,
+        yield from run(ctx.pg, request.session_hash, mode, prompt, width, temperature, max_tokens,
                        length_penalty, early_stopping, seed)
 
     c["run"].click(guard(on_run), [c["mode"], c["prompt"], c["width"], c["temperature"], c["max_tokens"],

@@ -1,8 +1,9 @@
 """What the page's buttons do, as plain functions that yield *frames* (dicts of named outputs).
 
-A frame maps output names (see :data:`OUTPUTS`) to plain values: strings, lists, Plotly
-figures. ``app.ui`` turns frames into Gradio updates; tests drive these functions with a fake
-engine and read the frames directly.
+A frame maps output names (the frame schema, :data:`app.tabs.playground.frames.OUTPUTS`) to
+plain values: strings, lists, Plotly figures; each output refreshes at its schema cadence.
+:mod:`app.tabs.playground.events` turns frames into Gradio values; tests drive these functions
+with a fake engine and read the frames directly.
 """
 
 from __future__ import annotations
@@ -12,29 +13,17 @@ from typing import Callable, Iterator
 
 from engine import QueueFullError, SamplingParams
 
-from . import cards, fields, figures
-from .errors import log_internal
-from .session import RunState, Throttle
-from .spec_view import spec_trace
-from .shared import shared
-from .tokens_view import TokenChips, tokens_html
+from app.render import cards, figures
+from app.server import fields
+from app.server.errors import log_internal
+from app.state.run_state import RunState, Throttle
+from app.render.spec import spec_trace
+from app.state.shared_views import shared
+from app.render.tokens import TokenChips, tokens_html
+from app.tabs.playground.frames import (BATCH_EVERY_S, FIGURES_EVERY_S, MEMORY_EVERY_S, PLOT_KEYS,
+                                        TEXT_EVERY_S)
 
-OUTPUTS = ("chat", "history", "completion", "message", "status", "tokens", "cards", "latency", "kv",
-           "kv_formula", "memory", "rolling", "batch_stats", "pool", "tables", "strip", "trace", "busy")
-BATCH_KEYS = ("batch_stats", "pool", "tables", "strip")
-# A streaming page gets its text (answer, token chips, stat cards, KV formula line) with every
-# batch of new tokens the engine hands over (``Playground.follow`` polls every 0.1 s: at most 10
-# frames a second, every token when decode runs at 10 tokens/s or less); the heavier parts ride
-# along with a text frame when their own interval has passed, so the plots cost about 3 Plotly
-# redraws a second in all (each one 10-20 ms of the browser's time), and each frame carries only
-# the parts that changed (the stream resends unchanged values, which reach the browser as empty
-# diffs; the token chips are append-only).
-TEXT_EVERY_S = 0.1     # text, token chips, stat cards and the KV formula line
-FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
-MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)
-BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
-BATCH_MAX_AGE_S = 0.5  # ... drawn once for all streaming pages, at most this long ago
-PLOT_KEYS = ("latency", "kv", "memory")
+BATCH_MAX_AGE_S = 0.5  # the batching section, drawn once for all streaming pages, at most this long ago
 PLOTS_RESET_S = 0.5    # the last answer's plots stay until the first token, or this long in the queue
 
 
@@ -160,7 +149,7 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     """Run one request for the page and yield frames while it streams.
 
     Args:
-        pg: the :class:`app.service.Playground`.
+        pg: the :class:`app.state.playground.Playground`.
         session_id: the browser session (so Stop and closing the tab reach this request).
         mode: ``"chat"`` (history + system prompt through the chat template) or ``"raw"``.
         message: the prompt text; history: the conversation so far (the page keeps it on the
@@ -170,7 +159,7 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         notify: called with a message for every refused or failed request (a toast in the page).
 
     Yields:
-        Frames (dicts keyed by :data:`OUTPUTS` names). The last frame has ``busy=False`` and,
+        Frames (dicts keyed by the frame schema's names). The last frame has ``busy=False`` and,
         in chat mode, ``history``: the conversation with this turn's answer.
     """
     history = plain_history(history)
@@ -220,7 +209,7 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
     # a second: three redraws fewer per request); a request still queued gets empty plots
     panels = empty_panels(pg, "Queued…")
     first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
-             **_text_frame(state, mode, chat_base, message, chips), **batch_frame(pg, session_id), "busy": True}
+             **_text_frame(state, mode, chat_base, message, chips), **session_batch_frame(pg, session_id), "busy": True}
     reset_at = time.perf_counter() + PLOTS_RESET_S
     if mode == "chat":
         first["message"] = ""
@@ -247,7 +236,7 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
             if drawn or "latency" in frame:
                 reset_at = None
             if batch_due.due():  # also while queued: the student sees what fills the engine
-                frame.update(batch_frame(pg, session_id, state.live_metrics()["queue_time_s"],
+                frame.update(session_batch_frame(pg, session_id, state.live_metrics()["queue_time_s"],
                                          max_age_s=BATCH_MAX_AGE_S))
         if handle.abort_requested and ("status" in frame or not stopping_shown):
             frame["status"] = cards.status_html(STOPPING, "warn")
@@ -259,7 +248,7 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
     trace = pg.write_trace(output, handle.events, session_id)
     final = {**_text_frame(state, mode, chat_base, message, chips),
              **_figure_frame(pg, state, params.max_tokens), "rolling": shared(pg).rolling_html(),
-             **batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
+             **session_batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
     kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
     final["status"] = cards.status_html(state.status_line(), kind)
     if mode == "chat":
@@ -284,12 +273,12 @@ def stop(pg, session_id: str) -> bool:
     return pg.stop(session_id)
 
 
-def batch_frame(pg, session_id: str, queue_time_s: float | None = None, max_age_s: float = 0.0) -> dict:
+def session_batch_frame(pg, session_id: str, queue_time_s: float | None = None, max_age_s: float = 0.0) -> dict:
     """The batching section for one session: the block pool, block tables, recent steps and
-    numbers, with the session's own requests marked "you" (keys :data:`BATCH_KEYS`).
+    numbers, with the session's own requests marked "you" (keys ``frames.BATCH_KEYS``).
 
     The engine's data is read and the pictures drawn once for all pages
-    (:meth:`app.shared.SharedViews.batch_section`; ``max_age_s``: how old a drawing may be);
+    (:meth:`app.state.shared_views.SharedViews.batch_section`; ``max_age_s``: how old a drawing may be);
     this session only marks its own requests in them.
     """
     section = shared(pg).batch_section(max_age_s)
@@ -315,6 +304,6 @@ def idle_batch_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tup
 
 def device_frame(pg) -> dict:
     """The Device panel and the rolling table (refreshed by a timer on every open page; both
-    drawn once for all pages, see :mod:`app.shared`)."""
+    drawn once for all pages, see :mod:`app.state.shared_views`)."""
     views = shared(pg)
     return {"device": views.device_figure(), "rolling": views.rolling_html()}

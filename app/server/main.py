@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve_remote(args: argparse.Namespace) -> int:
     """The page in front of a remote OpenAI-compatible server (no model here, no torch)."""
-    from .remote import RemoteEngine
-    from .remote.stream import RemoteError
+    from app.remote import RemoteEngine
+    from app.remote.stream import RemoteError
 
     if not args.base_url:
         print("error: --backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)",
@@ -125,10 +125,10 @@ def _serve_remote(args: argparse.Namespace) -> int:
 def serve(engine, args: argparse.Namespace) -> int:
     """Serve the page around a running engine until interrupted (Ctrl-C or SIGTERM), then
     remove every file the server made (traces, uploads, Gradio's copies) and stop the engine."""
-    from .assets import read_css
-    from .server import launch, private_temp_dir
-    from .service import Playground
-    from .ui import build_demo
+    from app.server.assets import read_css
+    from app.server.launch import launch, private_temp_dir
+    from app.state.playground import Playground
+    from app.page import build_demo
 
     # Gradio's uploads and served copies go to a private folder; the traces live inside it,
     # so Gradio serves them where they are instead of copying them
@@ -146,7 +146,7 @@ def serve(engine, args: argparse.Namespace) -> int:
             shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
             print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""),
                   flush=True)
-            if not getattr(args, "no_api", True):
+            if not getattr(args, "no_api", True):  # serve() called without the flag: no API
                 _mount_api(demo, engine, args, shown)
             demo.block_thread()
         except KeyboardInterrupt:
@@ -159,8 +159,8 @@ def serve(engine, args: argparse.Namespace) -> int:
 
 def _mount_api(demo, engine, args, shown: str) -> None:
     """Serve the OpenAI-compatible API under ``/v1`` on the page's port (see
-    :mod:`app.openai_api`), or say in one line why not."""
-    from .openai_api import mount_api
+    :mod:`app.server.openai_mount`), or say in one line why not."""
+    from app.server.openai_mount import mount_api
 
     refused = mount_api(demo.server_app, engine, host=args.host, api_key=args.api_key,
                         allow_unauthenticated=args.allow_unauthenticated,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 import math
 
-from .figures import DECODE, HEIGHT, PREFILL
-from .fmt import fmt_int, fmt_seconds
-from .plainfig import PlainFigure, add_hint, base_layout
+from app.render.figures import DECODE, HEIGHT, PREFILL
+from app.render.fmt import fmt_int, fmt_seconds
+from app.render.plainfig import PlainFigure, add_hint, base_layout
 
 OTHER_DECODE = "#A9CCE3"   # light blue: other users' decode
 OTHER_PREFILL = "#F5B7A5"  # light orange: other users' prefill

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 
 from engine.experiments import speculative
 
-from .errors import guard
+from app.server.errors import guard
 
 SUMMARY_PROMPT = (
     "Summarise this passage in two sentences, quoting its most important sentence exactly:\n\n"
@@ -26,6 +26,7 @@ SUMMARY_PROMPT = (
 OPEN_PROMPT = "Why do people enjoy walking in the mountains? Give a few reasons."
 PROMPTS = {"summarise with quotes": SUMMARY_PROMPT, "open question": OPEN_PROMPT}
 
+TITLE = "Speculative decoding"
 TEXT = """### Speculative decoding: check several guessed tokens in one pass
 
 A decode step reads every weight of the model to produce one token, and a pass over five
@@ -85,8 +86,10 @@ def run_spec_lesson(engine, new_tokens: int = 64, progress=None) -> tuple[go.Fig
     return spec_figure(res), spec_table(res)
 
 
-def build_spec_lesson(engine) -> dict:
-    """The lesson's components inside an open ``gr.Tab`` context, wired to ``engine``."""
+
+def build(ctx) -> dict:
+    """The lesson's components inside an open ``gr.Tab`` context, wired to ``ctx.engine``."""
+    engine = ctx.engine
     c = {}
     gr.Markdown(TEXT)
     with gr.Row():

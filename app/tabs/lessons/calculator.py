@@ -14,9 +14,10 @@ import plotly.graph_objects as go
 from engine.experiments import calculator
 from engine.telemetry.estimator import DTYPE_BYTES, ModelSpec, known_models
 
-from .fmt import fmt_bytes, fmt_int
-from .lesson_common import error_html, layout
+from app.render.fmt import fmt_bytes, fmt_int
+from app.tabs.lessons.common import error_html, layout
 
+TITLE = "KV cache calculator"
 TEXT = ("The KV cache stores a key and a value vector per layer, per KV head and per token, so it "
         "grows linearly with context length and batch size while the weights stay fixed. Find the "
         "batch or context where the KV cache outgrows the weights, and which cards can still hold "
@@ -273,3 +274,79 @@ def calculator_update(model, pasted, uploaded, dtype, kv_dtype, activations, blo
                                  accepted["samples"], accepted["prompt_tokens"], block_sharing)
     same = all(accepted[k] == last[k] for k in NUMBERS)  # e.g. the boxes just put back
     return (fig, table, None if same else "", accepted, *[None] * len(NUMBERS))
+
+
+
+def build(ctx) -> dict:
+    """The lesson inside an open ``gr.Tab``: the model, the numbers, an optional config.json,
+    the figure and the GPU table; every change redraws them. Returns the components by name."""
+    import gradio as gr
+
+    from app.tabs.lessons.common import elem
+
+    c: dict = {}
+    gr.Markdown(TEXT)
+    models = known_models()
+    first = models[0] if models else ""
+    d = DEFAULTS
+    with gr.Row():
+        c["calc_model"] = gr.Dropdown(models, value=first or None, label="model", scale=2,
+                                      **elem("calc_model"))
+        c["calc_seq"] = gr.Number(d["seq_len"], precision=0, label="sequence length (tokens, ≥ 1)",
+                                  **elem("calc_seq"))
+        c["calc_batch"] = gr.Number(d["batch"], precision=0, label="batch (requests)", **elem("calc_batch"))
+        c["calc_dtype"] = gr.Dropdown(list(DTYPE_BYTES), value="fp16", label="weights dtype",
+                                      **elem("calc_dtype"))
+        c["calc_kv_dtype"] = gr.Dropdown(list(DTYPE_BYTES), value="fp16", label="KV cache dtype",
+                                         **elem("calc_kv_dtype"))
+    with gr.Row():
+        c["calc_act"] = gr.Radio(list(ACTIVATIONS), value=UNCHUNKED, label="activations: prefill as",
+                                 scale=2, **elem("calc_act"))
+        c["calc_chunk"] = gr.Number(d["chunk_tokens"], precision=0, label="chunk (tokens per pass)",
+                                    **elem("calc_chunk"))
+        c["calc_overhead"] = gr.Number(d["overhead_gb"], label="framework overhead (GB)",
+                                       **elem("calc_overhead"))
+        c["calc_samples"] = gr.Number(d["samples"], precision=0, label="answers per request (beams)",
+                                      **elem("calc_samples"))
+        c["calc_prompt"] = gr.Number(d["prompt_tokens"], precision=0, label="of which prompt tokens",
+                                     **elem("calc_prompt"))
+        c["calc_share"] = gr.Checkbox(True, label="block sharing (prompt stored once)",
+                                      **elem("calc_share"))
+    with gr.Accordion("Or your own model: its config.json", open=False):
+        with gr.Row():
+            c["calc_json"] = gr.Textbox(label="paste config.json", lines=3, max_lines=12,
+                                        placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
+                                        **elem("calc_json"))
+            c["calc_file"] = gr.File(label=f"or upload it (up to {MAX_CONFIG_BYTES // 1024} KiB)",
+                                     file_types=[".json"], type="filepath", **elem("calc_file"))
+    c["calc_status"] = gr.HTML("", **elem("calc_status"))
+    fig, table = calculator_view(first, "", None, d["seq_len"], d["batch"], "fp16", "fp16", UNCHUNKED,
+                                 d["chunk_tokens"], d["overhead_gb"], d["samples"], d["prompt_tokens"])
+    c["calc_plot"] = gr.Plot(fig, show_label=False, **elem("calc_plot"))
+    c["calc_table"] = gr.Markdown(table, **elem("calc_table"))
+    c["calc_last"] = gr.State(dict(DEFAULTS))
+    _wire(c)
+    return c
+
+
+def _wire(c: dict) -> None:
+    """Redraw on every change of an input (the refused value put back, see below)."""
+    import gradio as gr
+
+    from app.server.errors import guard
+    from app.tabs.lessons.common import keep
+
+    numbers = [c["calc_seq"], c["calc_batch"], c["calc_samples"], c["calc_prompt"], c["calc_chunk"],
+               c["calc_overhead"]]
+    calc_in = [c["calc_model"], c["calc_json"], c["calc_file"], c["calc_dtype"], c["calc_kv_dtype"],
+               c["calc_act"], c["calc_share"], c["calc_last"], *numbers]
+
+    def on_calc(*values):
+        fig, table, status, last, *boxes = calculator_update(*values)
+        return (keep(fig), keep(table), keep(status), last, *[keep(b) for b in boxes])
+
+    # putting a refused value back changes the box again: that second event finds the numbers
+    # equal to the last accepted ones and leaves the refusal message standing
+    gr.on([comp.change for comp in calc_in if comp is not c["calc_last"]], guard(on_calc), calc_in,
+          [c["calc_plot"], c["calc_table"], c["calc_status"], c["calc_last"], *numbers],
+          show_progress="hidden", trigger_mode="always_last", api_visibility="private")

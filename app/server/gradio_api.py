@@ -18,12 +18,12 @@ import gradio as gr
 
 from engine import QueueFullError
 
-from . import fields
-from .handlers import make_params
+from app.server import fields
+from app.tabs.playground.handlers import make_params
 
 
 def make_generate(pg):
-    """Build the ``/generate`` function bound to a :class:`app.service.Playground`."""
+    """Build the ``/generate`` function bound to a :class:`app.state.playground.Playground`."""
 
     def generate(prompt: str, temperature: float = 0.7, top_p: float = 1.0, top_k: int = 0,
                  repetition_penalty: float = 1.0, max_tokens: int = 256, seed: int = -1,

@@ -1,7 +1,7 @@
 """The sampling explorer lesson: one answer, then every step's candidates under the sliders.
 
-Plain functions of plain data (the engine side is :mod:`engine.experiments.explorer`); the
-layout and wiring stay in :mod:`app.lessons`. No torch here.
+Plain functions of plain data (the engine side is :mod:`engine.experiments.explorer`), then
+the lesson's ``build``. No torch here.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import plotly.graph_objects as go
 from engine import QueueFullError, SamplingParams
 from engine.experiments import explorer
 
-from . import fields
-from .fmt import fmt_int
-from .lesson_common import layout
+from app.server import fields
+from app.render.fmt import fmt_int
+from app.tabs.lessons.common import layout
 
 MAX_TOKENS = 64  # answer length: long enough for a sentence or a small function
 
+TITLE = "Sampling explorer"
 TEXT = ("At each step the model scores every token in its vocabulary; sampling turns those scores "
         "into a choice. Lower the temperature to sharpen the bars, raise it to flatten them; at "
         "temperature 0 (greedy) the top token gets all the probability. Top-k, top-p and min-p cut "
@@ -146,3 +147,67 @@ def explorer_figure(sl, temperature, top_k, top_p, min_p, repetition_penalty=1.0
     fig.update_xaxes(tickvals=idx, ticktext=[show_token(t) for t in v["texts"]], tickangle=-45)
     fig.update_yaxes(range=[0, 1.1])
     return fig
+
+
+
+def build(ctx) -> dict:
+    """The lesson inside an open ``gr.Tab``: the prompt, the sliders and use cases, the answer,
+    its steps and the candidates figure, wired to ``ctx.engine`` (with the session's
+    ``ctx.session_kwargs``). Returns the components by name."""
+    from app.tabs.lessons.common import elem
+
+    c: dict = {}
+    gr.Markdown(TEXT + "\n\n" + USE_CASES)
+    with gr.Row():
+        c["ex_prompt"] = gr.Textbox("Name a colour and say why you like it.", label="Prompt",
+                                    scale=4, **elem("ex_prompt"))
+        c["ex_seed"] = gr.Number(0, precision=0, label="seed", scale=1, **elem("ex_seed"))
+        c["ex_run"] = gr.Button("Generate an answer", variant="primary", scale=1, **elem("ex_run"))
+    with gr.Row():
+        c["ex_temp"] = gr.Slider(0, 2, value=0.8, step=0.05, label="temperature (0 = greedy)",
+                                 **elem("ex_temp"))
+        c["ex_topk"] = gr.Slider(0, 50, value=0, step=1, label="top-k (0 = off)", **elem("ex_topk"))
+        c["ex_topp"] = gr.Slider(0.05, 1, value=1.0, step=0.01, label="top-p (1 = off)", **elem("ex_topp"))
+        c["ex_minp"] = gr.Slider(0, 0.5, value=0.0, step=0.01, label="min-p (0 = off)", **elem("ex_minp"))
+        c["ex_rep"] = gr.Slider(0.8, 2.0, value=1.0, step=0.05, label="repetition penalty (1 = off)",
+                                **elem("ex_rep"))
+    sliders = [c["ex_temp"], c["ex_topk"], c["ex_topp"], c["ex_minp"], c["ex_rep"]]
+    gr.Examples([list(ex[1:]) for ex in EXAMPLES], [c["ex_prompt"], *sliders],
+                example_labels=[ex[0] for ex in EXAMPLES], label="Use cases: greedy or sampling")
+    gr.Markdown(PENALTY_RULE, elem_classes=["penalty-rule"])
+    c["ex_answer"] = gr.HTML(answer_html(None), **elem("ex_answer"))
+    c["ex_step"] = gr.Dropdown([], label="step of the answer (index: token)", interactive=True,
+                               **elem("ex_step"))
+    c["ex_plot"] = gr.Plot(explorer_figure(None, 1, 0, 1, 0), show_label=False, **elem("ex_plot"))
+    c["ex_answer_state"], c["ex_logits"] = gr.State({}), gr.State(None)
+    _wire(ctx, c, sliders)
+    return c
+
+
+def _wire(ctx, c: dict, sliders: list) -> None:
+    """Generate an answer, pick a step, move a slider: each redraws the candidates figure."""
+    from app.server.errors import guard
+
+    engine, session_kwargs = ctx.engine, ctx.session_kwargs
+    answer, logits, quiet = c["ex_answer_state"], c["ex_logits"], {"api_visibility": "private"}
+
+    def on_generate(prompt, seed, t, k, p, m, r, request: gr.Request):
+        ans = explorer_generate(engine, prompt, t, k, p, m, seed, session_kwargs(request.session_hash), r)
+        sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], 0)
+        return (ans, sl, gr.Dropdown(choices=step_choices(ans), value=0), answer_html(ans),
+                explorer_figure(sl, t, k, p, m, r))
+
+    def on_step(ans, step, t, k, p, m, r):
+        if not ans or step is None:
+            return None, explorer_figure(None, t, k, p, m, r)
+        sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], int(step))
+        return sl, explorer_figure(sl, t, k, p, m, r)
+
+    c["ex_run"].click(guard(on_generate), [c["ex_prompt"], c["ex_seed"], *sliders],
+                      [answer, logits, c["ex_step"], c["ex_answer"], c["ex_plot"]], concurrency_limit=2,
+                      **quiet)
+    c["ex_step"].input(guard(on_step), [answer, c["ex_step"], *sliders], [logits, c["ex_plot"]],
+                       concurrency_limit=1, concurrency_id="lesson-step", **quiet)
+    for s in sliders:
+        s.change(guard(explorer_figure), [logits, *sliders], c["ex_plot"], show_progress="hidden",
+                 trigger_mode="always_last", **quiet)

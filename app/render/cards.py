@@ -9,7 +9,7 @@ import html
 
 from engine.model.model_spec import kv_bytes_per_token  # the one KV formula (no torch)
 
-from .fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
+from app.render.fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
 
 CARDS = (
     ("ttft_s", "TTFT", "time to first token: first token − arrival", fmt_seconds),

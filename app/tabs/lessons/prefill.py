@@ -12,11 +12,12 @@ from plotly.subplots import make_subplots
 
 from engine.experiments import decode_share, prompt_length
 
-from .fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
-from .lesson_common import DECODE, HEIGHT, PREFILL, layout, progress_adapter
+from app.render.fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
+from app.tabs.lessons.common import DECODE, HEIGHT, PREFILL, layout, progress_adapter
 
 LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
+TITLE = "Prefill and decode"
 TEXT = (
     "Prefill reads the whole prompt at once (long prompts in chunks of a few hundred tokens), "
     "so it processes many tokens per second. Watch where its time starts to grow with the "
@@ -156,3 +157,51 @@ def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None)
            f"(TPOT) took {fmt_seconds(res['tpot_s'])}."
            + memory_bound_html(engine.info, pre, decode_rate, n, where))
     return share_figure(res), msg
+
+
+
+def build(ctx) -> dict:
+    """The lesson inside an open ``gr.Tab``: the sweep's and the decode share's settings,
+    buttons, figures and conclusions, wired to ``ctx.engine``. Returns the components by name."""
+    import gradio as gr
+
+    from app.server.errors import guard
+    from app.tabs.lessons.common import elem, running_html
+
+    engine, c = ctx.engine, {}
+    gr.Markdown(TEXT)
+    with gr.Row():
+        c["sweep_max"] = gr.Dropdown([256, 512, 1024, 2048], value=1024,
+                                     label="longest prompt (tokens)", **elem("sweep_max"))
+        c["sweep_repeats"] = gr.Dropdown([1, 2, 3], value=1, label="runs per length (median)",
+                                         **elem("sweep_repeats"))
+        c["sweep_run"] = gr.Button("Run prompt length sweep", variant="primary", **elem("sweep_run"))
+        c["share_tokens"] = gr.Slider(20, 500, value=100, step=10, label="new tokens",
+                                      **elem("share_tokens"))
+        c["share_run"] = gr.Button("Run decode share", variant="primary", **elem("share_run"))
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            c["sweep_plot"] = gr.Plot(show_label=False, **elem("sweep_plot"))
+            c["sweep_status"] = gr.HTML("", **elem("sweep_status"))
+        with gr.Column():
+            c["share_plot"] = gr.Plot(show_label=False, **elem("share_plot"))
+            c["share_status"] = gr.HTML("", **elem("share_status"))
+    c["sweep_result"] = gr.State(None)
+
+    def on_sweep(largest, repeats, progress=gr.Progress()):
+        return run_sweep(engine, largest, repeats, progress)
+
+    def on_share(n, sweep, progress=gr.Progress()):
+        return run_share(engine, n, progress, sweep)
+
+    run = dict(concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    # the old conclusion goes first, so it never sits beside the next run's progress text
+    c["sweep_run"].click(guard(lambda: running_html("sweep")), None, c["sweep_status"], queue=False,
+                         api_visibility="private").then(
+        guard(on_sweep), [c["sweep_max"], c["sweep_repeats"]],
+        [c["sweep_plot"], c["sweep_status"], c["sweep_result"]], show_progress_on=[c["sweep_plot"]], **run)
+    c["share_run"].click(guard(lambda: running_html("decode share")), None, c["share_status"],
+                         queue=False, api_visibility="private").then(
+        guard(on_share), [c["share_tokens"], c["sweep_result"]], [c["share_plot"], c["share_status"]],
+        show_progress_on=[c["share_plot"]], **run)
+    return c

@@ -1,17 +1,17 @@
-"""The Gradio page: the layout here, the event wiring in ``app.wiring``, the work in ``app.handlers``."""
+"""The Playground tab's layout: the conversation and the answer's tokens and numbers on the
+first screen, then the live panels, the batching section, memory and device, the rolling table
+and the trace downloads. Output components get the attribute names of the frame schema
+(:mod:`app.tabs.playground.frames`)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import gradio as gr
 
-from . import batch_view, cards, figures, handlers
-from .assets import load_examples
-from .errors import log_internal
-from .fmt import fmt_int
-from .plot_panel import plot_panel, serve_plotly_js
-from .tokens_view import TOOLTIP_JS, inspector_template
+from app.render import batch as batch_view, cards, figures
+from app.render.fmt import fmt_int
+from app.render.tokens import TOOLTIP_JS, inspector_template
+from app.server.assets import load_examples
+from app.tabs.playground.plot_panel import plot_panel, serve_plotly_js
 
 INTRO = (
     "Type a prompt and watch an LLM work. **Prefill** reads the whole prompt in one forward pass; "
@@ -38,43 +38,21 @@ PREFIX_PER_SESSION = (
 PROMPT_HINT = "Write a short poem about a programmer under deadline pressure."
 
 
-def _sidebar(pg) -> dict:
-    """The request's settings, then the sampling controls and the model badge (the sidebar
-    itself closes on the Lessons tab).
+def first_screen(pg, empty: dict) -> dict:
+    """Ask on the left; the answer's tokens and numbers on the right (a remote engine's note
+    above)."""
+    if pg.capabilities.remote:
+        from app.remote.view import CLIENT_SIDE, NO_TRACE
 
-    Mode, max new tokens, seed and the KV cache switch come first, so a 720 px tall window shows
-    them without scrolling the sidebar.
-    """
-    cap = max(1, min(2048, pg.max_seq_tokens - 1))
-    with gr.Sidebar(open=True, width=300, elem_id="sidebar") as sidebar:
-        gr.Markdown("### LLM inference playground", elem_classes=["side-title"])
-        s = dict(
-            sidebar=sidebar,
-            mode=gr.Radio([("Chat", "chat"), ("Raw completion", "raw")], value="chat", label="Mode",
-                          elem_id="mode", info="raw: the model simply continues your text"),
-            max_tokens=gr.Slider(1, cap, value=min(256, cap), step=1, label="max new tokens",
-                                 elem_id="max-tokens"),
-            seed=gr.Number(value=-1, precision=0, label="seed (-1 = random)", elem_id="seed"),
-            use_kv=gr.Checkbox(value=True, label="KV cache", elem_id="use-kv",
-                               info="off: every step recomputes the whole sequence (watch the latency grow)"),
-        )
-        gr.Markdown("### Sampling", elem_classes=["side-title"])
-        s.update(
-            temperature=gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="temperature",
-                                  info="0 = greedy: always the most likely token"),
-            top_k=gr.Slider(0, 200, value=50, step=1, label="top-k",
-                            info="keep only the k most likely tokens; 0 = off"),
-            top_p=gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="top-p (nucleus)",
-                            info="keep the fewest tokens whose probabilities add up to p; 1 = off"),
-            min_p=gr.Slider(0, 0.5, value=0.0, step=0.01, label="min-p",
-                            info="drop tokens below min-p × the top token's probability; 0 = off"),
-            rep_penalty=gr.Slider(0.8, 2.0, value=1.1, step=0.05, label="repetition penalty",
-                                  elem_id="rep-penalty", info="> 1 makes tokens already seen less likely; 1 = off"),
-            system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1, elem_id="system-prompt",
-                                     placeholder="optional, e.g. You are a concise assistant."),
-        )
-        gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
-        return s
+        gr.Markdown(f"**Remote engine.** {CLIENT_SIDE}. {NO_TRACE}.", elem_id="remote-note")
+    with gr.Row(equal_height=False, elem_id="first-screen"):
+        with gr.Column(scale=5, min_width=300):
+            c = _conversation(empty)
+        with gr.Column(scale=5, min_width=300):
+            c["stat_cards"] = gr.HTML(empty["cards"], elem_id="stat-cards")
+            c["tokens"] = gr.HTML(empty["tokens"], html_template=inspector_template(),
+                                  js_on_load=TOOLTIP_JS, elem_id="tokens")
+    return c
 
 
 def _conversation(empty: dict) -> dict:
@@ -105,7 +83,7 @@ def _examples(c: dict) -> None:
                 label="Examples (English and 中文)")
 
 
-def _panels(pg, empty: dict, inputs: dict) -> dict:
+def panels(pg, empty: dict, inputs: dict) -> dict:
     """The live Plotly panels (latency and KV cache on the first screen), the KV formula, the
     introduction and examples (``inputs``: the mode and prompt components they fill), the
     batching section, the memory and device panels, the rolling table and the trace downloads."""
@@ -153,66 +131,3 @@ def _batching(pg, head: str) -> dict:
         with gr.Column(scale=4):
             b["strip"] = plot_panel(first["strip"], "step-strip", head, visible=show)
     return b
-
-
-def _lessons(pg) -> None:
-    """The Lessons tab (``app.lessons``); a note instead when it can't be built (the reason
-    goes to the server log: it may name server paths)."""
-    if not pg.capabilities.supports_lessons:
-        from .remote.view import LESSONS
-
-        gr.Markdown(LESSONS)
-        return
-    try:
-        from .lessons import build_lessons
-
-        build_lessons(pg.engine, pg.engine_kwargs)
-    except Exception as exc:  # noqa: BLE001 - the playground must still load
-        gr.Markdown(f"The lessons are unavailable on this server ({log_internal('the Lessons tab', exc)}).")
-
-
-def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
-    """Build the playground page around a :class:`app.service.Playground`.
-
-    Args:
-        pg: the playground (engine wrapper) shared by every session.
-        max_concurrency: requests (page and API together) Gradio runs at once; set it above the
-            engine's queue size so a full engine queue is reported, not hidden by Gradio's queue.
-
-    Returns:
-        The ``gr.Blocks``; launch it with ``theme`` and ``css`` (Gradio 6 takes them in ``launch``).
-    """
-    from .wiring import wire
-
-    empty = handlers.empty_panels(pg)
-    # delete_cache: every hour, remove uploads and copies of served files older than a day
-    # (and all of them at shutdown)
-    with gr.Blocks(title="LLM inference playground", fill_width=True, delete_cache=(3600, 86400)) as demo:
-        sidebar = _sidebar(pg)
-        with gr.Tabs(elem_id="main-tabs"):
-            with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
-                if pg.capabilities.remote:
-                    from .remote.view import CLIENT_SIDE, NO_TRACE
-
-                    gr.Markdown(f"**Remote engine.** {CLIENT_SIDE}. {NO_TRACE}.", elem_id="remote-note")
-                # the first screen: ask on the left, the answer's tokens and numbers on the right,
-                # the per-token latency and the KV cache under them
-                with gr.Row(equal_height=False, elem_id="first-screen"):
-                    with gr.Column(scale=5, min_width=300):
-                        conversation = _conversation(empty)
-                    with gr.Column(scale=5, min_width=300):
-                        stat_cards = gr.HTML(empty["cards"], elem_id="stat-cards")
-                        tokens = gr.HTML(empty["tokens"], html_template=inspector_template(),
-                                         js_on_load=TOOLTIP_JS, elem_id="tokens")
-                panels = _panels(pg, empty, {**conversation, **sidebar})
-            with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
-                _lessons(pg)
-            with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding"):
-                from .decoding_tab import build_decoding_tab
-                build_decoding_tab(pg)
-        page = SimpleNamespace(**sidebar, **conversation, **panels, stat_cards=stat_cards, tokens=tokens,
-                               timer=gr.Timer(2.0), batch_seen=gr.State(None), history=gr.State([]),
-                               play_tab=play_tab,
-                               lessons_tab=lessons_tab)
-        wire(demo, page, pg, max_concurrency)
-    return demo

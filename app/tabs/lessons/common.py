@@ -23,6 +23,23 @@ def layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
     return fig
 
 
+def elem(key: str) -> dict:
+    """``elem_id`` of a lesson component: ``"lesson-"`` + ``key`` with ``-`` for ``_``."""
+    return {"elem_id": "lesson-" + key.replace("_", "-")}
+
+
+def running_html(what: str) -> str:
+    """The status line while a run goes (replacing the last run's conclusion)."""
+    return f"<i>Running the {what}…</i>"
+
+
+def keep(value):
+    """A handler's ``None`` ("unchanged") as ``gr.skip()``, anything else as it is."""
+    import gradio as gr
+
+    return gr.skip() if value is None else value
+
+
 def error_html(message: str) -> str:
     """A red warning line for a lesson's status (the message escaped)."""
     return f"<span style='color:#b00'>⚠ {html.escape(message)}</span>"

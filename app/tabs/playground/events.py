@@ -1,8 +1,9 @@
-"""The page's events: Generate, Stop, Clear, mode switch, the timer (device, rolling table and the
-batching section), tab close, and the API.
+"""The Playground's events: Generate, Stop, Clear, mode switch, the timer (device, rolling table
+and the batching section), tab close, and the API. Which output goes to which component comes
+from the frame schema, :mod:`app.tabs.playground.frames`.
 
-Each listener is a thin adapter from Gradio values to the plain functions of ``app.handlers``,
-wrapped in :func:`app.errors.guard`: every event of the page can be called by any web client
+Each listener is a thin adapter from Gradio values to the plain functions of ``app.tabs.playground.handlers``,
+wrapped in :func:`app.server.errors.guard`: every event of the page can be called by any web client
 through the queue API (hidden ones too), and none may answer with a traceback.
 """
 
@@ -10,18 +11,16 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import api, handlers
-from .errors import guard
-from .plot_panel import as_value
-from .shared import shared
+from app.server import gradio_api as api
+from app.tabs.playground import handlers
+from app.tabs.playground.frames import (BATCH_KEYS, BUTTON_KEYS, CLEAR_KEYS, FIGURE_KEYS, RESENT,
+                                        STREAM_KEYS, TIMER_KEYS, clear_value, components)
+from app.server.errors import guard
+from app.tabs.playground.plot_panel import as_value
+from app.state.shared_views import shared
 
 PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
-STREAM_KEYS = ("chat", "history", "completion", "message", "status", "tokens", "cards", "latency", "kv", "kv_formula",
-               "memory", "batch_stats", "pool", "tables", "strip", "rolling")
-RESENT = frozenset(STREAM_KEYS) - {"message"}  # the prompt box is the user's: set once, never resent
-FIGURE_KEYS = frozenset({"latency", "kv", "memory", "strip"})  # drawn by app.plot_panel (JSON values)
 LABELS = {"gen": "Generate", "stop": "Stop"}
-BUTTON_KEYS = ("json", "csv", "gen", "stop")
 
 
 def stream_updates(frames, last: dict | None = None, labels: dict | None = None, encode: dict | None = None):
@@ -36,7 +35,7 @@ def stream_updates(frames, last: dict | None = None, labels: dict | None = None,
     new trace exists) and the last; in between they get their labels (or no file) again.
 
     Args:
-        frames: the frames of :func:`app.handlers.generate`.
+        frames: the frames of :func:`app.tabs.playground.handlers.generate`.
         last: values the outputs hold already (the hidden chatbot's in raw mode, the rolling table).
         labels: the buttons' labels, ``{"gen": ..., "stop": ...}`` (default :data:`LABELS`).
         encode: output name -> function turning a value into what the browser receives (the
@@ -90,17 +89,32 @@ def encoder(component):
 
 
 def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
-    """Attach every event listener of the page (call inside the ``gr.Blocks`` context).
+    """Attach every event listener of the Playground (call inside the ``gr.Blocks`` context).
 
     Args:
-        demo: the Blocks being built; page: its components (``app.ui`` names them);
-        pg: the shared :class:`app.service.Playground`; max_concurrency: generations (page and
+        demo: the Blocks being built; page: its components (named by
+            :mod:`app.tabs.playground.layout` and the frame schema); pg: the shared
+            :class:`app.state.playground.Playground`; max_concurrency: generations (page and
             API together) that Gradio runs at once.
     """
-    gen_outputs = [page.chatbot, page.history, page.completion, page.message, page.status, page.tokens, page.stat_cards,
-                   page.latency, page.kv_plot, page.kv_formula, page.memory,
-                   page.batch_stats, page.pool, page.tables, page.strip, page.rolling,
-                   page.json_btn, page.csv_btn, page.gen_btn, page.stop_btn]
+    _wire_generate(page, pg, max_concurrency)
+    page.stop_btn.click(guard(_on_stop(pg)), None, None, **PRIVATE)
+    _wire_clear_and_mode(page, pg)
+    _wire_timer(demo, page, pg)
+
+    def on_unload(request: gr.Request):
+        pg.end_session(request.session_hash)  # tab closed: abort its requests, delete its traces
+
+    demo.unload(guard(on_unload))
+    gr.api(guard(api.make_generate(pg)), api_name="generate", concurrency_limit=max_concurrency,
+           concurrency_id="engine")
+    gr.api(guard(api.make_stats(pg)), api_name="stats", concurrency_limit=None)
+    gr.api(guard(api.make_stop(pg)), api_name="stop", concurrency_limit=None)
+
+
+def _wire_generate(page, pg, max_concurrency: int) -> None:
+    """Generate (the button and Enter in the prompt box): the answer's stream."""
+    gen_outputs = components(page, STREAM_KEYS + BUTTON_KEYS)
     labels = {"gen": page.gen_btn.value, "stop": page.stop_btn.value}
     encode = {name: encoder(c) for name, c in zip(STREAM_KEYS + BUTTON_KEYS, gen_outputs)}
 
@@ -126,20 +140,23 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
     page.gen_btn.click(**run)
     page.message.submit(**run)
 
+
+def _on_stop(pg):
     def on_stop(request: gr.Request):  # the request's own stream shows "Stopping…"
         handlers.stop(pg, request.session_hash)
 
-    page.stop_btn.click(guard(on_stop), None, None, **PRIVATE)
+    return on_stop
 
-    clear_keys = ("status", "tokens", "cards", "latency", "kv", "kv_formula", "memory")
 
+def _wire_clear_and_mode(page, pg) -> None:
+    """Clear (every output of the schema with a ``clear`` value), the mode switch and the
+    rolling table's reset."""
     def on_clear():
         panels = handlers.empty_panels(pg)
-        return [[], [], ""] + [as_value(panels[k]) if k in FIGURE_KEYS else panels[k] for k in clear_keys]
+        values = [clear_value(k, panels) for k in CLEAR_KEYS]
+        return [as_value(v) if k in FIGURE_KEYS else v for k, v in zip(CLEAR_KEYS, values)]
 
-    page.clear_btn.click(guard(on_clear), None, [page.chatbot, page.history, page.completion, page.status, page.tokens,
-                                          page.stat_cards, page.latency, page.kv_plot, page.kv_formula,
-                                          page.memory], **PRIVATE)
+    page.clear_btn.click(guard(on_clear), None, components(page, CLEAR_KEYS), **PRIVATE)
 
     def on_mode(mode):
         chat = mode == "chat"
@@ -151,31 +168,20 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
         pg.reset_rolling()
         return shared(pg).rolling_html()
 
-    if hasattr(page, "rolling_reset"):
-        page.rolling_reset.click(guard(on_reset_rolling), None, page.rolling, **PRIVATE)
+    page.rolling_reset.click(guard(on_reset_rolling), None, page.rolling, **PRIVATE)
 
-    batch_outputs = [page.batch_stats, page.pool, page.tables, page.strip]
 
+def _wire_timer(demo, page, pg) -> None:
+    """The timer (and the page's load): the device panel, the rolling table and, while the
+    session isn't streaming, the batching section (the outputs with ``timer`` in the schema)."""
     def on_tick(seen, request: gr.Request):
         frame = handlers.device_frame(pg)
         batch, seen = handlers.idle_batch_frame(pg, request.session_hash, seen)
-        batch = {k: as_value(v) if k in FIGURE_KEYS else v for k, v in batch.items()}
-        return [as_value(frame["device"]), frame["rolling"], seen] + [batch.get(k, gr.skip()) for k in handlers.BATCH_KEYS]
+        frame.update(batch)
+        return [(as_value(frame[k]) if k in FIGURE_KEYS else frame[k]) if k in frame else gr.skip()
+                for k in TIMER_KEYS] + [seen]
 
-    tick_outputs = [page.device, page.rolling, page.batch_seen] + batch_outputs
+    tick_outputs = components(page, TIMER_KEYS) + [page.batch_seen]
     page.timer.tick(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
     demo.load(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
 
-    # the sidebar's sampling controls belong to the Playground: the Lessons have their own
-    page.lessons_tab.select(guard(lambda: gr.Sidebar(open=False)), None, page.sidebar, **PRIVATE)
-    page.play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, page.sidebar, **PRIVATE)
-
-    def on_unload(request: gr.Request):
-        pg.end_session(request.session_hash)  # tab closed: abort its requests, delete its traces
-
-    demo.unload(guard(on_unload))
-
-    gr.api(guard(api.make_generate(pg)), api_name="generate", concurrency_limit=max_concurrency,
-           concurrency_id="engine")
-    gr.api(guard(api.make_stats(pg)), api_name="stats", concurrency_limit=None)
-    gr.api(guard(api.make_stop(pg)), api_name="stop", concurrency_limit=None)

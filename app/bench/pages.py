@@ -1,6 +1,6 @@
 """How much of the engine's batching gain survives open pages: N browser pages against N API calls.
 
-``python -m app.bench_pages`` starts the playground in a child process (the page of
+``python -m app.bench.pages`` starts the playground in a child process (the page of
 ``python -m app``, on a free loopback port), then for each N in ``--pages`` runs the same N greedy
 raw completions of ``--tokens`` tokens at once, in turns: through the API (``gradio_client``
 ``/generate``, one client per request) and from N headless Chromium pages (one browser context per
@@ -68,16 +68,16 @@ def serve(port: int) -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from engine import LLMEngine, load_model
 
-    from .assets import read_css
-    from .cli import theme
-    from .service import Playground
-    from .ui import build_demo
+    from app.server.assets import read_css
+    from app.server.main import theme
+    from app.state.playground import Playground
+    from app.page import build_demo
 
     engine = LLMEngine(load_model("smollm2-135m"), max_queue=32, telemetry=True)
     engine.rolling = _RecordingRolling(engine.rolling)
     engine.output_processor.rolling = engine.rolling  # the one that sees every finished request
     pg = Playground(engine)
-    concurrency = 2 * 32 + 4  # as app.cli
+    concurrency = 2 * 32 + 4  # as app.server.main
     demo = build_demo(pg, max_concurrency=concurrency)
     demo.queue(default_concurrency_limit=concurrency)
     demo.launch(server_name="127.0.0.1", server_port=port, theme=theme(), css=read_css(),
@@ -102,9 +102,9 @@ class Server:
 
     def __init__(self, timeout_s: float = 300.0) -> None:
         port = _free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.bench_pages", "--serve", str(port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "app.bench.pages", "--serve", str(port)],
                                      stdout=subprocess.PIPE, text=True, bufsize=1,
-                                     cwd=str(Path(__file__).resolve().parent.parent))
+                                     cwd=str(Path(__file__).resolve().parents[2]))
         self._records: queue.Queue = queue.Queue()
         ready: queue.Queue = queue.Queue()
 
@@ -291,7 +291,7 @@ def run(pages: list[int], repeats: int, tokens: int, log=print, against: str = "
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.bench_pages", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m app.bench.pages", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pages", type=int, nargs="+", default=[1, 2, 4], help="page counts (default 1 2 4)")
     ap.add_argument("--repeats", type=int, default=3, help="measured turns per side and N (default 3)")
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per request (default 64)")

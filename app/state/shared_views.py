@@ -2,7 +2,7 @@
 
 With a class of pages open, per-page work must stay proportional to what the page itself
 changes: the batching section's engine data (stats, the block pool snapshot, recent steps) is
-read once per refresh and its pictures drawn once (:class:`app.batch_view.BatchSection`), each
+read once per refresh and its pictures drawn once (:class:`app.render.batch.BatchSection`), each
 page only marking its own requests; the Device panel is drawn once per device sample, the
 rolling table once per finished request. Pages then send the same objects, and a figure shared
 by several pages is serialized once.
@@ -14,14 +14,14 @@ import threading
 import time
 import weakref
 
-from . import cards, figures
-from .batch_view import BatchSection
+from app.render import cards, figures
+from app.render.batch import BatchSection
 
 DEVICE_EVERY_S = 1.0  # the device sampler's own interval: a newer figure would show the same readings
 
 
 class SharedViews:
-    """The shared parts of the page for one :class:`app.service.Playground`.
+    """The shared parts of the page for one :class:`app.state.playground.Playground`.
 
     Args:
         pg: the playground.

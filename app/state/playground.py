@@ -30,8 +30,8 @@ from typing import Iterator
 from engine import SamplingParams
 from engine.protocol import BlockPoolSnapshot, EngineClient, EngineStats
 
-from .cards import kv_element_bytes
-from .monitor import DeviceMonitor
+from app.render.cards import kv_element_bytes
+from app.state.device_monitor import DeviceMonitor
 
 KEEP_TRACES = 100  # trace file pairs kept on disk
 KEEP_SESSIONS = 1000  # sessions whose recent request ids are remembered (marks "you" after a request ends)

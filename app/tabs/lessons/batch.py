@@ -3,7 +3,7 @@ engine and plots the latency per token and the total throughput against the batc
 
 The measuring is ``engine.experiments.batch`` (its ``engine`` backend: every sequence submitted
 at once, continuous batching); here are the knee, the figure, the words and the layout. Lesson
-requests carry lesson ids (:mod:`app.lesson_runs`). This module never imports torch.
+requests carry lesson ids (:mod:`app.tabs.lessons.runs`). This module never imports torch.
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from plotly.subplots import make_subplots
 
 from engine.experiments import batch
 
-from . import fields
-from .errors import guard
-from .fmt import fmt_rate
-from .lesson_runs import LessonEngine
+from app.server import fields
+from app.server.errors import guard
+from app.render.fmt import fmt_rate
+from app.tabs.lessons.runs import LessonEngine
 
 SIZES = (1, 2, 4, 8, 16)
 KNEE_GAIN = 1.5  # a doubling of the batch that raises throughput less than this is past the knee
 LATENCY, THROUGHPUT, IDEAL = "#E4572E", "#2E86AB", "#999999"
 
+TITLE = "Batch size"
 TEXT = (
     "A decode step reads every weight once, however many sequences share it, so at first extra "
     "sequences ride almost free: total throughput climbs while each sequence's latency per token "
@@ -137,17 +138,19 @@ def batch_summary(res: dict) -> str:
             "the steps); these requests are labelled as lesson runs.</span></div>")
 
 
-def build(engine, session_kwargs) -> dict:
+
+def build(ctx) -> dict:
     """The lesson's tab content (call inside an open ``gr.Tab``): words, the answer-length slider,
     the run button, the figure and the summary.
 
     Args:
-        engine: the page's ``LLMEngine``; session_kwargs: ``(session id) -> dict`` of extra
-            ``engine.submit`` arguments (the session's ``cache_salt``).
+        ctx: the :class:`app.tabs.context.TabContext` (its ``engine``, and its
+            ``session_kwargs``: the session's ``cache_salt``).
 
     Returns:
         The components by name (``batch_tokens``, ``batch_run``, ``batch_plot``, ``batch_status``).
     """
+    engine, session_kwargs = ctx.engine, ctx.session_kwargs
     c: dict = {}
     gr.Markdown(TEXT)
     with gr.Row():

@@ -17,15 +17,16 @@ import plotly.graph_objects as go
 
 from engine.experiments import intensity, roofline
 
-from . import fields
-from .errors import guard
-from .fmt import fmt_bytes, fmt_int
+from app.server import fields
+from app.server.errors import guard
+from app.render.fmt import fmt_bytes, fmt_int
 
 BATCHES = [2**i for i in range(11)]  # 1 ... 1024
 MACHINE, MODEL, GPU = "#E4572E", "#2E86AB", "#8a8a8a"
 BANDWIDTH_BYTES = 256 * 10**6  # the read-bandwidth tensor: several times any CPU's last-level cache
 MATMUL_N = 1024
 
+TITLE = "Memory-bound or compute-bound"
 TEXT = (
     "Arithmetic intensity is the FLOPs a step does per byte it reads. A decode step reads every "
     "weight to compute one token per sequence, so at batch 1 it does only a few FLOPs per byte and "
@@ -139,13 +140,16 @@ def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | N
     return "\n".join(lines)
 
 
-def build(engine) -> dict:
-    """The lesson's tab content (call inside an open ``gr.Tab``): words, the context slider, the
-    measure button, the figure and the table.
+
+def build(ctx) -> dict:
+    """The lesson's tab content (call inside an open ``gr.Tab``; ``ctx``: the
+    :class:`app.tabs.context.TabContext`): words, the context slider, the measure button, the
+    figure and the table.
 
     Returns:
         The components by name (``roof_context``, ``roof_run``, ``roof_plot``, ``roof_table``).
     """
+    engine = ctx.engine
     shape = model_shape(engine)
     c: dict = {}
     gr.Markdown(TEXT)

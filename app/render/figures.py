@@ -1,7 +1,7 @@
 """Plotly figures of the live panels, as pure functions of plain numbers.
 
 Nothing here knows about Gradio, the engine or torch: each builder takes lists and dicts and
-returns a :class:`app.plainfig.PlainFigure` (plain dicts, no plotly validation on the hot path),
+returns a :class:`app.render.plainfig.PlainFigure` (plain dicts, no plotly validation on the hot path),
 so the tests check the data points directly.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .fmt import fmt_bytes, fmt_int
-from .plainfig import PlainFigure, add_hint, base_layout
+from app.render.fmt import fmt_bytes, fmt_int
+from app.render.plainfig import PlainFigure, add_hint, base_layout
 
 PREFILL = "#E4572E"   # orange-red: the prefill step
 DECODE = "#2E86AB"    # blue: decode steps
@@ -77,7 +77,7 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
             in the batch takes longer).
         prefill_computed: prompt tokens the prefill pass computed, when fewer than
             ``prompt_tokens`` (the rest came from the prefix cache or earlier chunks).
-        spec: a third trace marking speculative steps (:func:`app.spec_view.spec_trace`).
+        spec: a third trace marking speculative steps (:func:`app.render.spec.spec_trace`).
 
     Returns:
         A figure with a ``prefill`` trace (one marker) and a ``decode`` trace (a line).
@@ -157,7 +157,7 @@ def memory_figure(memory: dict | None, request_kv_bytes: int | None = None,
     """Memory breakdown as one stacked horizontal bar; estimated parts hatched and marked (est.).
 
     Args:
-        memory: a plain breakdown (``app.session.memory_to_plain``) or ``None``.
+        memory: a plain breakdown (``app.state.run_state.memory_to_plain``) or ``None``.
         request_kv_bytes: this request's own KV bytes; when the KV part is larger (a paged
             pool allocated up front for every request) the label says so and names both.
         request_done: the request has ended, so its blocks are back in the pool: the label

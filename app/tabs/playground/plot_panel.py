@@ -6,7 +6,7 @@ figure changes: every update draws the figure twice (once into the old view, the
 one), and a fresh Plotly plot costs more than ``Plotly.react`` on an existing one. With a class of
 pages streaming, that was most of each browser's work. This panel draws each new figure once,
 into the same ``<div>``, so Plotly only updates what changed; the JSON is the same the page's
-figures always sent (:class:`app.plainfig.PlainFigure`).
+figures always sent (:class:`app.render.plainfig.PlainFigure`).
 
 plotly.js comes from the plotly Python package (``package_data/plotly.min.js``), served by
 Gradio as a static file and loaded once per page through the component's ``head``.
