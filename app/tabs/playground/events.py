@@ -13,7 +13,7 @@ import gradio as gr
 
 from app.server import gradio_api as api
 from app.tabs.playground import handlers
-from app.tabs.playground.frames import (BATCH_KEYS, BUTTON_KEYS, CLEAR_KEYS, FIGURE_KEYS, RESENT,
+from app.tabs.playground.frames import (BUTTON_KEYS, CLEAR_KEYS, FIGURE_KEYS, RESENT,
                                         STREAM_KEYS, TIMER_KEYS, clear_value, components)
 from app.server.errors import guard
 from app.tabs.playground.plot_panel import as_value
