@@ -12,7 +12,7 @@ tokens/s = sum over the turn's requests of (output tokens - 1) / (last token of 
 token of any request). The child process prints one line per finished request; nothing is added to
 the page or the API for the benchmark.
 
-Needs Playwright and Debian's Chromium at ``/usr/bin/chromium`` (see DESIGN.md).
+Needs Playwright and Debian's Chromium at ``/usr/bin/chromium`` (see docs/deploying.md).
 """
 
 from __future__ import annotations

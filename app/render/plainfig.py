@@ -2,8 +2,8 @@
 
 Building a ``plotly.graph_objects.Figure`` validates every property it is given, and
 ``update_layout(template="plotly_white")`` copies and re-validates the whole template: with several
-pages open that was most of the server's Python time, taken from the engine thread (DESIGN.md,
-"Where the server's time goes with several pages open"). The live panels instead build plain
+pages open that was most of the server's Python time, taken from the engine thread (docs/performance.md,
+"Many pages at once"). The live panels instead build plain
 dicts, resolve the template once per process, and serialize with orjson; the figure still
 renders the same, since Plotly.js receives the same JSON.
 

@@ -182,7 +182,7 @@ class RunState:
     def live_metrics(self, now: float | None = None) -> dict:
         """The stat cards' numbers: exact engine metrics once finished, live estimates before.
 
-        Live estimates use the same definitions as the engine (DESIGN.md) on the step events'
+        Live estimates use the same definitions as the engine (docs/metrics.md) on the step events'
         timestamps, with the app's submit time standing in for the engine's arrival time.
 
         Returns:

@@ -1,4 +1,4 @@
-"""A real browser on the page: Playwright driving Debian's Chromium (see DESIGN.md).
+"""A real browser on the page: Playwright driving Debian's Chromium (see docs/deploying.md).
 
 Loads the page, types a prompt, clicks Generate, checks that text streams and that the latency
 and KV panels hold data points before the answer ends, inspects a token, then clicks Stop; two

@@ -21,7 +21,7 @@ def test_mib_beside_mb():
 
 def test_article_llama_5_tokens_can_be_entered():
     _, md = calculator_view(LLAMA, "", None, 5, 1, "fp16", "fp16")
-    assert "2,621,440 B" in md and "2.6 MB (2.5 MiB)" in md  # DESIGN.md's seed figure
+    assert "2,621,440 B" in md and "2.6 MB (2.5 MiB)" in md  # docs/metrics.md's Llama-2-7B check
     _, md = calculator_view(LLAMA, "", None, 1, 1, "fp16", "fp16")
     assert "⚠" not in md and "| KV cache | **524.3 KB (512.0 KiB)**" in md
 
