@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.experiments import decode_share, prompt_length
+from engine.experiments.intensity import DecodeShape
 
 from app.render.fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
 from app.tabs.lessons.common import DECODE, HEIGHT, PREFILL, layout, progress_adapter
@@ -107,13 +108,15 @@ def share_figure(res: dict) -> go.Figure:
 
 
 def intensity(num_params: int, weights_bytes: int, tokens: int = 1) -> float:
-    """Arithmetic intensity of a forward pass over ``tokens`` tokens, FLOPs per weight byte read.
-
-    About 2 FLOPs (a multiply and an add) per weight per token, the weights read once per pass
-    (Kaplan et al. 2020 count 2N FLOPs per token for the forward pass; the KV cache and
-    activations are left out, which at batch 1 and short contexts are small beside the weights).
-    """
-    return 2.0 * num_params * tokens / weights_bytes if weights_bytes else 0.0
+    """Arithmetic intensity of a forward pass over ``tokens`` tokens, FLOPs per weight byte read:
+    :meth:`engine.experiments.intensity.DecodeShape.intensity` with the KV cache left out (2 FLOPs
+    per weight per token, the weights read once per pass; at batch 1 and short contexts the KV
+    cache and activations are small beside the weights)."""
+    if not weights_bytes:
+        return 0.0
+    shape = DecodeShape(params=num_params, weight_bytes=weights_bytes, kv_bytes_per_token=0,
+                        layers=0, heads=0, head_dim=0)
+    return shape.intensity(tokens, 0)
 
 
 def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_tokens: int,
