@@ -2,7 +2,7 @@
 
 import time
 
-from engine.outputs import ModelRunnerOutput, SampleResult
+from engine.worker.runner_output import ModelRunnerOutput, SampleResult
 
 
 class ScriptedRunner:

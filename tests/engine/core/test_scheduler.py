@@ -8,7 +8,7 @@ from engine.core.contiguous_cache_manager import ContiguousCacheManager
 from engine.core.scheduler import QueueFullError, Scheduler
 from engine.core.scheduler_output import phase_of
 from engine.core.sequence import Sequence, SequenceStatus
-from engine.outputs import ModelRunnerOutput, SampleResult
+from engine.worker.runner_output import ModelRunnerOutput, SampleResult
 
 EOS = 2
 

@@ -12,7 +12,7 @@ from engine.core.block_manager import BlockManager
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import SequenceStatus
 from engine.core.sequence_group import kv_sharing, new_group
-from engine.outputs import ModelRunnerOutput, SampleResult
+from engine.worker.runner_output import ModelRunnerOutput, SampleResult
 from engine.params import MAX_SEQS_PER_REQUEST, sample_seed
 
 EOS = 2

@@ -12,7 +12,7 @@ from engine.config import EngineConfig
 from engine.core.block_manager import BlockManager
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import Sequence
-from engine.outputs import ModelRunnerOutput, SampleResult
+from engine.worker.runner_output import ModelRunnerOutput, SampleResult
 from engine.spec_decode.config import SpeculativeConfig
 from engine.spec_decode.ngram_proposer import NgramProposer
 from engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
