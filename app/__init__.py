@@ -1,14 +1,14 @@
-"""The playground's web page (Gradio + Plotly). It talks to ``engine`` only through its API and
-never imports torch.
+"""The playground's web page (Gradio + Plotly). It talks to an engine only through
+:class:`engine.protocol.EngineClient` and never imports torch.
 
-- :mod:`app.cli`: ``python -m app`` flags and launch.
-- :mod:`app.ui`: the Blocks layout; :mod:`app.wiring`: its event listeners and API endpoints.
-- :mod:`app.handlers`: what Generate, Stop and the timers do, as plain generators of frames.
-- :mod:`app.service`: ``Playground``, the shared view of the engine (sessions, Stop, traces).
-- :mod:`app.session`: ``RunState``, one request's events folded into plain lists.
-- :mod:`app.figures`, :mod:`app.cards`, :mod:`app.tokens_view`: Plotly figures and HTML pieces.
-- :mod:`app.monitor`: the background device sampler; :mod:`app.api`: the ``/generate`` endpoint.
-- :mod:`app.server`: the launch settings (no error text or server file reaches a client, uploads
-  capped, REST calls get defaults); :mod:`app.errors`: unexpected exceptions become an error id;
-  :mod:`app.fields`: type checks of every value a client sends.
+- :mod:`app.page`: the Blocks, the sidebar and the tabs, each built by its own ``build(ctx)``.
+- :mod:`app.tabs`: one package per tab: ``playground`` (layout, events, handlers, the frame
+  schema), ``beams`` (beams and samples), ``lessons`` (one module per lesson, one registry).
+- :mod:`app.render`: pure builders of Plotly figures, cards and HTML (no Gradio).
+- :mod:`app.state`: the shared ``Playground`` (sessions, Stop, traces), one request's
+  ``RunState``, the views drawn once for every page, the device monitor.
+- :mod:`app.server`: ``python -m app`` (flags, launch), the Gradio API endpoints, the ``/v1``
+  mount, error ids, field checks, assets.
+- :mod:`app.remote`: the page in front of a remote OpenAI-compatible server.
+- :mod:`app.bench`: the page benchmark (``python -m app.bench.pages``), not part of the page.
 """

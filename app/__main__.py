@@ -6,7 +6,7 @@ from pathlib import Path
 if not __package__:  # run as a file: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.cli import main  # noqa: E402
+from app.server.main import main  # noqa: E402
 
 
 

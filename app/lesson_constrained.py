@@ -15,7 +15,7 @@ from engine.params import SamplingParams
 from engine.structured import StructuredOutputsParams
 
 from .errors import guard
-from .structured_view import EXAMPLES
+from app.render.structured import EXAMPLES
 
 PROMPTS = {"A person": "Describe a person as JSON, with their name and age.",
            "A list of cities": "List three cities and their countries as JSON.",

@@ -7,14 +7,53 @@ scheduler, block manager and runner under the engine's lock and returns plain da
 from __future__ import annotations
 
 from engine.core.sequence_group import kv_sharing
+from engine.protocol import BlockPoolSnapshot, BlockTable, EngineCapabilities, EngineStats
 
 
 class EngineViews:
-    """``stats``, ``block_snapshot`` and ``memory_snapshot`` of an ``LLMEngine`` (which owns
+    """``stats``, ``block_snapshot``, ``memory_snapshot`` and the rest of
+    :class:`engine.protocol.EngineClient`'s read side for an ``LLMEngine`` (which owns
     ``_lock``, ``scheduler``, ``block_manager``, ``runner``, ``output_processor``, ``probe``,
-    ``drafter``, ``paged`` and ``batching_note``)."""
+    ``drafter``, ``rolling``, ``pool``, ``loaded``, ``paged`` and ``batching_note``)."""
 
-    def stats(self) -> dict:
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        """A local engine: traces, lessons and per-session prefix caches; the block pool
+        when paged; a resettable recent-requests table when telemetry is on."""
+        return EngineCapabilities(remote=False, supports_blocks=bool(self.paged),
+                                  supports_traces=True, supports_lessons=True,
+                                  supports_cache_salt=True,
+                                  supports_rolling_reset=self.rolling is not None)
+
+    @property
+    def pool_bytes(self) -> int | None:
+        """Bytes of the paged KV pool (``None`` without one)."""
+        return self.pool.nbytes if self.pool is not None else None
+
+    def rolling_summary(self) -> dict:
+        """``rolling.summary()`` (``{}`` with telemetry off)."""
+        return self.rolling.summary() if self.rolling is not None else {}
+
+    @property
+    def rolling_version(self) -> int | None:
+        """Changes on every finished request and reset (``None`` with telemetry off)."""
+        return self.rolling.version if self.rolling is not None else None
+
+    def reset_rolling(self) -> None:
+        """Empty the recent-requests summary."""
+        if self.rolling is not None:
+            self.rolling.reset()
+
+    def experiment_model(self):
+        """The :class:`engine.model.loader.LoadedModel` this engine serves (the lessons'
+        experiments load their own engines and variants from it)."""
+        return self.loaded
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        """The text of ``token_ids`` (the model's tokenizer, special tokens kept)."""
+        return self.tokenizer.decode(list(token_ids))
+
+    def stats(self) -> EngineStats:
         """Counts (waiting, running, finished, aborted, failed, queue_max), live KV bytes,
         and with paged attention the block pool (blocks used/free/cached, preemptions,
         prefix-cache hit rate) and sharing: ``kv_tokens_logical`` (tokens the running sequences
@@ -37,7 +76,7 @@ class EngineViews:
                 out.update(blocks_total=b.num_blocks, blocks_used=b.used, blocks_free=b.free,
                            blocks_cached=b.cached, block_size=b.block_size,
                            prefix_hit_rate=b.hit_rate)
-            return out
+            return EngineStats(**out)
 
     def compile_status(self) -> dict:
         """Which decode step runs (:mod:`engine.worker.compiled`), for the badge and benches.
@@ -74,28 +113,26 @@ class EngineViews:
                 return status
             time.sleep(0.2)
 
-    def block_snapshot(self) -> dict:
+    def block_snapshot(self) -> BlockPoolSnapshot:
         """The block pool now, for drawing PagedAttention's picture.
 
         Returns:
-            ``{"block_size", "num_blocks", "state": per-cell "free" / "cached" / "used",
-            "blocks_per_cell", "tables": [{"request_id", "blocks", "tokens"}...]}`` where a
-            cell is one block unless the pool has more than 4,096, and ``tokens`` counts the
-            slots computed or being computed by the step in flight; each table also has the
-            sample's or beam's ``index`` and each block's ``ref_counts`` (above 1: shared by
-            forked sequences or the prefix cache); empty without paging.
+            A :class:`engine.protocol.BlockPoolSnapshot` (block size, block count, per-cell
+            "free" / "cached" / "used" state, blocks per cell, one :class:`BlockTable` per
+            running sequence, whose ``tokens`` counts the slots computed or being computed by
+            the step in flight); :meth:`BlockPoolSnapshot.empty` without paging.
         """
         if not self.paged:
-            return {}
+            return BlockPoolSnapshot.empty()
         with self._lock:
             bm = self.block_manager
-            tables = [{"request_id": s.group_id, "blocks": list(s.block_table),
-                       "tokens": s.num_computed + s.num_scheduled, "index": s.index,
-                       "ref_counts": [bm.blocks[b].ref_count for b in s.block_table]}
+            tables = [BlockTable(request_id=s.group_id, blocks=list(s.block_table),
+                                 tokens=s.num_computed + s.num_scheduled, index=s.index,
+                                 ref_counts=[bm.blocks[b].ref_count for b in s.block_table])
                       for s in self.scheduler.running if s.block_table]
             state, per_cell = bm.block_states()
-        return {"block_size": bm.block_size, "num_blocks": len(bm.blocks), "state": state,
-                "blocks_per_cell": per_cell, "tables": tables}
+        return BlockPoolSnapshot(block_size=bm.block_size, num_blocks=len(bm.blocks), state=state,
+                                 blocks_per_cell=per_cell, tables=tables)
 
     def memory_snapshot(self):
         """The memory breakdown now (``None`` with telemetry off)."""

@@ -50,7 +50,7 @@ def browser():
     on their own when Chromium is missing, before this runs)."""
     from playwright import sync_api
 
-    from browser_support import ARGS, CHROMIUM
+    from tests.support.browser import ARGS, CHROMIUM
 
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)

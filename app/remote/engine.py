@@ -18,8 +18,9 @@ from engine.output.events import RequestOutput, StepEvent
 from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.params import SamplingParams
+from engine.protocol import BlockPoolSnapshot, EngineCapabilities, EngineStats
 
-from ..structured_view import remote_fields
+from app.render.structured import remote_fields
 from .metrics import MetricsPoller
 from .stream import RemoteError, StreamFolder, open_stream, sse_data
 from .view import RemoteView
@@ -130,12 +131,14 @@ class ClientRolling:
     def __init__(self, window: int = 100) -> None:
         self._items: deque = deque(maxlen=window)
         self._lock = threading.Lock()
+        self.version = 0  # changes on every add (the page's cached table compares it)
 
     def add(self, output: RequestOutput) -> None:
         m = output.metrics
         with self._lock:
             self._items.append((str(output.finish_reason), m.ttft_s, m.tpot_s, m.e2e_s,
                                 len(output.token_ids)))
+            self.version += 1
 
     def summary(self) -> dict:
         with self._lock:
@@ -170,6 +173,9 @@ class RemoteEngine:
     """
 
     remote = True
+    capabilities = EngineCapabilities(remote=True)
+    spec = None  # no model shape from an OpenAI-compatible server
+    pool_bytes = None
 
     def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None,
                  metrics_url: str | None = None, poll_s: float = 1.0) -> None:
@@ -269,7 +275,35 @@ class RemoteEngine:
         with self._lock:
             self.counts[FinishReason(output.finish_reason).outcome] += 1
 
-    def stats(self) -> dict:
+    def generate(self, prompt, params: SamplingParams | None = None, **kwargs) -> RequestOutput:
+        """Submit and wait for the output."""
+        return self.submit(prompt, params, **kwargs).result()
+
+    def abort(self, request_id: str) -> bool:
+        """Not by id: a remote request is aborted through its handle (closing its stream)."""
+        return False
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        """A remote server's tokenizer is not here."""
+        raise NotImplementedError("a remote engine has no tokenizer here")
+
+    def experiment_model(self):
+        """No local model: the lessons need one."""
+        raise NotImplementedError("a remote engine has no local model for the lessons")
+
+    def rolling_summary(self) -> dict:
+        """This page's own recent requests (the server's are not visible)."""
+        return self.rolling.summary()
+
+    @property
+    def rolling_version(self) -> int:
+        """Changes whenever a request ends."""
+        return self.rolling.version
+
+    def reset_rolling(self) -> None:
+        """Nothing to reset: the table follows this page's own last requests."""
+
+    def stats(self) -> EngineStats:
         """The page's engine numbers: running and waiting from the server's ``/metrics`` (0
         when it has none), this page's own finished/aborted/failed counts, no block pool
         (``batching`` False, with :meth:`RemoteView.batching_note` saying why and what the
@@ -284,11 +318,11 @@ class RemoteEngine:
                "blocks_used": round(1000 * m.get("kv_usage", 0.0))}  # changes redraw the note
         if m.get("prefix_queries"):
             out["prefix_hit_rate"] = m.get("prefix_hits", 0.0) / m["prefix_queries"]
-        return out
+        return EngineStats(**out)
 
-    def block_snapshot(self) -> dict:
-        """``{}``: a remote server's block pool is not visible."""
-        return {}
+    def block_snapshot(self) -> BlockPoolSnapshot:
+        """Empty: a remote server's block pool is not visible."""
+        return BlockPoolSnapshot.empty()
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop polling and close the connections."""

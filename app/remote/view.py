@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import time
 
-from ..plainfig import PlainFigure, add_hint, base_layout
+from app.render.plainfig import PlainFigure, add_hint, base_layout
 
 CLIENT_SIDE = ("TTFT, per-token latency and tokens/s are measured on this client from the "
                "stream (network and the server's queue included)")

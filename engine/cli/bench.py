@@ -11,9 +11,9 @@ from pathlib import Path
 from engine.cli.common import fail
 from engine.cli.generate import WEIGHTS
 from engine.config import KV_CACHE_DTYPES
+from engine.experiments import NAMES
 
-EXPERIMENT_NAMES = ["vs-hf", "kv-cache", "prompt-length", "decode-share", "batch", "roofline",
-                    "telemetry-cost", "llama-cpp", "quantization", "speculative", "structured", "compile"]  # the registry's order, listed here so --help needs no torch
+EXPERIMENT_NAMES = NAMES  # the registry's order, read without importing an experiment (--help needs no torch)
 
 
 def register(sub) -> None:

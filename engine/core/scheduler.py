@@ -22,7 +22,7 @@ from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.core.sequence import Sequence, SequenceStatus
 from engine.core.sequence_group import admit_group, preemption_unit, seats, update_group
 from engine.errors import QueueFullError
-from engine.outputs import ModelRunnerOutput
+from engine.worker.runner_output import ModelRunnerOutput
 from engine.spec_decode.scheduling import accept_tokens, draft_tokens
 from engine.structured.bookkeeping import append_forced
 

@@ -185,7 +185,7 @@ def update_group(sched, group: SequenceGroup, stepped: list[Sequence], runner_ou
     Args:
         sched: the :class:`engine.core.scheduler.Scheduler`.
         stepped: the group's sequences scheduled in this step (not failed, not finished).
-        runner_output: the step's :class:`engine.outputs.ModelRunnerOutput`.
+        runner_output: the step's :class:`engine.worker.runner_output.ModelRunnerOutput`.
 
     Returns:
         Sequences that finished in this step (blocks freed).

@@ -3,19 +3,24 @@
 Each experiment is one small module with ``NAME``, ``TITLE``, ``run(loaded, quick, progress,
 engine=None, **sizes) -> dict`` (fields documented in its module docstring; common fields in
 :mod:`.common`) and ``plot(result, path) -> path`` (a matplotlib PNG). :data:`EXPERIMENTS` is the
-registry, in the order the CLI runs them.
+registry, in the order the CLI runs them; :data:`NAMES` lists the same names without
+importing any experiment (the CLI's ``--help`` needs no torch), and the registry is built on first
+use.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 import traceback
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
 
-from . import (batch, compile_step, decode_share, kv_cache, llama_cpp, prompt_length,
-               quantization, roofline, speculative, structured, telemetry_cost, vs_hf)
+MODULES = ("vs_hf", "kv_cache", "prompt_length", "decode_share", "batch", "roofline",
+           "telemetry_cost", "llama_cpp", "quantization", "speculative", "structured", "compile")
+"""The experiments' modules, in run order; each one's ``NAME`` is its module name with ``-``."""
+NAMES = [m.replace("_", "-") for m in MODULES]
 
 
 @dataclass(frozen=True)
@@ -38,16 +43,31 @@ def _entry(mod: ModuleType) -> Experiment:
     return Experiment(mod.NAME, mod.TITLE, mod.run, mod.plot)
 
 
-EXPERIMENTS: dict[str, Experiment] = {
-    e.name: e for e in map(_entry, (vs_hf, kv_cache, prompt_length, decode_share, batch,
-                                    roofline, telemetry_cost, llama_cpp, quantization,
-                                    speculative, structured, compile_step))
-}
+def _registry() -> dict[str, Experiment]:
+    """Import every experiment of :data:`MODULES` (torch with them) and register it."""
+    reg = {}
+    for module, name in zip(MODULES, NAMES):
+        exp = _entry(importlib.import_module(f"{__name__}.{module}"))
+        if exp.name != name:
+            raise RuntimeError(f"experiment module {module} is named {exp.name!r}, not {name!r}")
+        reg[name] = exp
+    return reg
+
+
+def __getattr__(name: str):
+    if name == "EXPERIMENTS":  # ``{name: Experiment}`` in run order, built once on first use
+        reg = globals()["EXPERIMENTS"] = _registry()
+        return reg
+    raise AttributeError(name)
+
+
+def _experiments() -> dict[str, Experiment]:
+    return globals().get("EXPERIMENTS") or __getattr__("EXPERIMENTS")
 
 
 def names() -> list[str]:
     """Registered experiment names, in run order."""
-    return list(EXPERIMENTS)
+    return list(_experiments())
 
 
 def run_experiment(name: str, loaded, quick: bool = False, progress=None, engine=None,
@@ -61,7 +81,7 @@ def run_experiment(name: str, loaded, quick: bool = False, progress=None, engine
     Raises:
         KeyError: ``name`` is not registered.
     """
-    exp = EXPERIMENTS[name]
+    exp = _experiments()[name]
     t0 = time.perf_counter()
     try:
         res = exp.run(loaded, quick=quick, progress=progress, engine=engine, **sizes)
@@ -75,4 +95,4 @@ def run_experiment(name: str, loaded, quick: bool = False, progress=None, engine
     return res
 
 
-__all__ = ["EXPERIMENTS", "Experiment", "names", "run_experiment"]
+__all__ = ["EXPERIMENTS", "MODULES", "NAMES", "Experiment", "names", "run_experiment"]

@@ -9,7 +9,7 @@ def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the model's parameters and buffers, each storage counted once.
 
     Storages are deduplicated by ``data_ptr`` so tied weights (an input embedding shared with
-    the LM head) count once, as DESIGN.md's memory definitions ask.
+    the LM head) count once, as docs/metrics.md ("Memory breakdown") defines.
 
     Returns:
         Total bytes (int).

@@ -1,7 +1,7 @@
 """The numbers of a decoder-only transformer that decide its memory: layers, heads, sizes.
 
 ``ModelSpec`` is read from a model's ``config.json`` (a dict) or a transformers config object and
-answers two questions with the formulas of DESIGN.md ("Memory definitions"): how many bytes the
+answers two questions with the formulas of docs/metrics.md ("The KV cache"): how many bytes the
 KV cache holds for T tokens, and how many parameters the weights have.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: float) -> int:
     """The KV formula per token: 2 (K and V) × layers × kv_heads × head_dim × dtype bytes.
 
-    Source: DESIGN.md, "Memory definitions". Multiply by tokens and batch for a whole cache.
+    Source: docs/metrics.md, "The KV cache". Multiply by tokens and batch for a whole cache.
     """
     return int(round(2 * layers * kv_heads * head_dim * dtype_bytes))
 

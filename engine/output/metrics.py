@@ -1,4 +1,4 @@
-"""Per-request latency metrics, with vLLM's definitions (see DESIGN.md, "Metric definitions").
+"""Per-request latency metrics, with vLLM's definitions (see docs/metrics.md, "Request timings").
 
 Every time is a ``time.perf_counter()`` reading in seconds on the engine host, recorded once by
 the engine; each metric below is computed in one place from those readings.

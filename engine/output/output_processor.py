@@ -19,7 +19,7 @@ from engine.output.events import Candidate, CompletionOutput, RequestOutput, Ste
 from engine.output.group_output import GroupOutputs
 from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
-from engine.outputs import ModelRunnerOutput
+from engine.worker.runner_output import ModelRunnerOutput
 from engine.structured.bookkeeping import token_marks, with_forced
 
 log = logging.getLogger("engine")

@@ -35,7 +35,7 @@ def accept_tokens(seq, entry, accepted: list, last, check_stop) -> tuple[list[in
     Args:
         seq: the sequence (``num_computed`` still as before the step).
         entry: its :class:`engine.core.scheduler_output.ScheduledSeq` with ``draft_ids``.
-        accepted: the accepted drafts' :class:`engine.outputs.SampleResult` objects.
+        accepted: the accepted drafts' :class:`engine.worker.runner_output.SampleResult` objects.
         last: the model's own token's result (follows the accepted drafts).
         check_stop: ``check_stop(seq, token) -> FinishReason | None``, called after each
             appended token; the first stop ends the step (later tokens are dropped).

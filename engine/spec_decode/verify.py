@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from engine.errors import NonFiniteLogitsError
-from engine.outputs import SampleResult
+from engine.worker.runner_output import SampleResult
 from engine.params import SamplingParams
 from engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
 from engine.worker.sampler import TOP_CANDIDATES
@@ -83,7 +83,7 @@ def verify_drafts(entries, logits: torch.Tensor, out) -> torch.Tensor:
         entries: the step's sampling :class:`engine.core.scheduler_output.ScheduledSeq`
             entries, in packed order; an entry with ``draft_ids`` owns ``k + 1`` rows.
         logits: ``[sum of rows, V]`` the forward pass's kept logits.
-        out: the step's :class:`engine.outputs.ModelRunnerOutput`: each speculating request
+        out: the step's :class:`engine.worker.runner_output.ModelRunnerOutput`: each speculating request
             gets ``sampled`` (the model's own token) and ``spec_accepted`` (the accepted
             drafts), or an entry in ``errors``.
 

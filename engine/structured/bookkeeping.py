@@ -3,7 +3,7 @@ tokens the grammar forced, and what each token's event says about its mask."""
 
 from __future__ import annotations
 
-from engine.outputs import SampleResult
+from engine.worker.runner_output import SampleResult
 
 
 def append_forced(seq, check_stop):

@@ -1,8 +1,8 @@
 """Memory estimator: weights, KV cache and activations of a model before loading it.
 
 Works offline from the table in ``assets/model_configs.json``, from a local ``config.json`` or
-model folder, and from the Hub's ``config.json`` when online. Formulas: DESIGN.md, "Memory
-definitions"; the KV cache and parameter count come from :class:`engine.model.model_spec.ModelSpec`.
+model folder, and from the Hub's ``config.json`` when online. Formulas: docs/metrics.md, "The KV
+cache" and "Memory breakdown"; the KV cache and parameter count come from :class:`engine.model.model_spec.ModelSpec`.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def activation_estimate(spec: ModelSpec, dtype_bytes: float, batch: int, tokens:
                         chunk_tokens: int | None = None) -> int:
     """Bytes of activations alive at the peak of one forward pass of ``batch`` × ``tokens``.
 
-    DESIGN.md: hidden states b·T·hidden plus the MLP's intermediate tensors 3·b·T·I (both in
+    docs/metrics.md: hidden states b·T·hidden plus the MLP's intermediate tensors 3·b·T·I (both in
     the model dtype), plus fp32 logits b·V·4 for the last position only.
 
     Args:

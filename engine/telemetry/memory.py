@@ -1,6 +1,6 @@
 """Memory breakdown per engine step: what the device (or process) memory is spent on.
 
-Definitions: DESIGN.md, "Memory definitions". On CUDA every part is measured from torch's
+Definitions: docs/metrics.md, "Memory breakdown". On CUDA every part is measured from torch's
 allocator statistics (read once per step) and ``torch.cuda.mem_get_info`` (total and free of the
 device this process sees, a MIG slice included); NVML is never read on the engine thread. On
 CPU the process RSS (psutil) is split into weights, KV cache, an activation estimate and the

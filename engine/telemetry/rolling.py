@@ -13,7 +13,7 @@ _PCTS = (50, 90, 99)
 
 
 def percentiles(values: list[float]) -> dict:
-    """``{"p50", "p90", "p99"}`` of ``values`` with numpy's linear interpolation (DESIGN.md);
+    """``{"p50", "p90", "p99"}`` of ``values`` with numpy's linear interpolation (docs/metrics.md);
     every value ``None`` when ``values`` is empty."""
     if not values:
         return {f"p{p}": None for p in _PCTS}

@@ -7,7 +7,7 @@
   beam search ranks by), as many as its group's :class:`engine.core.beam_search.BeamSearch`
   asks for.
 
-The results go into the step's :class:`engine.outputs.ModelRunnerOutput`; the scheduler's
+The results go into the step's :class:`engine.worker.runner_output.ModelRunnerOutput`; the scheduler's
 bookkeeping forks and ranks.
 """
 
@@ -33,7 +33,7 @@ def sample_group_rows(sampler, logits: torch.Tensor, seqs, out) -> None:
         sampler: the runner's :class:`engine.worker.sampler.Sampler`.
         logits: ``[R, V]`` logits, one row per sequence of ``seqs``.
         seqs: sequences whose group takes their logits (:func:`split_group_rows`).
-        out: the step's :class:`engine.outputs.ModelRunnerOutput`; a row with NaN or inf
+        out: the step's :class:`engine.worker.runner_output.ModelRunnerOutput`; a row with NaN or inf
             logits gets an error instead (its request fails, the others go on).
     """
     beams = [i for i, s in enumerate(seqs) if s.group.beam is not None]

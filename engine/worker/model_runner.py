@@ -4,7 +4,7 @@
 transformers architecture); :class:`engine.worker.paged_model_runner.PagedModelRunner` packs
 every sequence of a step into one forward pass over the paged KV pool. Both take a
 :class:`engine.core.scheduler_output.SchedulerOutput` and return a
-:class:`engine.outputs.ModelRunnerOutput` from :meth:`ModelRunner.execute`.
+:class:`engine.worker.runner_output.ModelRunnerOutput` from :meth:`ModelRunner.execute`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.core.sequence import Sequence
 from engine.worker.kv_cache import KVCache
-from engine.outputs import ModelRunnerOutput, SampleResult
+from engine.worker.runner_output import ModelRunnerOutput, SampleResult
 from engine.worker.sampler import Sampler
 
 

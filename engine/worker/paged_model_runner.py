@@ -9,7 +9,7 @@ import torch
 
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.worker.model_runner import ModelRunner, after_error
-from engine.outputs import ModelRunnerOutput
+from engine.worker.runner_output import ModelRunnerOutput
 from engine.worker.group_sampling import sample_group_rows, split_group_rows
 from engine.worker.sampler import Sampler
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary

@@ -18,7 +18,7 @@ import torch
 
 from engine.errors import NonFiniteLogitsError
 from engine.params import SAMPLING_EPS, SamplingParams
-from engine.outputs import SampleResult
+from engine.worker.runner_output import SampleResult
 from engine.worker.sampling_ops import min_p_rows, padded_ids, count_ids, top_k_rows, top_p_rows
 
 TOP_CANDIDATES = 5

@@ -1,0 +1,81 @@
+"""The page: the Blocks, the sidebar (the Playground's request settings) and the tabs, each
+built by its own ``build(ctx)`` (:mod:`app.tabs`)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from app.render import cards
+from app.tabs import beams, lessons, playground
+from app.server.errors import guard
+from app.tabs.context import TabContext
+
+
+def _sidebar(pg) -> dict:
+    """The request's settings, then the sampling controls and the model badge (the sidebar
+    itself closes on the Lessons tab).
+
+    Mode, max new tokens, seed and the KV cache switch come first, so a 720 px tall window shows
+    them without scrolling the sidebar.
+    """
+    cap = max(1, min(2048, pg.max_seq_tokens - 1))
+    with gr.Sidebar(open=True, width=300, elem_id="sidebar") as sidebar:
+        gr.Markdown("### LLM inference playground", elem_classes=["side-title"])
+        s = dict(
+            sidebar=sidebar,
+            mode=gr.Radio([("Chat", "chat"), ("Raw completion", "raw")], value="chat", label="Mode",
+                          elem_id="mode", info="raw: the model simply continues your text"),
+            max_tokens=gr.Slider(1, cap, value=min(256, cap), step=1, label="max new tokens",
+                                 elem_id="max-tokens"),
+            seed=gr.Number(value=-1, precision=0, label="seed (-1 = random)", elem_id="seed"),
+            use_kv=gr.Checkbox(value=True, label="KV cache", elem_id="use-kv",
+                               info="off: every step recomputes the whole sequence (watch the latency grow)"),
+        )
+        gr.Markdown("### Sampling", elem_classes=["side-title"])
+        s.update(
+            temperature=gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="temperature",
+                                  info="0 = greedy: always the most likely token"),
+            top_k=gr.Slider(0, 200, value=50, step=1, label="top-k",
+                            info="keep only the k most likely tokens; 0 = off"),
+            top_p=gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="top-p (nucleus)",
+                            info="keep the fewest tokens whose probabilities add up to p; 1 = off"),
+            min_p=gr.Slider(0, 0.5, value=0.0, step=0.01, label="min-p",
+                            info="drop tokens below min-p × the top token's probability; 0 = off"),
+            rep_penalty=gr.Slider(0.8, 2.0, value=1.1, step=0.05, label="repetition penalty",
+                                  elem_id="rep-penalty", info="> 1 makes tokens already seen less likely; 1 = off"),
+            system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1, elem_id="system-prompt",
+                                     placeholder="optional, e.g. You are a concise assistant."),
+        )
+        gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
+        return s
+
+
+def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
+    """Build the playground page around a :class:`app.state.playground.Playground`.
+
+    Args:
+        pg: the playground (engine wrapper) shared by every session.
+        max_concurrency: requests (page and API together) Gradio runs at once; set it above the
+            engine's queue size so a full engine queue is reported, not hidden by Gradio's queue.
+
+    Returns:
+        The ``gr.Blocks``; launch it with ``theme`` and ``css`` (Gradio 6 takes them in ``launch``).
+    """
+    # delete_cache: every hour, remove uploads and copies of served files older than a day
+    # (and all of them at shutdown)
+    with gr.Blocks(title="LLM inference playground", fill_width=True, delete_cache=(3600, 86400)) as demo:
+        sidebar = _sidebar(pg)
+        ctx = TabContext.of(pg, max_concurrency, sidebar)
+        ctx.demo = demo
+        with gr.Tabs(elem_id="main-tabs"):
+            with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
+                playground.build(ctx)
+            with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
+                lessons.build(ctx)
+            with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding"):
+                beams.build(ctx)
+        # the sidebar's sampling controls belong to the Playground: the Lessons have their own
+        private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+        lessons_tab.select(guard(lambda: gr.Sidebar(open=False)), None, sidebar["sidebar"], **private)
+        play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, sidebar["sidebar"], **private)
+    return demo

@@ -1,0 +1,223 @@
+"""Small HTML pieces of the page: stat cards, status bar, model badge, KV formula, rolling table.
+
+Pure functions of plain numbers and dicts (no Gradio, no torch).
+"""
+
+from __future__ import annotations
+
+import html
+
+from engine.model.model_spec import kv_bytes_per_token  # the one KV formula (no torch)
+
+from app.render.fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
+
+CARDS = (
+    ("ttft_s", "TTFT", "time to first token: first token − arrival", fmt_seconds),
+    ("tpot_s", "TPOT", "time per output token after the first", fmt_seconds),
+    ("decode_tokens_per_s", "decode speed", "(output tokens − 1) / decode time", fmt_rate),
+    ("prefill_tokens_per_s", "prefill speed", "computed prompt tokens / prefill time (prefix-cache "
+     "hits cost no compute, so they are not counted)", fmt_rate),
+    ("e2e_s", "end-to-end", "finish − arrival", fmt_seconds),
+    ("queue_time_s", "queue time", "waiting before the engine started it", fmt_seconds),
+)
+
+
+def stat_cards_html(metrics: dict | None) -> str:
+    """Six stat cards (TTFT, TPOT, decode and prefill tokens/s, e2e, queue time).
+
+    Args:
+        metrics: ``RunState.live_metrics()`` (seconds, tokens/s; ``None`` values show "–"),
+            or ``None`` before any request.
+    """
+    metrics = metrics or {}
+    cards = []
+    for key, label, definition, fmt in CARDS:
+        value = fmt(metrics.get(key)) if metrics.get(key) is not None else "–"
+        cards.append(
+            f"<div class='stat-card' title='{html.escape(definition)}'><div class='stat-label'>{label}</div>"
+            f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(definition)}</div></div>")
+    tokens = ""
+    if metrics:
+        state = "final (engine metrics)" if metrics.get("final") else "live estimate"
+        tokens = (f"<div class='stat-foot'>{_prompt_tokens(metrics)} · "
+                  f"N = {fmt_int(metrics.get('output_tokens'))} output tokens · {state}</div>"
+                  f"{latency_formula_html(metrics)}")
+    return f"<div class='stat-grid'>{''.join(cards)}</div>{tokens}"
+
+
+def _prompt_tokens(metrics: dict) -> str:
+    """``"640 prompt tokens (17 computed, 623 from the prefix cache)"``, or just the count."""
+    prompt = metrics.get("prompt_tokens") or 0
+    cached = metrics.get("cached_prompt_tokens") or 0
+    text = f"{fmt_int(prompt)} prompt tokens"
+    if cached:
+        text += (f" (<b>{fmt_int(prompt - cached)} computed</b>, {fmt_int(cached)} from the prefix "
+                 "cache)")
+    return text
+
+
+def latency_formula_html(metrics: dict) -> str:
+    """Latency = TTFT + TPOT × (N − 1) written out with one request's own numbers.
+
+    Args:
+        metrics: ``RunState.live_metrics()``: ``ttft_s``, ``tpot_s`` (seconds, ``None`` while
+            undefined), ``output_tokens`` (N), ``e2e_s`` and ``final``.
+
+    Returns:
+        One ``<div class='latency-formula'>``, or ``""`` before the first token. The formula
+        (seed article 002, §6.1) holds by the metric definitions: TTFT ends at the first token and
+        the N − 1 later tokens take TPOT each on average; the measured end-to-end time adds only
+        the finishing bookkeeping after the last token.
+    """
+    n = int(metrics.get("output_tokens") or 0)
+    ttft = metrics.get("ttft_s")
+    if not n or ttft is None:
+        return ""
+    tpot = metrics.get("tpot_s") or 0.0
+    total = ttft + tpot * (n - 1)
+    e2e = metrics.get("e2e_s")
+    measured = (f" · measured end-to-end {fmt_seconds(e2e)}"
+                if metrics.get("final") and e2e is not None else "")
+    return (f"<div class='latency-formula'>Latency = TTFT + TPOT × (N − 1) = {fmt_seconds(ttft)} + "
+            f"{fmt_seconds(tpot)} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}</div>")
+
+
+def status_html(text: str, kind: str = "info") -> str:
+    """The status bar: ``kind`` is ``info``, ``busy``, ``ok``, ``warn`` or ``error`` (sets the colour)."""
+    return f"<div class='status status-{kind}'>{html.escape(text)}</div>"
+
+
+def kv_element_bytes(info) -> int:
+    """Bytes per cached K or V element: the engine's KV cache dtype (``info.kv_dtype_bytes``),
+    else the model's dtype."""
+    return info.kv_dtype_bytes or info.dtype_bytes
+
+
+def kv_dtype_label(info) -> str:
+    """The KV cache's dtype name (``fp8 (e4m3)``, ``bfloat16``...), else the model's."""
+    return info.kv_dtype or info.dtype
+
+
+def precision_line(info) -> str:
+    """Which precision runs: weights storage, compute dtype and KV cache, e.g. ``weights <b>int4</b>
+    · compute bfloat16 · KV cache bfloat16``; the loader's note (how the weights got there) as a
+    tooltip."""
+    weights = info.weights or info.dtype
+    note = info.weights_note or ""
+    return (f"<div class='model-precision' title='{html.escape(note, quote=True)}'>weights "
+            f"<b>{html.escape(weights)}</b> · compute {html.escape(info.dtype)} · KV cache "
+            f"<b>{html.escape(kv_dtype_label(info))}</b></div>")
+
+
+def model_badge_html(info, remote=None) -> str:
+    """The model in use, its size and its precision, from the engine's ``ModelInfo``; a remote
+    engine's view (``remote``, :class:`app.remote.view.RemoteView`) draws its own badge:
+    engine, address, model."""
+    if remote is not None:
+        return remote.badge_html()
+    arch = info.architecture or ""
+    spec = info.spec
+    weights = info.weights or info.dtype
+    return (
+        "<div class='model-badge'>"
+        f"<div class='model-name'>{html.escape(info.name)}</div>"
+        f"<div>{fmt_params(info.num_params)} parameters · weights {fmt_bytes(info.weights_bytes)} "
+        f"({html.escape(weights)}) on <b>{html.escape(info.device)}</b></div>"
+        f"{precision_line(info)}"
+        f"<div>{spec.layers} layers · {spec.heads} query heads / {spec.kv_heads} KV heads · head_dim "
+        f"{spec.head_dim} · context {fmt_int(info.context_len)} tokens"
+        f"{' · ' + html.escape(arch) if arch else ''}</div>"
+        f"{_eos_line(info)}</div>")
+
+
+def _eos_line(info) -> str:
+    """The tokens that end generation (EOS set), e.g. ``<|endoftext|> (0), <|im_end|> (2)``."""
+    eos = info.eos_tokens or ()
+    if not eos:
+        return ""
+    names = ", ".join(f"{html.escape(str(t))} ({i})" for i, t in eos)
+    return f"<div>ends on: {names}</div>"
+
+
+def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,
+                    bytes_per_token: int | None = None, pool_bytes: int | None = None,
+                    prompt_tokens: int = 0, output_tokens: int = 0, remote=None) -> str:
+    """The KV cache formula written out with this model's numbers, and checked against the cache.
+
+    Args:
+        info: ``ModelInfo`` (dtype, dtype_bytes, and the shape in ``info.spec``).
+        tokens: tokens in the cache now (``None`` before a request).
+        measured_bytes: the measured cache size now.
+        bytes_per_token: the engine's own per-token figure when it differs from the plain formula
+            (sliding-window models); defaults to the plain formula.
+        pool_bytes: the paged KV pool's bytes: adds how many tokens it holds, and how many more
+            than in the model's dtype when the KV cache is stored in fewer bytes.
+        prompt_tokens, output_tokens: the request's prompt length and N, its output tokens so
+            far; when ``tokens`` = prompt + N − 1 a line says why the newest token is not cached.
+        remote: a remote engine's view: its ``/metrics`` figures instead.
+    """
+    if remote is not None:
+        return remote.kv_html()
+    spec = info.spec
+    elem = kv_element_bytes(info)
+    per_tok = bytes_per_token or kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim, elem)
+    gqa = ""
+    if spec.kv_heads != spec.heads:
+        gqa = (f" ({spec.heads} query heads share {spec.kv_heads} KV heads: grouped-query attention "
+               f"stores {spec.heads // max(1, spec.kv_heads)}× less than one KV head per query head)")
+    lines = [
+        f"<div class='kv-formula'><b>KV cache bytes</b> = 2 (K and V) × {spec.layers} layers × "
+        f"{spec.kv_heads} KV heads × {spec.head_dim} head_dim × {elem} bytes "
+        f"({html.escape(kv_dtype_label(info))}) × tokens = <b>{fmt_int(per_tok)} B per token</b>{gqa}.</div>"]
+    if pool_bytes:
+        fits = pool_bytes // per_tok
+        line = f"The {fmt_bytes(pool_bytes)} KV pool holds {fmt_int(fits)} tokens"
+        if elem < info.dtype_bytes:
+            plain = pool_bytes // kv_bytes_per_token(spec.layers, spec.kv_heads, spec.head_dim,
+                                                     info.dtype_bytes)
+            line += (f": <b>{fits / plain:.0f}× as many</b> as in {html.escape(info.dtype)} "
+                     f"({fmt_int(plain)}), {fmt_int(fits - plain)} more")
+        lines.append(f"<div class='kv-pool'>{line}.</div>")
+    if tokens:
+        predicted = per_tok * tokens
+        check = ""
+        if measured_bytes is not None:
+            ok = "✓ equal" if measured_bytes == predicted else f"differs by {fmt_int(measured_bytes - predicted)} B"
+            check = f" · measured {fmt_int(measured_bytes)} B ({ok})"
+        lines.append(f"<div class='kv-now'>Now: {fmt_int(per_tok)} × {fmt_int(tokens)} tokens = "
+                     f"{fmt_int(predicted)} B = {fmt_bytes(predicted)}{check}</div>")
+        if output_tokens and prompt_tokens and tokens == prompt_tokens + output_tokens - 1:
+            lines.append(
+                f"<div class='kv-why'>{fmt_int(tokens)} tokens = {fmt_int(prompt_tokens)} prompt + "
+                f"(N − 1) = {fmt_int(output_tokens - 1)} output tokens, not N = {fmt_int(output_tokens)}: "
+                "a step computes keys and values only for the tokens it is fed, and the newest "
+                "token was only just sampled; it enters the cache when the next step takes it "
+                "as input.</div>")
+    return "".join(lines)
+
+
+def rolling_table_html(summary: dict | None) -> str:
+    """Recent requests: p50 / p90 / p99 of TTFT, TPOT and e2e, and finished/aborted/failed counts.
+
+    Args:
+        summary: ``engine.rolling.summary()``: ``{"count", "finished", "aborted", "failed",
+            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}`` of users'
+            requests, and ``"lessons"`` (the same for lesson runs, counted in a footnote only).
+    """
+    summary = summary or {}
+    rows = []
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end")):
+        pct = summary.get(key) or {}
+        cells = "".join(f"<td>{fmt_seconds(pct.get(p)) if pct.get(p) is not None else '–'}</td>"
+                        for p in ("p50", "p90", "p99"))
+        rows.append(f"<tr><th>{label}</th>{cells}</tr>")
+    counts = (f"{fmt_int(summary.get('count', 0))} recent requests (all users): "
+              f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
+              f"{fmt_int(summary.get('failed', 0))} failed")
+    lessons = summary.get("lessons") or {}
+    if lessons.get("count"):
+        e2e = (lessons.get("e2e_s") or {}).get("p50")
+        counts += (f"<br>{fmt_int(lessons['count'])} lesson runs kept apart, not in these percentiles"
+                   + (f" (their median end-to-end: {fmt_seconds(e2e)})" if e2e is not None else ""))
+    return ("<table class='rolling'><tr><th></th><th>p50</th><th>p90</th><th>p99</th></tr>"
+            f"{''.join(rows)}</table><div class='rolling-foot'>{counts}</div>")

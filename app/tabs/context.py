@@ -1,0 +1,39 @@
+"""What every tab's ``build(ctx)`` is given."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+def _no_kwargs(session_id: str) -> dict:
+    return {}
+
+
+@dataclass
+class TabContext:
+    """The page's shared objects, handed to each tab's and each lesson's ``build``.
+
+    Attributes:
+        pg: the shared :class:`app.state.playground.Playground` (``None`` when a tab is built
+            alone around an engine, as the lessons' tests do).
+        engine: the :class:`engine.protocol.EngineClient` (``pg.engine`` by default).
+        session_kwargs: ``(session id) -> dict`` of extra ``engine.submit`` arguments for a
+            user's own prompts (``Playground.engine_kwargs``: the session's ``cache_salt``).
+        max_concurrency: requests (page and API together) Gradio runs at once.
+        sidebar: the sidebar's components by name (the Playground's inputs).
+        demo: the ``gr.Blocks`` being built (for page-wide events: load, unload).
+    """
+
+    pg: object = None
+    engine: object = None
+    session_kwargs: Callable[[str], dict] = _no_kwargs
+    max_concurrency: int = 36
+    sidebar: dict = field(default_factory=dict)
+    demo: object = None
+
+    @classmethod
+    def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None) -> "TabContext":
+        """The context of a whole page around playground ``pg``."""
+        return cls(pg=pg, engine=pg.engine, session_kwargs=pg.engine_kwargs,
+                   max_concurrency=max_concurrency, sidebar=dict(sidebar or {}))

@@ -1,0 +1,67 @@
+"""The Lessons tab: eight small experiments for a classroom, on the page's own engine.
+
+One module per lesson, each with the same shape: ``TITLE``, ``TEXT`` and ``build(ctx)`` (lays
+out and wires itself inside its ``gr.Tab``, returns its components by name), beside its own
+handlers and figures. :data:`LESSONS` lists them in the order of the tabs. The work that needs
+torch lives in ``engine.experiments``; every lesson run is submitted as a lesson request
+(``source="lesson"``, :mod:`app.tabs.lessons.runs`), so it stays out of the users' latency
+percentiles. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import gradio as gr
+
+from app.server.errors import log_internal
+from app.tabs.context import TabContext
+
+LESSONS = ("kv_cache", "prefill", "calculator", "sampling", "quantization", "batch", "roofline",
+           "speculative")
+"""The lessons' modules in this package, in the order of their tabs; adding one is one module
+and one entry here. They are imported when the tab is built: ``engine.experiments`` imports
+torch, which the page itself never does (a remote engine's page needs none)."""
+
+
+def lesson_modules() -> list:
+    """The modules of :data:`LESSONS`, imported."""
+    return [importlib.import_module(f"{__name__}.{name}") for name in LESSONS]
+
+
+def build(ctx: TabContext) -> dict:
+    """Build the Lessons tab inside an open ``gr.Tab``: one sub-tab per lesson of
+    :data:`LESSONS`. An engine without a local model (a remote server) gets a note instead,
+    and so does a failure to build (its reason goes to the server log: it may name server
+    paths). Returns every lesson's components by name."""
+    if not ctx.engine.capabilities.supports_lessons:
+        from app.remote.view import LESSONS as NOTE
+
+        gr.Markdown(NOTE)
+        return {}
+    try:
+        return build_lessons(ctx.engine, ctx.session_kwargs)
+    except Exception as exc:  # noqa: BLE001 - the playground must still load
+        gr.Markdown(f"The lessons are unavailable on this server ({log_internal('the Lessons tab', exc)}).")
+        return {}
+
+
+def build_lessons(engine, session_kwargs=None) -> dict:
+    """The lessons' sub-tabs around ``engine`` alone (inside an open ``gr.Blocks``/``gr.Tab``).
+
+    Args:
+        engine: the running :class:`engine.protocol.EngineClient` (its queue runs every model
+            call but the explorer's one-pass step recomputation).
+        session_kwargs: ``(session id) -> dict`` of extra ``engine.submit`` arguments for a
+            user's own prompts (``Playground.engine_kwargs``: the session's ``cache_salt``).
+
+    Returns:
+        The components by name (for tests and further wiring).
+    """
+    ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}))
+    c: dict = {}
+    with gr.Tabs():
+        for lesson in lesson_modules():
+            with gr.Tab(lesson.TITLE):
+                c.update(lesson.build(ctx))
+    return c

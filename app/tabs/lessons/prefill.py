@@ -1,0 +1,210 @@
+"""The prefill and decode lesson: the prompt-length sweep, the decode share, and why decode is
+memory-bound.
+
+The runs are :mod:`engine.experiments.prompt_length` and :mod:`engine.experiments.decode_share`
+on the page's engine (as lesson runs); here are their figures and conclusions. No torch here.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.experiments import decode_share, prompt_length
+from engine.experiments.intensity import DecodeShape
+
+from app.render.fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
+from app.tabs.lessons.common import DECODE, HEIGHT, PREFILL, layout, progress_adapter
+
+LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+TITLE = "Prefill and decode"
+TEXT = (
+    "Prefill reads the whole prompt at once (long prompts in chunks of a few hundred tokens), "
+    "so it processes many tokens per second. Watch where its time starts to grow with the "
+    "prompt: on a GPU short prompts cost almost the same, while a CPU saturates early. Then see "
+    "how small prefill is next to decode, which produces one token per step.\n\n"
+    "**Why decode is so much slower per token: it is memory-bound.** A decode step must read "
+    "every weight from memory to compute one token per sequence, about 2 floating-point "
+    "operations (FLOPs) per weight. Its **arithmetic intensity** (FLOPs per byte read) is "
+    "therefore tiny, and the memory **bandwidth**, not the arithmetic units, sets its speed. "
+    "Prefill reads each weight once for all the prompt's tokens, so its intensity is that many "
+    "times higher, until the arithmetic units limit it (compute-bound). Run the decode share to "
+    "see the two speeds side by side.")
+
+
+def sweep_figure(res: dict) -> go.Figure:
+    """Prefill time (ms, left) and time per prompt token (ms, right) against prompt tokens.
+
+    Both axes are linear, so a linear rise looks linear; lines join the medians, dots are the
+    single runs. Hover shows prefill tokens/s.
+    """
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("prefill time (ms)", "time per prompt token (ms)"))
+    x = list(res["prompt_tokens"])
+    runs = res.get("runs_s") or [[s] for s in res["prefill_s"]]
+    repeats = max((len(r) for r in runs), default=1)
+    rate = [f"{r:,.0f} tok/s" for r in res["prefill_tokens_per_s"]]
+    med_ms = [s * 1000 for s in res["prefill_s"]]
+    per_tok = [s * 1000 / t if t else 0.0 for s, t in zip(res["prefill_s"], x)]
+    for col, ys in ((1, med_ms), (2, per_tok)):
+        fig.add_trace(go.Scatter(x=x, y=ys, mode="lines+markers", name="median" if col == 1 else None,
+                                 showlegend=col == 1, line={"color": PREFILL}, customdata=rate,
+                                 hovertemplate="%{x} tokens: %{y:.2f} ms (%{customdata})<extra></extra>"),
+                      row=1, col=col)
+        if repeats > 1:
+            dx = [t for t, r in zip(x, runs) for _ in r]
+            dy = [v * 1000 / (t if col == 2 else 1) for t, r in zip(x, runs) for v in r]
+            fig.add_trace(go.Scatter(x=dx, y=dy, mode="markers", name="single runs" if col == 1 else None,
+                                     showlegend=col == 1, marker={"color": DECODE, "size": 5, "opacity": 0.6},
+                                     hovertemplate="%{x} tokens: %{y:.2f} ms<extra></extra>"), row=1, col=col)
+    each = "one run per point" if repeats == 1 else f"each point the median of {repeats} runs"
+    layout(fig, f"Prefill vs prompt length (linear axes; {each})", "", "")
+    fig.update_xaxes(title_text="prompt tokens", rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(height=HEIGHT + 40, margin={"t": 80}, showlegend=repeats > 1,
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0.5, "xanchor": "center"})
+    return fig
+
+
+def sweep_conclusion(res: dict) -> str:
+    """The sweep's conclusion: where prefill stops being nearly free, and time per token."""
+    x, per_tok = res["prompt_tokens"], res.get("ms_per_token") or []
+    runs = res.get("runs_s") or [[]]
+    repeats = max((len(r) for r in runs), default=1)
+    each = "each point is one run, so expect some noise" if repeats == 1 else \
+        f"each point is the median of {repeats} runs"
+    line = (f"Prefill stayed within 2× the shortest prompt's time up to "
+            f"<b>{fmt_int(res['cheap_until_tokens'])}</b> tokens")
+    if per_tok and x:
+        line += (f"; per prompt token it took {per_tok[0]:.2f} ms at {fmt_int(x[0])} tokens and "
+                 f"{per_tok[-1]:.2f} ms at {fmt_int(x[-1])} ({fmt_rate(res['prefill_tokens_per_s'][-1])})")
+    return f"{line} ({each})."
+
+
+def run_sweep(engine, largest: int, repeats: int = 1, progress=None) -> tuple[go.Figure, str, dict]:
+    """Prompt length sweep from 16 tokens up to ``largest`` (powers of two), ``repeats`` runs each.
+
+    Returns:
+        ``(figure, conclusion_html, result)``; the result feeds :func:`run_share`'s comparison.
+    """
+    lengths = [n for n in LENGTHS if n <= int(largest)]
+    res = prompt_length.run(engine.experiment_model(), quick=True, progress=progress_adapter(progress), engine=engine,
+                            lengths=lengths, repeats=max(1, min(5, int(repeats))))
+    return sweep_figure(res), sweep_conclusion(res), res
+
+
+def share_figure(res: dict) -> go.Figure:
+    """One horizontal stacked bar: prefill and decode seconds, labelled with their shares."""
+    fig = go.Figure()
+    for key, share, name, color in (("prefill_s", "prefill_share", "prefill", PREFILL),
+                                    ("decode_s", "decode_share", "decode", DECODE)):
+        fig.add_trace(go.Bar(y=["request"], x=[res[key]], orientation="h", marker_color=color,
+                             name=f"{name}: {fmt_seconds(res[key])} ({res[share] * 100:.1f}%)"))
+    layout(fig, f"{res['prompt_tokens']} prompt tokens, {res['new_tokens']} new tokens",
+           "seconds", "")
+    fig.update_layout(barmode="stack", height=220)
+    return fig
+
+
+def intensity(num_params: int, weights_bytes: int, tokens: int = 1) -> float:
+    """Arithmetic intensity of a forward pass over ``tokens`` tokens, FLOPs per weight byte read:
+    :meth:`engine.experiments.intensity.DecodeShape.intensity` with the KV cache left out (2 FLOPs
+    per weight per token, the weights read once per pass; at batch 1 and short contexts the KV
+    cache and activations are small beside the weights)."""
+    if not weights_bytes:
+        return 0.0
+    shape = DecodeShape(params=num_params, weight_bytes=weights_bytes, kv_bytes_per_token=0,
+                        layers=0, heads=0, head_dim=0)
+    return shape.intensity(tokens, 0)
+
+
+def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_tokens: int,
+                      where: str) -> str:
+    """Prefill and decode speed side by side, with the arithmetic intensity of each.
+
+    Args:
+        info: the engine's ``ModelInfo`` (``num_params``, ``weights_bytes``).
+        prefill_tok_s, decode_tok_s: measured speeds (tokens/s).
+        prompt_tokens: the prompt length that prefill speed was measured at.
+        where: where the prefill figure comes from (shown).
+    """
+    params, wbytes = int(info.num_params or 0), int(info.weights_bytes or 0)
+    ratio = f" (<b>{prefill_tok_s / decode_tok_s:.0f}×</b>)" if decode_tok_s > 0 else ""
+    text = (f"<br>Side by side: prefill <b>{fmt_rate(prefill_tok_s)}</b> ({where}) against decode "
+            f"<b>{fmt_rate(decode_tok_s)}</b>{ratio}. Decode is <b>memory-bound</b>: every step reads all "
+            f"{fmt_bytes(wbytes)} of weights to make one token")
+    if params and wbytes:
+        text += (f", about 2 × {params / 1e6:.0f}M FLOPs, an <b>arithmetic intensity</b> of "
+                 f"{intensity(params, wbytes):.1f} FLOP per byte, so memory <b>bandwidth</b> sets its "
+                 f"speed. Prefill of {fmt_int(prompt_tokens)} tokens reuses each byte for every token: "
+                 f"{intensity(params, wbytes, prompt_tokens):,.0f} FLOP per byte, limited by arithmetic "
+                 "instead (compute-bound)")
+    return text + "."
+
+
+def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None) -> tuple[go.Figure, str]:
+    """Decode share of one request with ``new_tokens`` new tokens, and the memory-bound comparison
+    (prefill speed from ``sweep``'s longest prompt when a sweep has run, else from this request)."""
+    res = decode_share.run(engine.experiment_model(), quick=True, progress=progress_adapter(progress), engine=engine,
+                           new_tokens=int(new_tokens))
+    decode_rate = 1.0 / res["tpot_s"] if res["tpot_s"] > 0 else 0.0
+    if sweep and sweep.get("prefill_tokens_per_s"):
+        pre, n, where = sweep["prefill_tokens_per_s"][-1], sweep["prompt_tokens"][-1], \
+            f"the sweep's {fmt_int(sweep['prompt_tokens'][-1])}-token prompt"
+    else:
+        n = res["prompt_tokens"]
+        pre = n / res["prefill_s"] if res["prefill_s"] > 0 else 0.0
+        where = f"this request's {fmt_int(n)}-token prompt; run the sweep for longer ones"
+    msg = (f"Decode took <b>{res['decode_share'] * 100:.1f}%</b> of prefill + decode; one decode step "
+           f"(TPOT) took {fmt_seconds(res['tpot_s'])}."
+           + memory_bound_html(engine.info, pre, decode_rate, n, where))
+    return share_figure(res), msg
+
+
+
+def build(ctx) -> dict:
+    """The lesson inside an open ``gr.Tab``: the sweep's and the decode share's settings,
+    buttons, figures and conclusions, wired to ``ctx.engine``. Returns the components by name."""
+    import gradio as gr
+
+    from app.server.errors import guard
+    from app.tabs.lessons.common import elem, running_html
+
+    engine, c = ctx.engine, {}
+    gr.Markdown(TEXT)
+    with gr.Row():
+        c["sweep_max"] = gr.Dropdown([256, 512, 1024, 2048], value=1024,
+                                     label="longest prompt (tokens)", **elem("sweep_max"))
+        c["sweep_repeats"] = gr.Dropdown([1, 2, 3], value=1, label="runs per length (median)",
+                                         **elem("sweep_repeats"))
+        c["sweep_run"] = gr.Button("Run prompt length sweep", variant="primary", **elem("sweep_run"))
+        c["share_tokens"] = gr.Slider(20, 500, value=100, step=10, label="new tokens",
+                                      **elem("share_tokens"))
+        c["share_run"] = gr.Button("Run decode share", variant="primary", **elem("share_run"))
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            c["sweep_plot"] = gr.Plot(show_label=False, **elem("sweep_plot"))
+            c["sweep_status"] = gr.HTML("", **elem("sweep_status"))
+        with gr.Column():
+            c["share_plot"] = gr.Plot(show_label=False, **elem("share_plot"))
+            c["share_status"] = gr.HTML("", **elem("share_status"))
+    c["sweep_result"] = gr.State(None)
+
+    def on_sweep(largest, repeats, progress=gr.Progress()):
+        return run_sweep(engine, largest, repeats, progress)
+
+    def on_share(n, sweep, progress=gr.Progress()):
+        return run_share(engine, n, progress, sweep)
+
+    run = dict(concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    # the old conclusion goes first, so it never sits beside the next run's progress text
+    c["sweep_run"].click(guard(lambda: running_html("sweep")), None, c["sweep_status"], queue=False,
+                         api_visibility="private").then(
+        guard(on_sweep), [c["sweep_max"], c["sweep_repeats"]],
+        [c["sweep_plot"], c["sweep_status"], c["sweep_result"]], show_progress_on=[c["sweep_plot"]], **run)
+    c["share_run"].click(guard(lambda: running_html("decode share")), None, c["share_status"],
+                         queue=False, api_visibility="private").then(
+        guard(on_share), [c["share_tokens"], c["sweep_result"]], [c["share_plot"], c["share_status"]],
+        show_progress_on=[c["share_plot"]], **run)
+    return c

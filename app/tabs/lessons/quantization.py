@@ -1,0 +1,83 @@
+"""Lesson: quantization. Every weights and KV cache precision side by side: each variant is
+loaded for a moment (apart from the engine that serves the page) and scored against fp32 by
+:mod:`engine.experiments.quantization`; here are its figure, its table and the tab. No torch here.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.experiments import quantization
+
+from app.render.fmt import fmt_bytes, fmt_int
+from app.server.errors import guard
+from app.tabs.lessons.common import OFF, ON, elem, layout as _layout, progress_adapter
+
+TITLE = "Quantization"
+TEXT = (
+    "Each precision is loaded for a moment and scored on a fixed text (English, Chinese "
+    "and code) against fp32: how often its most likely next token agrees, and how far its "
+    "next-token distribution moves (KL). When the weights dominate memory and time, as "
+    "in batch-1 decode, quantize the weights; when the KV cache dominates (long contexts, "
+    "many users), quantize or page the KV cache; when activations dominate (long "
+    "prefills), use memory-efficient attention. A run takes a minute or two.")
+
+
+def quant_figure(res: dict) -> go.Figure:
+    """Per variant: weight MB, decode tokens/s (× fp32) and top-1 agreement with fp32 (%)."""
+    rows = res.get("rows", [])
+    names = [r["label"].replace(" weights", "") for r in rows]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("weights (MB)", "decode tok/s, × fp32",
+                                                        "top-1 agreement with fp32 (%)"))
+    for col, (vals, color) in enumerate((([r["weights_bytes"] / 1e6 for r in rows], ON),
+                                         ([r["decode_tokens_per_s_vs_fp32"] for r in rows], OFF),
+                                         ([r["top1_agreement"] * 100 for r in rows], "#F3A712")), 1):
+        fig.add_trace(go.Bar(x=names, y=vals, marker_color=color, showlegend=False), row=1, col=col)
+    _layout(fig, "Precision: memory, speed and agreement with fp32", "", "")
+    fig.update_yaxes(range=[80, 100], row=1, col=3)
+    return fig
+
+
+def quant_table(res: dict) -> str:
+    """Markdown table: one row per variant with every measured figure."""
+    lines = ["| precision | perplexity | top-1 vs fp32 | KL (nats) | weights | KV per token | "
+             "decode b1 | prefill | batch |", "|" + " --- |" * 9]
+    for r in res.get("rows", []):
+        lines.append(
+            f"| {r['label']} | {r['perplexity']:.2f} | {r['top1_agreement'] * 100:.1f}% | "
+            f"{r['kl_mean']:.4f} | {fmt_bytes(r['weights_bytes'])} | {fmt_int(r['kv_bytes_per_token'])} B | "
+            f"{r['decode_tokens_per_s']:.1f} tok/s ({r['decode_tokens_per_s_vs_fp32']:.2f}×) | "
+            f"{r['prefill_tokens_per_s']:.0f} tok/s | {r['batch_tokens_per_s']:.0f} tok/s |")
+    p = res.get("params", {})
+    lines.append(f"\nText: {p.get('text_tokens_actual')} tokens; prefill "
+                 f"{p.get('prefill_tokens_actual', p.get('prefill_tokens'))} tokens; batch "
+                 f"{p.get('batch')} × {p.get('batch_tokens')} new tokens; one quick round, so "
+                 "speeds move with the machine's load (`python -m engine bench quantization` "
+                 "runs the full sizes).")
+    return "\n".join(lines)
+
+
+def run_quantization(engine, progress=None) -> tuple[go.Figure, str]:
+    """The ``quantization`` experiment in quick mode on the page's model (its own engines)."""
+    res = quantization.run(engine.experiment_model(), quick=True, progress=progress_adapter(progress))
+    return quant_figure(res), quant_table(res)
+
+
+def build(ctx) -> dict:
+    """The lesson inside an open ``gr.Tab``: the run button, the figure and the table, wired to
+    ``ctx.engine``. Returns the components by name."""
+    engine = ctx.engine
+    c: dict = {}
+    gr.Markdown(TEXT)
+    c["quant_run"] = gr.Button("Compare precisions", variant="primary", **elem("quant_run"))
+    c["quant_plot"] = gr.Plot(show_label=False, **elem("quant_plot"))
+    c["quant_table"] = gr.Markdown("", **elem("quant_table"))
+
+    def on_quant(progress=gr.Progress()):
+        return run_quantization(engine, progress)
+
+    c["quant_run"].click(guard(on_quant), None, [c["quant_plot"], c["quant_table"]],
+                         concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    return c

@@ -1,0 +1,180 @@
+"""Lesson: memory-bound or compute-bound. The arithmetic intensity of a decode step against the
+batch size, beside the ridge points of this machine (its measured read bandwidth and matmul
+FLOP/s) and of common GPUs (their datasheets' figures).
+
+The formulas and the published figures are ``engine.experiments.intensity``; the measurements
+``engine.experiments.roofline``. Measuring runs no request through the engine (nothing to label
+as a lesson run) but shares the machine with it. This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import gradio as gr
+import plotly.graph_objects as go
+
+from engine.experiments import intensity, roofline
+
+from app.server import fields
+from app.server.errors import guard
+from app.render.fmt import fmt_bytes, fmt_int
+
+BATCHES = [2**i for i in range(11)]  # 1 ... 1024
+MACHINE, MODEL, GPU = "#E4572E", "#2E86AB", "#8a8a8a"
+BANDWIDTH_BYTES = 256 * 10**6  # the read-bandwidth tensor: several times any CPU's last-level cache
+MATMUL_N = 1024
+
+TITLE = "Memory-bound or compute-bound"
+TEXT = (
+    "Arithmetic intensity is the FLOPs a step does per byte it reads. A decode step reads every "
+    "weight to compute one token per sequence, so at batch 1 it does only a few FLOPs per byte and "
+    "waits for memory; batching reuses each weight for many sequences and raises the intensity. "
+    "Look where the blue curves cross a device's **ridge point** (its FLOP/s ÷ its bandwidth): below "
+    "it decode is memory-bound, above it compute-bound. The dotted curve is the weights alone; the "
+    "solid one adds each sequence's own KV cache, which keeps long contexts memory-bound at any batch.")
+
+
+def model_shape(engine) -> intensity.DecodeShape:
+    """The page's model as :func:`engine.experiments.intensity.shape_of` sees it (weights as
+    stored, the KV cache in the engine's own dtype)."""
+    info = engine.info
+    kv_bytes = info.kv_dtype_bytes or info.dtype_bytes
+    return intensity.shape_of(info, engine.spec, engine.spec.kv_cache_bytes(1, kv_bytes))
+
+
+def measure_machine(engine) -> dict:
+    """This machine's read bandwidth and matmul speed on the engine's device and compute dtype.
+
+    Returns:
+        ``{"device", "dtype", "bandwidth_gb_per_s", "flops_per_s", "ridge"}`` (1 GB = 10⁹
+        bytes; ridge in FLOPs per byte); best of a few repeats each.
+    """
+    device, dtype = engine.info.device, engine.info.dtype
+    bw = roofline.measure_bandwidth(device, BANDWIDTH_BYTES, repeats=4)
+    mm = roofline.measure_matmul_flops(device, dtype, MATMUL_N, repeats=4)
+    return {"device": device, "dtype": dtype, "bandwidth_gb_per_s": bw["best_gb_per_s"],
+            "flops_per_s": mm["best_flops_per_s"],
+            "ridge": intensity.ridge_point(mm["best_flops_per_s"], bw["best_gb_per_s"] * 1e9)}
+
+
+def _context(value) -> int:
+    n = fields.whole("context", value)
+    if not 0 <= n <= 131072:
+        raise ValueError(f"context must be in [0, 131072] tokens, got {n}")
+    return n
+
+
+def roofline_figure(shape: intensity.DecodeShape, context: int, machine: dict | None) -> go.Figure:
+    """Intensity (FLOPs per byte, log) against the batch (log): the model's decode step at
+    ``context`` tokens (and with no cache to read, dotted), the ridge of ``machine`` (measured;
+    ``None``: not yet) and of each published GPU, with the batch where the curve crosses it."""
+    fig = go.Figure()
+    y = [shape.intensity(b, context) for b in BATCHES]
+    fig.add_trace(go.Scatter(x=BATCHES, y=y, mode="lines+markers", name=f"decode step, {fmt_int(context)} tokens of context",
+                             line={"color": MODEL, "width": 3},
+                             hovertemplate="batch %{x}: %{y:.1f} FLOPs per byte<extra></extra>"))
+    fig.add_trace(go.Scatter(x=BATCHES, y=[shape.intensity(b, 0) for b in BATCHES], mode="lines",
+                             name="weights only (no KV cache read)", line={"color": MODEL, "dash": "dot", "width": 1},
+                             hovertemplate="batch %{x}: %{y:.1f} FLOPs per byte<extra></extra>"))
+    ridges = [(g["name"] + " (datasheet)", g["ridge"], GPU, "dash") for g in intensity.published_ridges()]
+    if machine:
+        ridges.insert(0, (f"this machine ({machine['device']}, measured)", machine["ridge"], MACHINE, "solid"))
+    for name, ridge, color, dash in ridges:  # one legend entry per ridge (labels on the lines would overlap)
+        fig.add_trace(go.Scatter(x=[BATCHES[0], BATCHES[-1]], y=[ridge, ridge], mode="lines",
+                                 name=f"ridge of {name}: {ridge:.0f}",
+                                 line={"color": color, "dash": dash, "width": 2 if color == MACHINE else 1},
+                                 hovertemplate=f"{html.escape(name)}: ridge {ridge:.1f} FLOPs per byte<extra></extra>"))
+        for ctx, what in ((context, "the whole step"), (0, "the weights alone")):
+            b = shape.crossover_batch(ridge, ctx, largest=BATCHES[-1])
+            if b is not None:
+                fig.add_trace(go.Scatter(x=[b], y=[shape.intensity(b, ctx)], mode="markers", showlegend=False,
+                                         marker={"color": color, "size": 10, "symbol": "x"},
+                                         hovertemplate=f"{html.escape(name)}: {what} compute-bound from batch "
+                                                       f"{b}<extra></extra>"))
+    if not machine:
+        fig.add_annotation(text="Press “Measure this machine” for its own ridge point", xref="paper", yref="paper",
+                           x=0.02, y=0.02, xanchor="left", showarrow=False, font={"size": 12, "color": MACHINE})
+    fig.update_xaxes(type="log", tickvals=BATCHES, ticktext=[str(b) for b in BATCHES], title_text="batch (sequences per decode step)")
+    fig.update_yaxes(type="log", title_text="FLOPs per byte read")
+    fig.update_layout(template="plotly_white", height=460, margin={"l": 60, "r": 20, "t": 40, "b": 50},
+                      title={"text": "Arithmetic intensity of a decode step vs ridge points", "x": 0.01, "font": {"size": 15}},
+                      legend={"orientation": "v", "y": 1, "x": 1.01, "font": {"size": 11}})
+    return fig
+
+
+def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | None) -> str:
+    """Markdown: per device its bandwidth, 16-bit FLOP/s, ridge point and the batch from which
+    this model's decode turns compute-bound at ``context`` tokens, with each figure's source."""
+    b1 = shape.intensity(1, context)
+    lines = [f"At batch 1 a decode step of this model reads **{fmt_bytes(shape.bytes_read(1, context))}** "
+             f"(weights {fmt_bytes(shape.weight_bytes)} + {fmt_int(context)} cached tokens × "
+             f"{fmt_int(shape.kv_bytes_per_token)} B) and does **{shape.flops(1, context) / 1e6:,.0f} MFLOPs**: "
+             f"**{b1:.1f} FLOPs per byte**. " + (
+                 f"Large batches approach {shape.intensity_limit(context):.0f} FLOPs per byte at this context."
+                 if math.isfinite(shape.intensity_limit(context)) else
+                 "With no cache to read, the intensity grows with the batch without bound."), "",
+             f"| device | bandwidth | TFLOP/s | ridge (FLOPs/byte) | weights alone compute-bound from batch | "
+             f"whole step at {fmt_int(context)} tokens | source |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+
+    def at(b):
+        return fmt_int(b) if b is not None else "never"
+
+    def line(name, bw_gb, flops, ridge, source):
+        lines.append(f"| {name} | {bw_gb:,.1f} GB/s | {flops / 1e12:,.3g} | {ridge:,.1f} | "
+                     f"{at(shape.crossover_batch(ridge, 0))} | {at(shape.crossover_batch(ridge, context))} | {source} |")
+
+    if machine:
+        line(f"this machine ({machine['device']}, {machine['dtype']})", machine["bandwidth_gb_per_s"],
+             machine["flops_per_s"], machine["ridge"],
+             f"measured now: sum over {BANDWIDTH_BYTES // 10**6} MB; {MATMUL_N}×{MATMUL_N} matmul")
+    for g in intensity.published_ridges():
+        line(f"{g['name']} ({g['dtype']})", g["bandwidth_gb_per_s"], g["tflops"] * 1e12, g["ridge"], g["source"])
+    lines.append("\n“Never”: each sequence brings its own KV cache to read, so past some batch the bytes grow "
+                 "as fast as the FLOPs; attention over the cache stays memory-bound.")
+    lines.append("\nThe model's bytes are as stored here (its weights' precision and the engine's KV cache "
+                 "dtype); a GPU would run it in bf16, which doubles or quadruples the weight bytes and halves "
+                 "or quarters the intensity. Measured figures move with the machine's load.")
+    return "\n".join(lines)
+
+
+
+def build(ctx) -> dict:
+    """The lesson's tab content (call inside an open ``gr.Tab``; ``ctx``: the
+    :class:`app.tabs.context.TabContext`): words, the context slider, the measure button, the
+    figure and the table.
+
+    Returns:
+        The components by name (``roof_context``, ``roof_run``, ``roof_plot``, ``roof_table``).
+    """
+    engine = ctx.engine
+    shape = model_shape(engine)
+    c: dict = {}
+    gr.Markdown(TEXT)
+    with gr.Row():
+        c["roof_context"] = gr.Slider(0, 8192, value=512, step=64, label="tokens of context per sequence",
+                                      elem_id="lesson-roof-context", scale=3)
+        c["roof_run"] = gr.Button("Measure this machine", variant="primary", elem_id="lesson-roof-run", scale=1)
+    machine = gr.State(None)
+    c["roof_plot"] = gr.Plot(roofline_figure(shape, 512, None), show_label=False, elem_id="lesson-roof-plot")
+    c["roof_table"] = gr.Markdown(roofline_table(shape, 512, None), elem_id="lesson-roof-table")
+
+    def view(context, measured):
+        try:
+            n = _context(context)
+        except ValueError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+        return roofline_figure(shape, n, measured), roofline_table(shape, n, measured)
+
+    def on_measure(context):
+        measured = measure_machine(engine)
+        return (measured, *view(context, measured))
+
+    quiet = {"api_visibility": "private"}
+    c["roof_run"].click(guard(on_measure), c["roof_context"], [machine, c["roof_plot"], c["roof_table"]],
+                        concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
+    c["roof_context"].change(guard(view), [c["roof_context"], machine], [c["roof_plot"], c["roof_table"]],
+                             show_progress="hidden", trigger_mode="always_last", **quiet)
+    return c

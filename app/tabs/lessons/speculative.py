@@ -1,0 +1,109 @@
+"""The Lessons tab's speculative decoding lesson: one prompt with and without drafting.
+
+Two prompts run plain and with prompt-lookup speculation on the page's engine, in alternating
+turns (``engine.experiments.speculative``): a summarising prompt that quotes its text, where
+drafts copied from the prompt are often right, and an open question, where they seldom are.
+The lesson shows the speed-up, the acceptance rate and the measured cost of a step that
+verifies k drafts against a one-token step, the reason the trick works. No torch here.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.experiments import speculative
+
+from app.server.errors import guard
+
+SUMMARY_PROMPT = (
+    "Summarise this passage in two sentences, quoting its most important sentence exactly:\n\n"
+    "\"The lighthouse on the northern cape was built in 1871 after three ships were lost on the "
+    "rocks in one winter. Its lamp burned whale oil at first, then paraffin, and since 1952 "
+    "electricity. The keeper's family lived in the small white house beside the tower, and the "
+    "children rowed to the village school across the bay when the sea was calm.\"")
+OPEN_PROMPT = "Why do people enjoy walking in the mountains? Give a few reasons."
+PROMPTS = {"summarise with quotes": SUMMARY_PROMPT, "open question": OPEN_PROMPT}
+
+TITLE = "Speculative decoding"
+TEXT = """### Speculative decoding: check several guessed tokens in one pass
+
+A decode step reads every weight of the model to produce one token, and a pass over five
+tokens reads the same weights. **Prompt lookup** guesses the next tokens by finding the last
+few tokens of the answer earlier in the prompt or the answer, and copying what followed; the
+model then checks all the guesses in **one** forward pass, keeps the longest run it agrees
+with, and adds one token of its own. Greedy answers stay exactly the same. Guesses pay off
+where the answer copies its input (quotes, code edits), and drafting pauses itself where they
+keep failing. In the Playground, chips with a dashed outline are accepted guesses, and the
+latency plot marks each verification step with the tokens it produced."""
+
+
+def spec_figure(res: dict) -> go.Figure:
+    """Speed-up and acceptance per prompt; the cost of a step by drafts verified."""
+    rows = res.get("rows", [])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(
+        "decode tokens/s, speculative ÷ plain", "step time ÷ one-token step"))
+    fig.add_trace(go.Bar(x=[r["name"] for r in rows], y=[r["ratio_median"] for r in rows],
+                         text=[f"{r['ratio_median']:.2f}× · accepted {r['acceptance_rate']:.0%}"
+                               for r in rows], marker_color="#6d28d9", showlegend=False),
+                  row=1, col=1)
+    cost = res.get("verify_cost", {})
+    fig.add_trace(go.Bar(x=[f"{k} drafts" if k != "0" else "plain" for k in cost],
+                         y=list(cost.values()), marker_color="#2E86AB", showlegend=False,
+                         text=[f"{v:.2f}×" for v in cost.values()]), row=1, col=2)
+    fig.update_layout(height=340, margin={"l": 50, "r": 20, "t": 60, "b": 40},
+                      title="Speculative decoding on this machine")
+    return fig
+
+
+def spec_table(res: dict) -> str:
+    """Markdown: per prompt the plain and speculative rates, speed-up, acceptance and tokens
+    per pass; then each step kind's median time."""
+    lines = ["| prompt | plain tok/s | speculative tok/s | speed-up | acceptance | "
+             "tokens per pass | same tokens |", "|" + " --- |" * 7]
+    for r in res.get("rows", []):
+        p = sum(r["plain_tok_s"]) / max(1, len(r["plain_tok_s"]))
+        s = sum(r["spec_tok_s"]) / max(1, len(r["spec_tok_s"]))
+        lines.append(f"| {r['name']} | {p:.1f} | {s:.1f} | {r['ratio_median']:.2f}× | "
+                     f"{r['acceptance_rate']:.0%} | {r['tokens_per_step']:.2f} | "
+                     f"{'yes' if r['identical_tokens'] else 'no'} |")
+    ms = res.get("verify_ms", {})
+    if ms:
+        parts = [f"{'plain' if k == '0' else k + ' drafts'}: {v:.1f} ms" for k, v in ms.items()]
+        lines.append("\nMedian step time by drafts verified: " + ", ".join(parts) + ".")
+    lines.append(f"\n{res.get('new_tokens')} greedy tokens, {res.get('pairs')} pair(s) of "
+                 "turns; speeds move with the machine's load, the ratios compare neighbouring "
+                 "turns.")
+    return "\n".join(lines)
+
+
+def run_spec_lesson(engine, new_tokens: int = 64, progress=None) -> tuple[go.Figure, str]:
+    """Both prompts, plain and speculative, one measured pair each on the page's engine."""
+    cb = (lambda f, m: progress(f, desc=m)) if progress is not None else None
+    res = speculative.run(engine.experiment_model(), quick=True, progress=cb, engine=engine,
+                          new_tokens=int(new_tokens), pairs=1, prompts=PROMPTS)
+    return spec_figure(res), spec_table(res)
+
+
+
+def build(ctx) -> dict:
+    """The lesson's components inside an open ``gr.Tab`` context, wired to ``ctx.engine``."""
+    engine = ctx.engine
+    c = {}
+    gr.Markdown(TEXT)
+    with gr.Row():
+        c["spec_tokens"] = gr.Slider(32, 192, value=64, step=16, label="new tokens",
+                                     elem_id="lesson-spec-tokens")
+        c["spec_run"] = gr.Button("Run with and without speculation", variant="primary",
+                                  elem_id="lesson-spec-run")
+    c["spec_plot"] = gr.Plot(show_label=False, elem_id="lesson-spec-plot")
+    c["spec_table"] = gr.Markdown("", elem_id="lesson-spec-table")
+
+    def on_run(n, progress=gr.Progress()):
+        return run_spec_lesson(engine, n, progress)
+
+    c["spec_run"].click(guard(on_run), c["spec_tokens"], [c["spec_plot"], c["spec_table"]],
+                        concurrency_limit=1, concurrency_id="lesson-runs",
+                        api_visibility="private")
+    return c

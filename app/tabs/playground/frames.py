@@ -1,0 +1,108 @@
+"""The Playground's frame schema: every output of the page, named once.
+
+A *frame* is a dict of output name -> plain value (a string, a list, a figure) that
+:mod:`app.tabs.playground.handlers` yields; :mod:`app.tabs.playground.events` turns frames into
+Gradio values. Each :class:`Output` here says which component shows it (its attribute on the
+page's namespace, see :mod:`app.tabs.playground.layout`), how often it refreshes while an answer
+streams, whether it is a Plotly figure, and what Clear and the timer do with it. Every other
+list (the stream's outputs, the timer's, Clear's, the batching section's) is derived from
+:data:`OUTPUTS`: adding a panel is one entry here (and its component in the layout).
+
+Refresh cadences while an answer streams (``Playground.follow`` polls every 0.1 s: at most 10
+frames a second, every token when decode runs at 10 tokens/s or less): the text parts ride
+every frame, the heavier parts join a text frame when their own interval has passed, so the
+plots cost about 3 Plotly redraws a second in all (each one 10-20 ms of the browser's time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TEXT_EVERY_S = 0.1     # text, token chips, stat cards and the KV formula line
+FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
+MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)
+BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
+
+# cadences
+TEXT, FIGURES, MEMORY, BATCH = "text", "figures", "memory", "batch"
+ONCE = "once"    # set by the first frame only (the prompt box, emptied in chat mode)
+END = "end"      # set by the last frame (the conversation, the rolling table)
+TIMER = "timer"  # only by the page's timer (the device panel)
+
+EMPTY = "empty"  # Clear: the value of ``handlers.empty_panels``
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of the Playground.
+
+    Attributes:
+        name: its key in a frame.
+        component: the attribute of the page namespace that shows it.
+        cadence: when it is refreshed while streaming (:data:`TEXT`, :data:`FIGURES`, ...).
+        figure: a Plotly figure (sent as JSON through ``app.tabs.playground.plot_panel``).
+        stream: one of Generate's outputs.
+        timer: refreshed by the page's timer while the session is not streaming.
+        clear: what Clear puts there: :data:`EMPTY`, a literal (``[]``, ``""``), or ``None``
+            (Clear leaves it).
+    """
+
+    name: str
+    component: str
+    cadence: str
+    figure: bool = False
+    stream: bool = True
+    timer: bool = False
+    clear: object = None
+
+
+OUTPUTS: tuple[Output, ...] = (
+    Output("chat", "chatbot", TEXT, clear=()),
+    Output("history", "history", END, clear=()),
+    Output("completion", "completion", TEXT, clear=""),
+    Output("message", "message", ONCE),
+    Output("status", "status", TEXT, clear=EMPTY),
+    Output("tokens", "tokens", TEXT, clear=EMPTY),
+    Output("cards", "stat_cards", TEXT, clear=EMPTY),
+    Output("latency", "latency", FIGURES, figure=True, clear=EMPTY),
+    Output("kv", "kv_plot", FIGURES, figure=True, clear=EMPTY),
+    Output("kv_formula", "kv_formula", TEXT, clear=EMPTY),
+    Output("memory", "memory", MEMORY, figure=True, clear=EMPTY),
+    Output("batch_stats", "batch_stats", BATCH, timer=True),
+    Output("pool", "pool", BATCH, timer=True),
+    Output("tables", "tables", BATCH, timer=True),
+    Output("strip", "strip", BATCH, figure=True, timer=True),
+    Output("rolling", "rolling", END, timer=True),
+    Output("device", "device", TIMER, figure=True, stream=False, timer=True),
+)
+BY_NAME = {o.name: o for o in OUTPUTS}
+
+# What a frame may carry besides outputs: the trace files' paths at the end, and ``busy``
+# (True in the first frame, False in the last; absent while streaming).
+CONTROL_KEYS = ("trace", "busy")
+# Generate's buttons, after its outputs: the JSON and CSV trace downloads, Generate and Stop.
+BUTTONS = (("json", "json_btn"), ("csv", "csv_btn"), ("gen", "gen_btn"), ("stop", "stop_btn"))
+
+STREAM_KEYS = tuple(o.name for o in OUTPUTS if o.stream)
+BUTTON_KEYS = tuple(name for name, _ in BUTTONS)
+RESENT = frozenset(o.name for o in OUTPUTS if o.stream and o.cadence != ONCE)  # the prompt box is the user's
+FIGURE_KEYS = frozenset(o.name for o in OUTPUTS if o.figure)
+PLOT_KEYS = tuple(o.name for o in OUTPUTS if o.cadence in (FIGURES, MEMORY))
+BATCH_KEYS = tuple(o.name for o in OUTPUTS if o.cadence == BATCH)
+TIMER_KEYS = tuple(o.name for o in OUTPUTS if o.timer)
+CLEAR_KEYS = tuple(o.name for o in OUTPUTS if o.clear is not None)
+FRAME_KEYS = tuple(o.name for o in OUTPUTS if o.stream) + CONTROL_KEYS
+
+
+def components(page, names) -> list:
+    """The page's components for output (or button) ``names``, in order."""
+    where = {**{o.name: o.component for o in OUTPUTS}, **dict(BUTTONS)}
+    return [getattr(page, where[n]) for n in names]
+
+
+def clear_value(name: str, empty: dict):
+    """What Clear puts in output ``name`` (``empty``: the panels before any request)."""
+    value = BY_NAME[name].clear
+    if value == EMPTY:
+        return empty[name]
+    return list(value) if isinstance(value, tuple) else value

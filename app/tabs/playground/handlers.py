@@ -1,0 +1,309 @@
+"""What the page's buttons do, as plain functions that yield *frames* (dicts of named outputs).
+
+A frame maps output names (the frame schema, :data:`app.tabs.playground.frames.OUTPUTS`) to
+plain values: strings, lists, Plotly figures; each output refreshes at its schema cadence.
+:mod:`app.tabs.playground.events` turns frames into Gradio values; tests drive these functions
+with a fake engine and read the frames directly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+from engine import QueueFullError, SamplingParams
+
+from app.render import cards, figures
+from app.server import fields
+from app.server.errors import log_internal
+from app.state.run_state import RunState, Throttle
+from app.render.spec import spec_trace
+from app.state.shared_views import shared
+from app.render.tokens import TokenChips, tokens_html
+from app.tabs.playground.frames import (BATCH_EVERY_S, FIGURES_EVERY_S, MEMORY_EVERY_S, PLOT_KEYS,
+                                        TEXT_EVERY_S)
+
+BATCH_MAX_AGE_S = 0.5  # the batching section, drawn once for all streaming pages, at most this long ago
+PLOTS_RESET_S = 0.5    # the last answer's plots stay until the first token, or this long in the queue
+
+
+def make_params(temperature: float, top_p: float, top_k: int, min_p: float,
+                repetition_penalty: float, max_tokens: int, seed: int | None) -> SamplingParams:
+    """Sampling settings from the page's or the API's values.
+
+    ``seed`` ``None`` or negative means random; numbers arriving as floats (JSON) are rounded to
+    ints for the integer fields.
+
+    Raises:
+        ValueError: a value of the wrong type or out of range (the message names the field and
+            its range).
+    """
+    if seed is not None:
+        seed = fields.whole("seed", seed)
+    return SamplingParams(temperature=fields.number("temperature", temperature),
+                          top_p=fields.number("top_p", top_p), top_k=fields.whole("top_k", top_k),
+                          min_p=fields.number("min_p", min_p),
+                          repetition_penalty=fields.number("repetition_penalty", repetition_penalty),
+                          max_tokens=fields.whole("max_tokens", max_tokens),
+                          seed=None if seed is None or seed < 0 else seed)
+
+
+def content_text(content) -> str:
+    """Text of a chat message's content as Gradio gives it (a string, a dict or a list of parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return str(content.get("text") or content.get("content") or "")
+    if isinstance(content, (list, tuple)):
+        return "".join(content_text(c) for c in content)
+    return str(content)
+
+
+def plain_history(history: list | None) -> list[dict]:
+    """The user and assistant turns of ``history`` as ``{"role", "content": text}`` dicts
+    (anything else in them, such as files or components, is dropped)."""
+    out = []
+    for m in history or []:
+        role = m.get("role") if isinstance(m, dict) else None
+        if role in ("user", "assistant"):
+            out.append({"role": role, "content": content_text(m.get("content"))})
+    return out
+
+
+def chat_messages(history: list | None, message: str, system_prompt: str = "") -> list[dict]:
+    """The engine's chat: optional system message, the previous turns, then the new user message."""
+    msgs = [{"role": "system", "content": system_prompt.strip()}] if system_prompt and system_prompt.strip() else []
+    return msgs + plain_history(history) + [{"role": "user", "content": message}]
+
+
+def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> dict:
+    """The panels before any request (also what Clear shows)."""
+    remote = pg.remote_view  # a remote engine draws its KV and memory panels
+    return {
+        "status": cards.status_html(note, "info"),
+        "tokens": tokens_html([]),
+        "cards": cards.stat_cards_html(None),
+        "latency": figures.latency_figure([], [], []),
+        "kv": remote.kv_figure() if remote else figures.kv_figure([], [], pg.bytes_per_token),
+        "kv_formula": cards.kv_formula_html(pg.info, bytes_per_token=pg.bytes_per_token,
+                                            pool_bytes=pg.pool_bytes, remote=remote),
+        "memory": remote.memory_figure() if remote else figures.memory_figure(None),
+    }
+
+
+def _text_frame(state: RunState, mode: str, chat_base: list, prompt_text: str,
+                chips: TokenChips | None = None) -> dict:
+    answer = state.text
+    frame = {
+        "status": cards.status_html(state.status_line(), "busy"),
+        "tokens": chips.html(state.tokens) if chips is not None else tokens_html(state.tokens),
+        "cards": cards.stat_cards_html(state.live_metrics()),
+    }
+    if mode == "chat":
+        frame["chat"] = chat_base + [{"role": "assistant", "content": answer or "…"}]
+    else:
+        frame["completion"] = prompt_text + answer
+    return frame
+
+
+def _kv_formula(pg, state: RunState) -> str:
+    """The KV formula line with this request's latest cache length (sent with the text, so it
+    always agrees with the token counts on the cards)."""
+    last_tokens = state.kv_tokens[-1] if state.kv_tokens else None
+    return cards.kv_formula_html(pg.info, last_tokens if state.use_kv_cache else None,
+                                 state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token,
+                                 pg.pool_bytes, state.prompt_tokens,
+                                 len(state.token_index), remote=pg.remote_view)
+
+
+def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:
+    """The latency and KV cache plots, the KV formula line and (``memory``) the memory bar of
+    ``state``; once the request has ended the memory bar says its KV blocks are free again."""
+    frame = {
+        "latency": figures.latency_figure(state.token_index, state.step_ms, state.phases,
+                                          state.prompt_tokens, state.use_kv_cache, state.batch_sizes,
+                                          state.prefill_computed,
+                                          spec_trace(state.token_index, state.step_ms,
+                                                     state.drafted, state.step_out)),
+        "kv": figures.kv_figure(state.kv_tokens, state.kv_bytes, pg.bytes_per_token, state.use_kv_cache,
+                                max_tokens_hint=(state.prompt_tokens + max_new) if state.prompt_tokens else None),
+        "kv_formula": _kv_formula(pg, state),
+    }
+    if memory:
+        frame["memory"] = figures.memory_figure(state.memory, state.kv_bytes[-1] if state.kv_bytes else None,
+                                                request_done=state.done)
+    remote = pg.remote_view
+    if remote is not None:  # the server's KV usage over time; no memory breakdown
+        frame["kv"] = remote.kv_figure()
+        if memory:
+            frame["memory"] = remote.memory_figure()
+    return frame
+
+
+def generate(pg, session_id: str, mode: str, message: str, history: list | None, system_prompt: str,
+             temperature: float, top_p: float, top_k: int, min_p: float, repetition_penalty: float,
+             max_tokens: int, seed: int | None, use_kv_cache: bool,
+             notify: Callable[[str], None] | None = None) -> Iterator[dict]:
+    """Run one request for the page and yield frames while it streams.
+
+    Args:
+        pg: the :class:`app.state.playground.Playground`.
+        session_id: the browser session (so Stop and closing the tab reach this request).
+        mode: ``"chat"`` (history + system prompt through the chat template) or ``"raw"``.
+        message: the prompt text; history: the conversation so far (the page keeps it on the
+            server, never taking it back from the browser); system_prompt: chat only.
+        temperature ... seed: sampling settings (see :func:`make_params`); use_kv_cache: decode
+            with a KV cache (False: recompute the whole sequence each step).
+        notify: called with a message for every refused or failed request (a toast in the page).
+
+    Yields:
+        Frames (dicts keyed by the frame schema's names). The last frame has ``busy=False`` and,
+        in chat mode, ``history``: the conversation with this turn's answer.
+    """
+    history = plain_history(history)
+
+    def refuse(msg: str) -> Iterator[dict]:
+        if notify:
+            notify(msg)
+        yield {"status": cards.status_html(msg, "error"), "busy": False}
+
+    try:
+        message = fields.text("prompt", message, default="")
+        if not message.strip():
+            yield from refuse("The prompt is empty: type something first.")
+            return
+        if mode not in ("chat", "raw"):
+            raise ValueError(f"mode must be chat or raw, got {fields.shown(mode)}")
+        system_prompt = fields.text("system_prompt", system_prompt, default="")
+        use_kv_cache = fields.flag("use_kv_cache", use_kv_cache)
+        params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
+        prompt = chat_messages(history, message, system_prompt) if mode == "chat" else message
+        state = RunState(use_kv_cache=use_kv_cache)
+        handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=use_kv_cache)
+    except QueueFullError as exc:
+        yield from refuse(f"The engine is busy: {exc}")
+        return
+    except ValueError as exc:
+        yield from refuse(f"Request refused: {exc}")
+        return
+    except Exception as exc:  # noqa: BLE001 - a server failure: logged, the client gets its id
+        yield from refuse(log_internal("Generate", exc))
+        return
+    try:
+        yield from _stream(pg, session_id, handle, state, mode, history, message, params, notify)
+    except Exception as exc:  # noqa: BLE001 - end the stream with a status, buttons restored
+        yield from refuse(log_internal("Generate", exc))
+    finally:
+        pg.release(session_id, handle)
+
+
+def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
+            params: SamplingParams, notify) -> Iterator[dict]:
+    """:func:`generate`'s frames once the request is in the engine, until its final frame."""
+    state.request_id = handle.request_id
+    chat_base = history + [{"role": "user", "content": message}]
+    chips = TokenChips()  # each token's chip is drawn once, not at every frame
+    # the plots keep the last answer until this one's first token redraws them (usually well under
+    # a second: three redraws fewer per request); a request still queued gets empty plots
+    panels = empty_panels(pg, "Queued…")
+    first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
+             **_text_frame(state, mode, chat_base, message, chips), **session_batch_frame(pg, session_id), "busy": True}
+    reset_at = time.perf_counter() + PLOTS_RESET_S
+    if mode == "chat":
+        first["message"] = ""
+    yield first
+    text_due, figs_due, batch_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S), Throttle(BATCH_EVERY_S)
+    memory_due = Throttle(MEMORY_EVERY_S)
+    batch_due.due()  # the first frame drew it
+    drawn = 0  # steps the figures showed when last drawn
+    stopping_shown = False
+    for batch in pg.follow(handle):
+        for ev in batch:
+            state.add(ev)
+        if not state.token_times:
+            state.queue_position = handle.queue_position()
+        frame = {}
+        if text_due.due():
+            frame.update(_text_frame(state, mode, chat_base, message, chips))
+            frame["kv_formula"] = _kv_formula(pg, state)
+            if len(state.token_index) > drawn and figs_due.due():
+                frame.update(_figure_frame(pg, state, params.max_tokens, memory_due.due()))
+                drawn = len(state.token_index)
+            elif reset_at is not None and not drawn and time.perf_counter() >= reset_at:
+                frame.update({k: panels[k] for k in PLOT_KEYS})
+            if drawn or "latency" in frame:
+                reset_at = None
+            if batch_due.due():  # also while queued: the student sees what fills the engine
+                frame.update(session_batch_frame(pg, session_id, state.live_metrics()["queue_time_s"],
+                                         max_age_s=BATCH_MAX_AGE_S))
+        if handle.abort_requested and ("status" in frame or not stopping_shown):
+            frame["status"] = cards.status_html(STOPPING, "warn")
+            stopping_shown = True
+        if frame:
+            yield frame
+    output = handle.output
+    state.finish(output)
+    trace = pg.write_trace(output, handle.events, session_id)
+    final = {**_text_frame(state, mode, chat_base, message, chips),
+             **_figure_frame(pg, state, params.max_tokens), "rolling": shared(pg).rolling_html(),
+             **session_batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
+    kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
+    final["status"] = cards.status_html(state.status_line(), kind)
+    if mode == "chat":
+        final["history"] = chat_base + [{"role": "assistant", "content": state.text}]
+    if trace:
+        final["trace"] = trace
+    if state.finish_reason == "error" and notify:
+        notify(f"The engine failed on this request: {state.error}")
+    yield final
+
+
+STOPPING = "Stopping: the engine aborts the request before its next step…"
+
+
+def stop(pg, session_id: str) -> bool:
+    """Stop this session's request in the engine (not only the page's display).
+
+    The page's status is left to the request's own stream (:func:`generate` shows
+    :data:`STOPPING`, then the final line), so a late reply to the click can never overwrite
+    the finished status. Returns True if a request was still running or waiting.
+    """
+    return pg.stop(session_id)
+
+
+def session_batch_frame(pg, session_id: str, queue_time_s: float | None = None, max_age_s: float = 0.0) -> dict:
+    """The batching section for one session: the block pool, block tables, recent steps and
+    numbers, with the session's own requests marked "you" (keys ``frames.BATCH_KEYS``).
+
+    The engine's data is read and the pictures drawn once for all pages
+    (:meth:`app.state.shared_views.SharedViews.batch_section`; ``max_age_s``: how old a drawing may be);
+    this session only marks its own requests in them.
+    """
+    section = shared(pg).batch_section(max_age_s)
+    return section.frame(pg.session_request_ids(session_id), queue_time_s)
+
+
+def idle_batch_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tuple | None]:
+    """The timer's refresh of the batching section while the session isn't generating.
+
+    Returns:
+        ``(frame, signature)``; the frame is empty when the session is generating (its own
+        stream redraws the section) or when nothing changed since ``seen``.
+    """
+    if pg.session_busy(session_id):
+        return {}, seen
+    section = shared(pg).batch_section()
+    mine = pg.session_request_ids(session_id)
+    sig = section.signature(mine)
+    if sig == seen:
+        return {}, seen
+    return section.frame(mine), sig
+
+
+def device_frame(pg) -> dict:
+    """The Device panel and the rolling table (refreshed by a timer on every open page; both
+    drawn once for all pages, see :mod:`app.state.shared_views`)."""
+    views = shared(pg)
+    return {"device": views.device_figure(), "rolling": views.rolling_html()}

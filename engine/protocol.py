@@ -1,0 +1,274 @@
+"""``EngineClient``: what a client of an engine (the page, a remote engine's stand-in, a test's
+fake) may ask of it, and the typed snapshots it answers with.
+
+vLLM declares the same contract (``vllm.engine.protocol.EngineClient``) so its API server can
+drive the in-process engine or another process alike. Here three engines implement it:
+:class:`engine.engine.LLMEngine` (this project's engine), ``app.remote.RemoteEngine`` (a remote
+OpenAI-compatible server) and the tests' fake engine. A client reads
+:attr:`EngineClient.capabilities` instead of probing attributes: an engine says once what it can
+show (a block pool, traces, the lessons) and the page draws only that.
+
+The snapshots are plain frozen dataclasses. :class:`EngineStats` and :class:`BlockPoolSnapshot`
+are also read-only mappings (``stats["running"]``, ``stats.get("blocks_used")``,
+``dict(stats)``), so JSON endpoints and older callers read them as the dicts they were; a field
+that does not apply to the engine (the block pool of an engine without paging) is ``None`` and
+left out of the mapping.
+
+No torch here: the page imports this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # only for the annotations: these modules import torch or are heavy
+    from engine.output.events import RequestOutput
+    from engine.output.handle import RequestHandle
+    from engine.params import SamplingParams
+
+
+class _FieldMapping(Mapping):
+    """Read-only mapping view of a dataclass's fields; ``None`` fields are absent."""
+
+    _ALWAYS: frozenset = frozenset()
+
+    def _present(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self)
+                if f.name in self._ALWAYS or getattr(self, f.name) is not None]
+
+    def __getitem__(self, key: str) -> Any:
+        if not isinstance(key, str) or key not in self._present():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._present())
+
+    def __len__(self) -> int:
+        return len(self._present())
+
+    def as_dict(self) -> dict:
+        """The present fields as a plain dict (for JSON)."""
+        return {k: self[k] for k in self}
+
+
+@dataclass(frozen=True, eq=False)
+class EngineStats(_FieldMapping):
+    """An engine's counts at one moment.
+
+    Attributes:
+        waiting, running: requests in the queue and in the running batch.
+        queue_max: most requests allowed to wait (0: not known, as for a remote server).
+        finished, aborted, failed: requests ended so far, by outcome.
+        kv_bytes_live: KV cache bytes the running requests hold now.
+        batching: whether continuous batching over a paged block pool is on.
+        batching_note: why it is off (``""`` or ``None`` when on).
+        preemptions: requests preempted so far (their blocks freed, recomputed later).
+        blocks_total, blocks_used, blocks_free, blocks_cached, block_size: the block pool
+            (blocks; ``block_size`` in tokens); ``None`` without paging.
+        prefix_hit_rate: prompt tokens served from cached blocks / prompt tokens looked up.
+        kv_tokens_logical: tokens the running sequences would hold as independent caches;
+        kv_tokens_physical: token slots of the distinct blocks they hold;
+        kv_blocks_shared: blocks held by more than one sequence (forks, the prefix cache).
+    """
+
+    waiting: int = 0
+    running: int = 0
+    queue_max: int = 0
+    finished: int = 0
+    aborted: int = 0
+    failed: int = 0
+    kv_bytes_live: int = 0
+    batching: bool = False
+    batching_note: str | None = None
+    preemptions: int = 0
+    blocks_total: int | None = None
+    blocks_used: int | None = None
+    blocks_free: int | None = None
+    blocks_cached: int | None = None
+    block_size: int | None = None
+    prefix_hit_rate: float | None = None
+    kv_tokens_logical: int | None = None
+    kv_tokens_physical: int | None = None
+    kv_blocks_shared: int | None = None
+
+    _ALWAYS = frozenset({"waiting", "running", "queue_max", "finished", "aborted", "failed",
+                         "kv_bytes_live", "batching", "batching_note", "preemptions"})
+
+    @classmethod
+    def of(cls, stats: Mapping | None) -> "EngineStats":
+        """``stats`` as :class:`EngineStats` (a mapping's unknown keys are dropped)."""
+        if isinstance(stats, EngineStats):
+            return stats
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(stats or {}).items() if k in names})
+
+
+@dataclass(frozen=True)
+class BlockTable:
+    """One running sequence's block table.
+
+    Attributes:
+        request_id: its request (the group's id for samples and beams).
+        blocks: physical block numbers, in logical order.
+        tokens: slots computed or being computed by the step in flight.
+        index: the sample's or beam's index in its group.
+        ref_counts: each block's holders (above 1: shared by forks or the prefix cache).
+    """
+
+    request_id: str
+    blocks: list[int]
+    tokens: int
+    index: int = 0
+    ref_counts: list[int] = field(default_factory=list)
+
+    def get(self, key: str, default=None):
+        """Dict-style read (the page's pure drawing functions take tables as dicts too)."""
+        return getattr(self, key, default)
+
+    def __getitem__(self, key: str):
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+
+@dataclass(frozen=True, eq=False)
+class BlockPoolSnapshot(_FieldMapping):
+    """The paged KV block pool at one moment, for drawing PagedAttention's picture.
+
+    Attributes:
+        block_size: tokens per block; num_blocks: blocks in the pool.
+        state: per cell ``"free"``, ``"cached"`` or ``"used"``; a cell is ``blocks_per_cell``
+            blocks (1 unless the pool has more than 4,096).
+        tables: the running sequences' :class:`BlockTable`.
+
+    An engine without a visible pool answers :meth:`empty` (an empty mapping, falsy).
+    """
+
+    block_size: int | None = None
+    num_blocks: int | None = None
+    state: list[str] | None = None
+    blocks_per_cell: int | None = None
+    tables: list[BlockTable] | None = None
+
+    @classmethod
+    def empty(cls) -> "BlockPoolSnapshot":
+        """No pool to show."""
+        return cls()
+
+    @classmethod
+    def of(cls, snapshot: Mapping | None) -> "BlockPoolSnapshot":
+        """``snapshot`` (a dict with the same keys, or ``None``) as :class:`BlockPoolSnapshot`."""
+        if isinstance(snapshot, BlockPoolSnapshot):
+            return snapshot
+        d = dict(snapshot or {})
+        if not d:
+            return cls.empty()
+        tables = [t if isinstance(t, BlockTable) else BlockTable(**t) for t in d.get("tables", [])]
+        return cls(block_size=d.get("block_size"), num_blocks=d.get("num_blocks"),
+                   state=d.get("state"), blocks_per_cell=d.get("blocks_per_cell"), tables=tables)
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can show or do beyond submit/abort/stats.
+
+    Attributes:
+        remote: the model runs on another server (the page then draws the server's
+            ``/metrics`` instead of its own step events, and has no traces).
+        supports_blocks: a paged block pool the page may draw (``block_snapshot``).
+        supports_traces: per-step events rich enough for a trace file (JSON/CSV).
+        supports_lessons: the Lessons tab's experiments can run (a local model).
+        supports_cache_salt: ``submit`` takes ``cache_salt`` (a per-session prefix cache).
+        supports_rolling_reset: the recent-requests table can be emptied.
+    """
+
+    remote: bool = False
+    supports_blocks: bool = False
+    supports_traces: bool = False
+    supports_lessons: bool = False
+    supports_cache_salt: bool = False
+    supports_rolling_reset: bool = False
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    """What the page (``app``) calls on an engine; see the module docstring.
+
+    Attributes:
+        info: the model's description (``engine.model.loader.ModelInfo`` or a remote's).
+        spec: the model's shape (``engine.model.model_spec.ModelSpec``), ``None`` when unknown.
+        capabilities: :class:`EngineCapabilities`.
+        max_seq_tokens: longest prompt + output one request may reach, in tokens.
+        gpu: an NVML reader (``engine.telemetry.nvml``) for the device panel, or ``None``.
+        pool_bytes: bytes of the paged KV pool, ``None`` when there is none.
+        recent_steps: the last engine steps (``BatchInfo``), oldest first.
+        rolling_version: changes whenever the recent-requests summary changes.
+    """
+
+    info: Any
+    spec: Any
+    capabilities: EngineCapabilities
+    gpu: Any
+    recent_steps: Sequence
+
+    @property
+    def max_seq_tokens(self) -> int: ...
+
+    @property
+    def pool_bytes(self) -> int | None: ...
+
+    def submit(self, prompt, params: "SamplingParams | None" = None, *, raw: bool = False,
+               use_kv_cache: bool = True, request_id: str | None = None,
+               **kwargs) -> "RequestHandle":
+        """Queue a request; ``cache_salt`` and ``source`` go in ``kwargs`` where supported.
+
+        Raises:
+            ValueError: a bad prompt or setting (the message names the field).
+            QueueFullError: the waiting queue is full.
+        """
+
+    def generate(self, prompt, params: "SamplingParams | None" = None,
+                 **kwargs) -> "RequestOutput":
+        """Submit and wait for the output."""
+
+    def abort(self, request_id: str) -> bool:
+        """Abort a request; True if it was still waiting or running."""
+
+    def stats(self) -> EngineStats:
+        """The counts now."""
+
+    def block_snapshot(self) -> BlockPoolSnapshot:
+        """The block pool now (:meth:`BlockPoolSnapshot.empty` when not visible)."""
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        """The text of ``token_ids``.
+
+        Raises:
+            NotImplementedError: the engine has no tokenizer here (a remote server).
+        """
+
+    def rolling_summary(self) -> dict:
+        """p50/p90/p99 of TTFT, TPOT and end-to-end time over recent requests, lesson runs
+        apart under ``"lessons"`` (see ``engine.telemetry.rolling``)."""
+
+    @property
+    def rolling_version(self) -> int: ...
+
+    def reset_rolling(self) -> None:
+        """Empty the recent-requests summary (where ``supports_rolling_reset``)."""
+
+    def experiment_model(self):
+        """The loaded model the lessons' experiments build their own engines from
+        (``engine.model.loader.LoadedModel``).
+
+        Raises:
+            NotImplementedError: the engine has none (``supports_lessons`` False).
+        """
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop the engine (and close its connections)."""

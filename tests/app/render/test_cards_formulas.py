@@ -1,0 +1,33 @@
+"""The formulas under the stat cards and in the KV panel, written out with a run's own numbers."""
+
+from app.render import cards
+from tests.support.fakes import FakeInfo
+
+FINAL = {"ttft_s": 0.2, "tpot_s": 0.04, "decode_tokens_per_s": 25.0, "prefill_tokens_per_s": 85.0,
+         "e2e_s": 8.17, "queue_time_s": 0.0, "prompt_tokens": 640, "output_tokens": 200,
+         "cached_prompt_tokens": 623, "computed_prompt_tokens": 17, "final": True}
+
+
+def test_latency_formula_uses_the_runs_numbers_and_shows_n():
+    html = cards.stat_cards_html(FINAL)
+    # the seed article's example: 200 ms + 40 ms × 199 = 8.16 s
+    assert "Latency = TTFT + TPOT × (N − 1) = 200.0 ms + 40.0 ms × (200 − 1) = <b>8.16 s</b>" in html
+    assert "measured end-to-end 8.17 s" in html and "N = 200 output tokens" in html
+    live = cards.latency_formula_html({**FINAL, "final": False, "output_tokens": 1, "tpot_s": None})
+    assert "× (1 − 1) = <b>200.0 ms</b>" in live and "measured" not in live
+    assert cards.latency_formula_html({"ttft_s": None, "output_tokens": 0}) == ""
+
+
+def test_cards_show_computed_and_cached_prompt_tokens_apart():
+    html = cards.stat_cards_html(FINAL)
+    assert "640 prompt tokens (<b>17 computed</b>, 623 from the prefix cache)" in html
+    assert "computed prompt tokens / prefill time" in html and "85.0 tok/s" in html
+    plain = cards.stat_cards_html({**FINAL, "cached_prompt_tokens": 0})
+    assert "640 prompt tokens ·" in plain and "prefix cache)" not in plain
+
+
+def test_kv_panel_says_why_the_cache_holds_n_minus_one_output_tokens():
+    html = cards.kv_formula_html(FakeInfo(), tokens=12 + 5 - 1, prompt_tokens=12, output_tokens=5)
+    assert "16 tokens = 12 prompt + (N − 1) = 4 output tokens, not N = 5" in html
+    assert "next step takes it as input" in html
+    assert "kv-why" not in cards.kv_formula_html(FakeInfo(), tokens=20, prompt_tokens=12, output_tokens=5)

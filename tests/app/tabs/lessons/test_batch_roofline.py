@@ -1,0 +1,93 @@
+"""The batch-size and memory-bound-or-compute-bound lessons without a browser: the intensity
+formulas against a hand calculation, the ridge points of the published figures, the knee, the
+figures' data, and lesson requests labelled as such on the real engine."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.tabs.lessons import batch as lesson_batch, roofline as lesson_roofline
+from app.tabs.lessons.runs import LESSON_PREFIX, LessonEngine, is_lesson_request
+from engine.experiments import intensity
+from engine.experiments.common import greedy
+
+# the embedded model with int4 weights and a bf16 KV cache (README: 94,835,584 bytes stored,
+# 23,040 B per token); 134,515,008 parameters
+SMOL = intensity.DecodeShape(params=134_515_008, weight_bytes=94_835_584, kv_bytes_per_token=23_040,
+                             layers=30, heads=9, head_dim=64)
+
+
+def test_intensity_matches_a_hand_calculation():
+    flops = 4 * (2 * 134_515_008 + 4 * 30 * 9 * 64 * 512)
+    read = 94_835_584 + 4 * 512 * 23_040
+    assert SMOL.flops(4, 512) == flops and SMOL.bytes_read(4, 512) == read
+    assert SMOL.intensity(4, 512) == pytest.approx(flops / read)
+    assert SMOL.intensity(1, 0) == pytest.approx(2 * 134_515_008 / 94_835_584)  # about 2.8 FLOPs per byte
+    # a huge batch approaches the per-sequence ratio: FLOPs and KV bytes both grow with it
+    assert SMOL.intensity(10**9, 512) == pytest.approx(SMOL.intensity_limit(512), rel=1e-3)
+    assert math.isinf(SMOL.intensity_limit(0))
+
+
+def test_published_ridges_and_crossovers():
+    ridges = {g["name"]: g for g in intensity.published_ridges()}
+    assert set(ridges) == {"T4", "L4", "A100 80 GB SXM", "H100 SXM", "H200 SXM"}
+    assert ridges["H100 SXM"]["ridge"] == pytest.approx(989e12 / 3350e9)
+    assert ridges["A100 80 GB SXM"]["ridge"] == pytest.approx(312e12 / 2039e9)
+    assert all(g["source"].startswith("NVIDIA") for g in ridges.values())
+    r = ridges["H200 SXM"]["ridge"]
+    b = SMOL.crossover_batch(r, 0)  # the weights alone turn compute-bound ...
+    assert SMOL.intensity(b, 0) >= r > SMOL.intensity(b - 1, 0)
+    assert SMOL.crossover_batch(r, 512) is None  # ... the whole step at 512 tokens never does
+    assert SMOL.crossover_batch(1.0, 512) == 1
+    with pytest.raises(ValueError, match="bandwidth"):
+        intensity.ridge_point(1e12, 0)
+
+
+def test_roofline_figure_and_table_name_every_ridge():
+    machine = {"device": "cpu", "dtype": "bfloat16", "bandwidth_gb_per_s": 40.0, "flops_per_s": 4e11,
+               "ridge": 10.0}
+    fig = lesson_roofline.roofline_figure(SMOL, 512, machine)
+    names = [t.name for t in fig.data if t.name]
+    assert any("this machine" in n for n in names) and sum("datasheet" in n for n in names) == 5
+    curve = fig.data[0]
+    assert list(curve.x) == lesson_roofline.BATCHES
+    assert list(curve.y) == pytest.approx([SMOL.intensity(b, 512) for b in lesson_roofline.BATCHES])
+    table = lesson_roofline.roofline_table(SMOL, 512, machine)
+    assert "| this machine (cpu, bfloat16) | 40.0 GB/s | 0.4 | 10.0 |" in table
+    assert f"| {SMOL.crossover_batch(10.0, 0)} | {SMOL.crossover_batch(10.0, 512)} |" in table
+    assert "H200 SXM (bf16) | 4,800.0 GB/s" in table and "never" in table
+    assert "this machine" not in lesson_roofline.roofline_table(SMOL, 512, None)
+
+
+def test_knee_is_the_last_size_before_doubling_stops_paying():
+    rows = [{"batch": b, "throughput_tokens_per_s": t, "per_token_latency_ms": ms}
+            for b, t, ms in ((1, 20, 50), (2, 38, 52), (4, 70, 55), (8, 90, 85), (16, 100, 150))]
+    k = lesson_batch.knee(list(reversed(rows)))
+    assert (k["batch"], k["next"]) == (4, 8)
+    assert k["throughput_gain"] == pytest.approx(90 / 70) and k["latency_growth"] == pytest.approx(85 / 55)
+    linear = [{**r, "throughput_tokens_per_s": 20 * r["batch"]} for r in rows]
+    assert lesson_batch.knee(linear)["batch"] is None
+    text = lesson_batch.batch_summary({"rows": rows, "new_tokens": 24})
+    assert "knee is at batch 4" in text and "5.0×" in text
+    assert "no knee yet" in lesson_batch.batch_summary({"rows": linear, "new_tokens": 24})
+    fig = lesson_batch.batch_figure(rows)
+    assert [list(t.x) for t in fig.data] == [[1, 2, 4, 8, 16]] * 3
+    assert list(fig.data[2].y) == [20, 40, 80, 160, 320]  # the ideal: batch 1's rate times the batch
+
+
+def test_batch_lesson_refuses_a_bad_answer_length(engine):
+    with pytest.raises(ValueError, match="new_tokens"):
+        lesson_batch.run_batch(engine, 1000)
+    with pytest.raises(ValueError, match="new_tokens"):
+        lesson_batch.run_batch(engine, "many")
+
+
+def test_lesson_requests_carry_lesson_ids(engine):
+    eng = LessonEngine(engine, "batch", {"cache_salt": "s1"})
+    handle = eng.submit("Say hi.", greedy(2))
+    out = handle.result()
+    assert out.finished_ok and handle.request_id.startswith(LESSON_PREFIX + "batch-")
+    assert is_lesson_request(out.request_id) and not is_lesson_request("req-3")
+    assert eng.info is engine.info  # everything else is the engine's

@@ -1,0 +1,75 @@
+"""The decoding tab: its HTML from real engine events, its field checks, its handler end to end."""
+
+import pytest
+
+from app.tabs.beams.tab import build, params_for, run
+from app.tabs.context import TabContext
+from app.render.beams import beam_html, samples_html
+from app.state.playground import Playground
+from engine import SamplingParams
+
+
+def test_beam_view_marks_shared_blocks_and_pruned_beams(engine):
+    h = engine.submit("Explain the KV cache in one sentence.",
+                      SamplingParams(temperature=0, num_beams=4, max_tokens=16))
+    events = list(h)
+    out = h.result()
+    bs = engine.block_manager.block_size
+    mid = events[len(events) // 2].beams
+    page = beam_html(mid, engine.tokenizer.decode, bs)
+    assert page.count("class='beam-live'") == 4
+    assert "<sup>×4</sup>" in page  # the prompt's blocks are held by all four beams
+    n_tok = mid["logical_tokens"] // 4
+    assert f"4 beams: {mid['logical_tokens']:,} tokens logically (4 × {n_tok:,})" in page
+    assert f"{mid['physical_tokens']:,} tokens of blocks physically" in page
+    pruned = [e.beams for e in events if e.beams["pruned"]]
+    assert pruned and "class='beam-pruned'" in beam_html(pruned[-1], engine.tokenizer.decode, bs)
+    final = beam_html(events[-1].beams, engine.tokenizer.decode, bs,
+                      [{"text": o.text, "score": o.score, "finish_reason": o.finish_reason}
+                       for o in out.outputs])
+    assert "answer 1" in final and "finished hypotheses" in final
+
+
+def test_samples_side_by_side_escape_model_text():
+    page = samples_html({0: "a <script>x</script>", 1: "b"},
+                        {0: {"finish_reason": "stop", "cumulative_logprob": -3.5}})
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert page.count("class='decoding-col'") == 2 and "cumulative logprob -3.50" in page
+    assert "side by side" in samples_html({})
+
+
+def test_fields_are_checked_by_name():
+    p = params_for("beam", 4, 0.8, 16, 1.0, "never", -1)
+    assert p.num_beams == 4 and p.temperature == 0 and p.early_stopping == "never"
+    p = params_for("sampling", 3, 0.8, 16, 1.0, "false", 7)
+    assert p.n == 3 and p.seed == 7
+    for args, msg in [(("greedy", 2, 0.8, 16, 1.0, "false", -1), "mode must be"),
+                      (("beam", 99, 0.8, 16, 1.0, "false", -1), "width must be in"),
+                      (("beam", 2, 0.8, 16, 1.0, "sometimes", -1), "early_stopping must be"),
+                      (("beam", 2, 0.8, "x", 1.0, "false", -1), "max_tokens must be"),
+                      (("beam", 2, 0.8, 16, None, "false", -1), "length_penalty must be")]:
+        with pytest.raises(ValueError, match=msg):
+            params_for(*args)
+
+
+def test_the_handler_streams_beams_and_refuses_bad_values(engine):
+    pg = Playground(engine, monitor=False)
+    frames = list(run(pg, "s1", "beam", "Translate into French: good morning.", 3, 0.8, 12, 1.0,
+                      "false", -1))
+    assert len(frames) >= 2
+    html, status = frames[-1]
+    assert "answer 1" in html and "Finished" in status
+    frames = list(run(pg, "s1", "sampling", "Name a colour.", 2, 0.9, 8, 1.0, "false", 3))
+    html, status = frames[-1]
+    assert html.count("class='decoding-col'") == 2 and "Finished" in status
+    (_, status), = list(run(pg, "s1", "beam", "hi", 0, 0.8, 8, 1.0, "false", -1))
+    assert "width must be in [1, 8]" in status
+    assert engine.stats()["blocks_used"] == 0 and not pg.session_busy("s1")
+
+
+def test_the_tab_builds():
+    import gradio as gr
+
+    with gr.Blocks():
+        c = build(TabContext())
+    assert {"mode", "width", "run", "view", "status"} <= set(c)

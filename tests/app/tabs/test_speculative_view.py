@@ -1,0 +1,48 @@
+"""Speculative decoding on the page: chips of accepted drafts, the latency plot's marks, and
+the lesson run on the embedded model."""
+
+from types import SimpleNamespace
+
+from app.render import figures
+from app.state.run_state import RunState
+from app.render.spec import spec_trace
+from app.render.tokens import token_html
+
+
+def _event(i, drafted=0, out=1, accepted=False, ms=10.0):
+    return SimpleNamespace(
+        phase="decode" if i else "prefill", token_text=f"t{i}", token_prob=0.9,
+        top_candidates=[], text_delta=f"t{i}", kv_tokens=10 + i, num_tokens=1 + drafted,
+        kv_bytes=100, batch_size=1, start_s=float(i), end_s=float(i) + ms / 1000, memory=None,
+        finish_reason=None, num_drafted=drafted, draft_accepted=accepted, tokens_in_step=out)
+
+
+def test_accepted_drafts_are_marked_on_chips_and_the_latency_plot():
+    st = RunState()
+    st.add(_event(0))
+    st.add(_event(1))                                        # plain decode step
+    # one verification step of 4 drafts: 2 accepted + the model's own token
+    for j, acc in enumerate((True, True, False)):
+        st.add(_event(2 + j, drafted=4, out=3, accepted=acc, ms=14.0))
+    st.add(_event(5, drafted=4, out=1, ms=13.0))             # all 4 drafts rejected
+    assert [t.draft for t in st.tokens] == [False, False, True, True, False, False]
+    assert "tok-draft" in token_html(st.tokens[2], 3) and "draft accepted" in token_html(st.tokens[2], 3)
+    assert "tok-draft" not in token_html(st.tokens[4], 5)
+    tr = spec_trace(st.token_index, st.step_ms, st.drafted, st.step_out)
+    assert tr["x"] == [5, 6] and tr["text"] == ["+3", "+1"]
+    assert "2 accepted" in tr["customdata"][0] and "0 accepted" in tr["customdata"][1]
+    fig = figures.latency_figure(st.token_index, st.step_ms, st.phases, spec=tr)
+    assert fig.data[-1]["name"].startswith("speculative step")
+    assert spec_trace([1, 2], [5.0, 5.0], [0, 0], [1, 1]) is None
+
+
+def test_lesson_runs_both_prompts_on_the_engine(engine):
+    from app.tabs.lessons.speculative import PROMPTS, run_spec_lesson
+
+    fig, table = run_spec_lesson(engine, new_tokens=24)
+    names = [b for b in fig.data[0].x]
+    assert names == list(PROMPTS)
+    assert all(v > 0 for v in fig.data[0].y)
+    assert "plain" in list(fig.data[1].x) and "| summarise with quotes |" in table
+    assert table.count("| yes |") == 2                     # greedy tokens identical both times
+    assert "Median step time by drafts verified" in table

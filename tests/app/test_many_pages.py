@@ -1,0 +1,259 @@
+"""The page's per-frame and per-refresh work stays small with many pages open (no browser).
+
+Plain figures are valid Plotly figures; the batching section is read from the engine and drawn
+once per refresh for every page, each page only marking its own requests; the Device panel is
+drawn once per sample; streamed frames send values rather than ``gr.skip()`` (which Gradio 6.31
+processes as a component rebuild); Gradio's own cost of a streamed frame stays around a
+millisecond.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from app.render import batch as batch_view, figures
+from app.tabs.playground import events as wiring, frames as schema, handlers
+from app.render.plainfig import PlainFigure
+from app.state.playground import Playground
+from app.state.run_state import RunState, TokenView
+from app.state.shared_views import SharedViews, shared
+from app.render.tokens import TokenChips, tokens_html
+from engine.core.batch_info import BatchInfo
+from tests.support.fakes import FakeEngine, make_events
+
+MEM = {"device": "cpu", "total_bytes": 2_000_000_000, "total_label": "process RSS", "notes": [], "parts": [
+    {"name": "weights", "bytes": 538_060_288, "measured": True, "note": ""},
+    {"name": "kv_cache", "bytes": 536_870_912, "measured": True, "note": "pool"},
+    {"name": "activations", "bytes": 217_344, "measured": False, "note": ""}]}
+
+
+def _steps(n=12, ids=("req-0", "req-1")):
+    return [BatchInfo(step_id=i, start_s=float(i), request_ids=list(ids), phases=["decode"] * len(ids),
+                      decode_tokens=len(ids)) for i in range(n)]
+
+
+def all_figures() -> list[PlainFigure]:
+    return [
+        figures.latency_figure([1, 2, 3], [90.0, 40.0, 41.0], ["prefill", "decode", "decode"], 12, True, [1, 2, 2], 4),
+        figures.latency_figure([], [], [], use_kv_cache=False),
+        figures.kv_figure([12, 13], [12 * 46_080, 13 * 46_080], 46_080, max_tokens_hint=80),
+        figures.kv_figure([0], [0], 46_080, use_kv_cache=False),
+        figures.memory_figure(MEM, 46_080 * 13), figures.memory_figure(None),
+        figures.device_figure([{"t": -1.0, "cpu_pct": 40.0, "rss_bytes": 10**9}], False, "no NVIDIA GPU"),
+        figures.device_figure([{"t": 0.0, "util_pct": 7, "power_w": 80.0, "temp_c": 40}], True, name="H100"),
+        batch_view.strip_figure(batch_view.plain_steps(_steps()), {"req-1"}),
+        batch_view.strip_figure([], set()),
+    ]
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_plain_figures_are_valid_plotly_with_the_white_template(index):
+    fig = all_figures()[index]
+    spec = json.loads(fig.to_json())
+    checked = go.Figure(spec)  # plotly validates every property here (raises on a bad one)
+    assert len(checked.data) == len(fig.data)
+    assert spec["layout"]["template"] == pio.templates["plotly_white"].to_plotly_json()
+    assert fig.to_plotly_json() == spec and fig.to_json() is fig.to_json()  # serialized once
+
+
+def test_plain_figure_reads_like_plotly():
+    fig = figures.kv_figure([], [], 46_080)
+    assert fig.layout.title.text == "KV cache size" and fig.layout.showlegend is None
+    assert "Press Generate" in fig.layout.annotations[0].text
+    assert fig.data[0].line.dash == "dash" and list(fig.data[1].x) == []
+
+
+def test_token_chips_grow_and_match_the_full_redraw():
+    chips, tokens = TokenChips(), []
+    assert chips.html(tokens) == tokens_html(tokens)
+    for i in range(5):
+        tokens.append(TokenView(f" t{i}", 0.5, [(f" t{i}", 0.5)], "decode" if i else "prefill"))
+        assert chips.html(tokens) == tokens_html(tokens)
+
+
+class CountingEngine(FakeEngine):
+    """A batching fake that counts how often the page reads the engine's block pool."""
+
+    def __init__(self):
+        super().__init__()
+        self.snapshots = 0
+        self.recent_steps = _steps(3)
+
+    def stats(self):
+        return {**super().stats(), "batching": True, "running": 2, "waiting": 0, "blocks_total": 40,
+                "blocks_used": 3, "blocks_free": 37, "blocks_cached": 0}
+
+    def block_snapshot(self):
+        self.snapshots += 1
+        return {"block_size": 16, "num_blocks": 40, "state": ["used"] * 3 + ["free"] * 37,
+                "tables": [{"request_id": "req-0", "blocks": [0, 1], "tokens": 20},
+                           {"request_id": "req-1", "blocks": [2], "tokens": 9}]}
+
+
+def test_one_engine_snapshot_serves_every_streaming_page(tmp_path):
+    eng = CountingEngine()
+    pg = Playground(eng, trace_dir=tmp_path, monitor=False)
+    pg._recent.update({"s0": ["req-0"], "s1": ["req-1"]})
+    frames = {s: handlers.session_batch_frame(pg, s, max_age_s=60) for s in ("s0", "s1", "s2", "s3")}
+    assert eng.snapshots == 1  # not once per page
+    assert "req-0 (you)" in frames["s0"]["pool"] and "req-0 (you)" not in frames["s1"]["pool"]
+    assert "req-1 (you)" in frames["s1"]["pool"] and "(you)" not in frames["s2"]["pool"]
+    assert frames["s2"]["pool"] is frames["s3"]["pool"]  # same view, drawn once
+    assert frames["s2"]["strip"] is frames["s3"]["strip"]
+    assert frames["s0"]["strip"] is not frames["s1"]["strip"]
+    # the engine moves on: the next refresh reads it once more, whatever the number of pages
+    eng.recent_steps.append(_steps(4)[-1])
+    for s in ("s0", "s1", "s2"):
+        handlers.session_batch_frame(pg, s)
+    assert eng.snapshots == 2
+
+
+def test_a_streaming_page_accepts_a_recent_section_and_others_see_changes_at_once(tmp_path):
+    now = [0.0]
+    eng = CountingEngine()
+    views = SharedViews(Playground(eng, trace_dir=tmp_path, monitor=False), clock=lambda: now[0])
+    first = views.batch_section()
+    eng.recent_steps.append(_steps(4)[-1])
+    now[0] = 0.3
+    assert views.batch_section(max_age_s=0.5) is first  # recent enough for a streaming page
+    assert views.batch_section() is not first  # the engine moved on: redrawn
+    assert eng.snapshots == 2
+    assert views.batch_section() is views.batch_section()  # nothing new: no snapshot
+    assert eng.snapshots == 2
+
+
+def test_device_panel_and_rolling_table_drawn_once_for_all_pages(tmp_path):
+    pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    pg.device.sample()
+    frames = [handlers.device_frame(pg) for _ in range(5)]
+    assert all(f["device"] is frames[0]["device"] for f in frames)
+    assert all(f["rolling"] is frames[0]["rolling"] for f in frames)
+    assert shared(pg) is shared(pg)
+
+
+def _update(value):
+    import gradio as gr
+
+    return isinstance(value, dict) and value.get("__type__") == "update" and value != gr.skip()
+
+
+def test_streamed_frames_resend_values_instead_of_skips(tmp_path):
+    import gradio as gr
+
+    pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
+    frames = handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
+    outs = list(wiring.stream_updates(frames, {"chat": [], "rolling": "<table></table>"}))
+    keys = list(schema.STREAM_KEYS) + list(schema.BUTTON_KEYS)
+    skip = gr.skip()
+    first, *middle, last = outs
+    for out in outs:
+        skipped = {k for k, v in zip(keys, out) if v == skip}
+        # only the prompt box (the user's: chat mode clears it once), the conversation kept on
+        # the server (a State: set at a chat turn's end, never sent), and the plots until this
+        # request's first token redraws them (they show the last answer meanwhile)
+        assert skipped <= {"message", "history"} | set(schema.PLOT_KEYS), skipped
+    assert {k for k, v in zip(keys, last) if v == skip} == {"message", "history"}  # raw mode
+    at = {k: keys.index(k) for k in keys}
+    assert all(_update(first[at[k]]) for k in schema.BUTTON_KEYS)
+    assert first[at["gen"]]["interactive"] is False and first[at["stop"]]["interactive"] is True
+    assert first[at["json"]] == {"__type__": "update", "value": None, "interactive": False}
+    for out in middle:  # plain values: the labels, no file
+        assert [out[at[k]] for k in schema.BUTTON_KEYS] == [None, None, "Generate", "Stop"]
+    assert last[at["gen"]]["interactive"] is True and last[at["stop"]]["interactive"] is False
+    assert last[at["json"]]["value"].endswith(".json") and last[at["json"]]["interactive"] is True
+    assert "Finished" in last[at["status"]]
+    assert isinstance(last[at["latency"]], str) and json.loads(last[at["latency"]])["data"]  # the panel's JSON
+    assert len(outs) <= 12  # 8 tokens arrive one per poll: frames are throttled, not one per token
+
+
+def test_stream_encodes_each_new_value_once():
+    calls = []
+
+    def counting(name):
+        def enc(v):
+            calls.append(name)
+            return v
+        return enc
+
+    pool = "<div class='bp'>…</div>"  # the same drawing, resent while the pool is unchanged
+    frames = [{"pool": pool, "chat": [{"role": "assistant", "content": "a" * i}], "busy": True if i == 0 else None}
+              for i in range(6)]
+    outs = list(wiring.stream_updates(frames, encode={k: counting(k) for k in ("pool", "chat")}))
+    assert calls.count("pool") == 1 and calls.count("chat") == 6
+    assert all(out[schema.STREAM_KEYS.index("pool")] == pool for out in outs)
+
+
+def test_plots_keep_the_last_answer_until_the_first_token(tmp_path):
+    pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
+    frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True))
+    assert not set(schema.PLOT_KEYS) & set(frames[0])  # no reset to empty plots at the start
+    drawn = [f for f in frames if "latency" in f]
+    assert drawn and drawn[0]["latency"].data[0].x == [1]  # the first one shows this request's prefill
+
+
+def test_a_request_waiting_in_the_queue_gets_empty_plots(tmp_path, monkeypatch):
+    monkeypatch.setattr(handlers, "PLOTS_RESET_S", 0.0)
+    pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
+    def follow(handle, poll_s=0.1):  # two polls with nothing new (queued), then the stream
+        yield from ([], [])
+        yield from Playground.follow(handle, poll_s)
+
+    pg.follow = follow
+    frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True))
+    assert "Press Generate" in frames[1]["latency"].layout.annotations[0].text
+
+
+def test_a_refused_request_keeps_the_last_trace(tmp_path):
+    import gradio as gr
+
+    pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    frames = handlers.generate(pg, "sess", "raw", "  ", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
+    (out,) = wiring.stream_updates(frames)
+    keys = list(schema.STREAM_KEYS) + list(schema.BUTTON_KEYS)
+    assert out[keys.index("json")] == gr.skip() and out[keys.index("gen")]["interactive"] is True
+    assert "prompt is empty" in out[keys.index("status")]
+
+
+def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
+    """Gradio's own work on one streamed frame (all 19 outputs, as the page sends them).
+
+    With gr.skip() for unchanged outputs this took about 10 ms of CPU per frame, and handing each
+    output to a worker thread for its postprocess about 2 ms; a page sends up to 4 frames a
+    second, so with several pages that was most of the server's Python time.
+    """
+    from gradio.state_holder import SessionState
+
+    from app.page import build_demo
+
+    pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    demo = build_demo(pg)
+    fn = next(f for f in demo.fns.values() if f.name == "on_generate" and len(f.outputs) == 20)
+    assert fn.postprocess is False  # the stream encodes its values itself
+    encode = {name: wiring.encoder(c) for name, c in zip(schema.STREAM_KEYS + schema.BUTTON_KEYS, fn.outputs)}
+    state = SessionState(demo)
+    st = RunState()
+    for ev in make_events(texts=tuple(f" t{i}" for i in range(40)), finish=None):
+        st.add(ev)
+    text = handlers._text_frame(st, "raw", [], "Count:")
+    frames = [{**handlers.empty_panels(pg), **handlers.session_batch_frame(pg, "s"), **text, "busy": True}, text]
+    first, second = wiring.stream_updates(frames, {"chat": [], "rolling": ""}, encode=encode)
+
+    # Gradio takes the encoded frames as they are (about 0.3 ms a frame here, against 10 ms
+    # with skips; a ratio for the bench, not an assertion on a shared machine's clock)
+    for out in (first, second):
+        sent = asyncio.run(demo.postprocess_data(fn, list(out), state))
+        assert len(sent) == len(fn.outputs)
+
+
+def test_plotly_js_url_names_no_installed_package_path():
+    from app.tabs.playground.plot_panel import serve_plotly_js
+
+    tag = serve_plotly_js()
+    assert "site-packages" not in tag and "plotly/package_data" not in tag
+    assert tag.endswith("plotly.min.js'></script>")

@@ -1,0 +1,96 @@
+"""The Lessons tab in a real browser (Playwright driving Debian's Chromium).
+
+Serves a page holding only the Lessons tab on the shared engine, runs the live KV cache lesson,
+reads the calculator, and moves a sampling slider. Skipped when /usr/bin/chromium is missing, unless CI is set.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.browser import ARGS, CHROMIUM, require_chromium
+from tests.support.servers import free_port, wait_until
+
+pytestmark = pytest.mark.browser
+require_chromium()
+sync_api = pytest.importorskip("playwright.sync_api")
+
+TRACES = """(sel) => {
+  const el = document.querySelector(sel + ' .js-plotly-plot');
+  return el && el.data ? el.data.map(t => Array.from(t.y || [])) : null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def lessons_url(engine):
+    import gradio as gr
+
+    from app.tabs.lessons import build_lessons
+
+    with gr.Blocks() as demo:
+        with gr.Tab("Lessons"):
+            build_lessons(engine)
+    demo.queue()
+    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(),
+                            prevent_thread_lock=True, quiet=True)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def page(lessons_url):
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.goto(lessons_url)
+        pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
+        yield pg
+        browser.close()
+
+
+def set_number(page, elem_id: str, value) -> None:
+    box = page.locator(f"#{elem_id} input[type=number]")
+    box.fill(str(value))
+    box.press("Tab")
+
+
+def test_kv_lesson_fills_both_curves(page):
+    set_number(page, "lesson-kv-tokens", 16)
+    page.locator("#lesson-kv-run").click()
+    done = wait_until(lambda: "Total time" in page.locator("#lesson-kv-status").inner_text(), 180)
+    assert done, page.locator("#lesson-kv-status").inner_text()
+    on, off = page.evaluate(TRACES, "#lesson-kv-plot")
+    assert len(on) == len(off) == 15
+
+
+def test_calculator_and_sampling_explorer(page):
+    page.get_by_role("tab", name="KV cache calculator").click()
+    assert wait_until(lambda: "H200 141 GB" in page.locator("#lesson-calc-table").inner_text(), 30)
+
+    page.get_by_role("tab", name="Sampling explorer").click()
+    page.locator("#lesson-ex-run").click()
+    bars = wait_until(lambda: (page.evaluate(TRACES, "#lesson-ex-plot") or [[]])[-1], 120)
+    assert bars and len(bars) == 20
+    set_number(page, "lesson-ex-topk", 2)
+    kept = wait_until(lambda: sum(1 for y in page.evaluate(TRACES, "#lesson-ex-plot")[-1] if y > 0) == 2, 30)
+    assert kept, page.evaluate(TRACES, "#lesson-ex-plot")
+    assert "tokens;" in page.locator("#lesson-ex-answer").inner_text()  # the whole answer is shown
+    set_number(page, "lesson-ex-temp", 0)  # greedy: one bar at 1.0
+    greedy = wait_until(lambda: page.evaluate(TRACES, "#lesson-ex-plot")[-1][0] == 1.0, 30)
+    assert greedy, page.evaluate(TRACES, "#lesson-ex-plot")
+    assert sum(1 for y in page.evaluate(TRACES, "#lesson-ex-plot")[-1] if y > 0) == 1
+
+
+def test_calculator_puts_a_refused_value_back(page):
+    page.get_by_role("tab", name="KV cache calculator").click()
+    box = page.locator("#lesson-calc-seq input")
+    box.fill("5")
+    box.press("Tab")
+    table = page.locator("#lesson-calc-table")
+    assert wait_until(lambda: "at 5 tokens" in table.inner_text(), 30)
+    box.fill("0")
+    box.press("Tab")
+    status = page.locator("#lesson-calc-status")
+    assert wait_until(lambda: "sequence length must be" in status.inner_text(), 30), status.inner_text()
+    assert wait_until(lambda: box.input_value() == "5", 10), box.input_value()
+    assert "at 5 tokens" in table.inner_text()  # the chart and table still show what the box says
