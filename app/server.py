@@ -5,6 +5,7 @@
 - ``max_file_size``: every upload (the calculator's ``config.json`` is the page's only one) is
   capped at :data:`MAX_UPLOAD_BYTES`.
 - :mod:`app.limits`: every body and every event's text is capped before Gradio reads it.
+- :mod:`app.rest_calls`: ``/stop`` over plain REST answered at once, unknown event ids 404.
 - :class:`RestDefaults`: ``POST /gradio_api/call/<name>`` with a short ``data`` list gets the
   endpoint's defaults for the arguments left out (Gradio 6 fills defaults only on
   ``/gradio_api/call/v2/<name>`` and in ``gradio_client``).
@@ -117,8 +118,10 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
     from starlette.middleware import Middleware
 
     from .limits import TextLimit, page_body_limit
+    from .rest_calls import RestCalls
 
     middleware = [Middleware(page_body_limit), Middleware(TextLimit),  # outermost first
+                  Middleware(RestCalls, demo=demo),
                   Middleware(RestDefaults, defaults=api_defaults(demo))]
     _, local_url, share_url = demo.launch(
         server_name=host, server_port=port, share=share, prevent_thread_lock=True, quiet=True,

@@ -14,24 +14,33 @@ from serve_helpers import ROOT, free_port
 
 
 @contextmanager
-def page_server(*args: str):
-    """``python -m app --port <free> *args`` in a child process; yields ``(base URL, Popen)``
-    once it prints its URL, and stops it at the end."""
+def page_server(*args: str, log_path=None):
+    """``python -m app --port <free> *args`` in a child process, its output going to
+    ``log_path`` (a temporary file by default); yields ``(base URL, Popen, log path)`` once
+    it says where it serves, and stops it at the end."""
+    import tempfile
+
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     env.pop("GRADIO_TEMP_DIR", None)
+    if log_path is None:
+        log_path = tempfile.mkstemp(prefix="page-", suffix=".log")[1]
+    log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "app", "--port", str(port), *args], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    ready = "Playground running at" if "--no-api" in args else "OpenAI-compatible API"
     try:
-        deadline, lines = time.time() + 240, []
+        deadline = time.time() + 300
         while time.time() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                raise RuntimeError("the page exited:\n" + "".join(lines))
-            lines.append(line)
-            if "OpenAI-compatible API" in line or "Playground running at" in line and "--no-api" in args:
+            text = open(log_path).read()
+            if proc.poll() is not None:
+                raise RuntimeError("the page exited:\n" + text)
+            if ready in text:
                 break
-        yield f"http://127.0.0.1:{port}", proc
+            time.sleep(0.5)
+        else:
+            raise TimeoutError("the page did not start:\n" + open(log_path).read())
+        yield f"http://127.0.0.1:{port}", proc, log_path
     finally:
         proc.terminate()
         try:
@@ -39,6 +48,7 @@ def page_server(*args: str):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        log.close()
 
 
 def raw_post(url: str, path: str, declared: int, sent: bytes, timeout: float = 30.0) -> bytes:

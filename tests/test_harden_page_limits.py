@@ -27,7 +27,7 @@ def rss(proc) -> int:
 
 
 def test_ten_50_mb_bodies_leave_the_pages_memory_as_it_was(page):
-    url, proc = page
+    url, proc, _ = page
     body = json.dumps({"data": ["x" * BIG]}).encode()
     assert httpx.post(url + "/gradio_api/call/generate", json={"data": ["Hi", 0, 1.0, 0, 1.0, 2]},
                       timeout=120).status_code == 200  # warm: the route has run once
@@ -46,13 +46,13 @@ def test_ten_50_mb_bodies_leave_the_pages_memory_as_it_was(page):
 @pytest.mark.parametrize("path", ["/gradio_api/call/generate", "/gradio_api/queue/join",
                                   "/gradio_api/upload", "/v1/completions"])
 def test_a_body_over_the_cap_is_refused_before_it_is_read(page, path):
-    url, _ = page
+    url, _, _ = page
     head = raw_post(url, path, BIG, b'{"data": ["' + b"x" * 1000)
     assert head.startswith(b"HTTP/1.1 413"), head[:200]
 
 
 def test_a_text_over_the_limit_is_refused_before_the_queue(page):
-    url, _ = page
+    url, _, _ = page
     text = "x" * (MAX_TEXT_CHARS + 1)
     assert len(json.dumps({"data": [text]})) < MAX_BODY_BYTES
     r = httpx.post(url + "/gradio_api/call/generate", json={"data": [text]}, timeout=60)
