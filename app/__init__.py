@@ -8,7 +8,9 @@ never imports torch.
 - :mod:`app.session`: ``RunState``, one request's events folded into plain lists.
 - :mod:`app.figures`, :mod:`app.cards`, :mod:`app.tokens_view`: Plotly figures and HTML pieces.
 - :mod:`app.monitor`: the background device sampler; :mod:`app.api`: the ``/generate`` endpoint.
-- :mod:`app.server`: the launch settings (no error text or server file reaches a client, uploads
-  capped, REST calls get defaults); :mod:`app.errors`: unexpected exceptions become an error id;
+- :mod:`app.server`: the launch settings (no error text or server file reaches a client, REST
+  calls get defaults) and the middleware of :mod:`app.limits` (bodies and texts capped),
+  :mod:`app.rest_calls` (``/stop`` over REST) and :mod:`app.file_routes` (uploads off, the static
+  route); :mod:`app.errors`: unexpected exceptions become an error id;
   :mod:`app.fields`: type checks of every value a client sends.
 """

@@ -4,6 +4,7 @@
   Gradio's own exception texts, which can name server paths, stay in the server log.
 - ``max_file_size``: every upload (the calculator's ``config.json`` is the page's only one) is
   capped at :data:`MAX_UPLOAD_BYTES`.
+- :mod:`app.file_routes`: plotly.js from a fixed route (no temporary path), uploads off.
 - :mod:`app.limits`: every body and every event's text is capped before Gradio reads it.
 - :mod:`app.rest_calls`: ``/stop`` over plain REST answered at once, unknown event ids 404.
 - :class:`RestDefaults`: ``POST /gradio_api/call/<name>`` with a short ``data`` list gets the
@@ -117,10 +118,12 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
     ``(local_url, share_url)``. Extra keyword arguments (``theme``, ``css``...) go to ``launch``."""
     from starlette.middleware import Middleware
 
+    from .file_routes import FileRoutes
     from .limits import TextLimit, page_body_limit
     from .rest_calls import RestCalls
 
-    middleware = [Middleware(page_body_limit), Middleware(TextLimit),  # outermost first
+    middleware = [Middleware(FileRoutes), Middleware(page_body_limit),  # outermost first
+                  Middleware(TextLimit),
                   Middleware(RestCalls, demo=demo),
                   Middleware(RestDefaults, defaults=api_defaults(demo))]
     _, local_url, share_url = demo.launch(
