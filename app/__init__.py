@@ -8,7 +8,9 @@
 - :mod:`app.state`: the shared ``Playground`` (sessions, Stop, traces), one request's
   ``RunState``, the views drawn once for every page, the device monitor.
 - :mod:`app.server`: ``python -m app`` (flags, launch), the Gradio API endpoints, the ``/v1``
-  mount, error ids, field checks, assets.
+  mount, error ids, field checks, assets, and the middleware that caps bodies
+  (``limits``), answers ``/stop`` over REST (``rest_calls``) and serves static files without a
+  temporary path (``file_routes``).
 - :mod:`app.remote`: the page in front of a remote OpenAI-compatible server.
 - :mod:`app.bench`: the page benchmark (``python -m app.bench.pages``), not part of the page.
 """

@@ -22,6 +22,8 @@ from engine.errors import EngineShutdownError
 from engine.model.loader import LoadedModel
 from engine.model.special_tokens import special_token_ids
 from engine.model.prompt import check_fits, encode_prompt
+from engine.model.prompt_bytes import (check_prompt_bytes, check_prompt_prefix,
+                                       longest_token_bytes)
 from engine.output.events import RequestOutput
 from engine.output.handle import RequestHandle
 from engine.output.output_processor import OutputProcessor
@@ -57,6 +59,7 @@ class LLMEngine(EngineViews):
         self.config = dataclasses.replace(config or EngineConfig(), **options)
         self.loaded, self.info, self.spec = loaded, loaded.info, loaded.spec
         self.tokenizer = loaded.tokenizer
+        self.longest_token_bytes = longest_token_bytes(loaded.tokenizer)
         # the draft model of speculative="draft", loaded before the KV pool is sized; its
         # per-request caches live outside that pool (engine.spec_decode.draft_proposer)
         self.drafter = None
@@ -96,6 +99,15 @@ class LLMEngine(EngineViews):
             ctx = min(ctx, len(self.block_manager.blocks) * self.block_manager.block_size)
         return ctx
 
+    @property
+    def max_prompt_bytes(self) -> int | None:
+        """Most UTF-8 bytes of prompt text that could fit: :attr:`max_seq_tokens` times the
+        longest token's bytes (``None`` when the tokenizer lists no vocabulary). A longer
+        text is refused before it is tokenized (:mod:`engine.model.prompt_bytes`)."""
+        if self.longest_token_bytes is None:
+            return None
+        return self.max_seq_tokens * self.longest_token_bytes
+
     # ---- public API --------------------------------------------------------------------------
     def submit(self, prompt, params: SamplingParams | None = None, *, raw: bool = False,
                use_kv_cache: bool = True, request_id: str | None = None,
@@ -131,6 +143,8 @@ class LLMEngine(EngineViews):
                 ``max_tokens``) that does not fit the context window; the message names it.
                 A structure (``params.structured_outputs``) that does not compile raises
                 :class:`engine.structured.params.StructuredOutputError` naming its field.
+                A prompt whose text alone is too large to fit is refused before it is
+                tokenized (:mod:`engine.model.prompt_bytes`).
             QueueFullError: the waiting queue is full.
             EngineShutdownError: the engine was shut down.
         """
@@ -141,10 +155,12 @@ class LLMEngine(EngineViews):
             raise ValueError(f"cache_salt must be a string, got {type(cache_salt).__name__}")
         if source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-        prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
         ctx = self.max_seq_tokens
-        check_fits(len(prompt_ids), params.max_tokens, ctx,
-                   "the context window" if ctx == self.info.context_len else "the KV cache pool")
+        what = "the context window" if ctx == self.info.context_len else "the KV cache pool"
+        check_prompt_bytes(prompt, ctx, self.longest_token_bytes, what)  # before tokenizing
+        check_prompt_prefix(self.tokenizer, prompt, ctx, what)  # a long one by its beginning
+        prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
+        check_fits(len(prompt_ids), params.max_tokens, ctx, what)
         rid = request_id or f"req-{next(self._ids)}"
         # the grammar compiles here, on the caller's thread, not between the engine's steps
         structured = self.structured.state_for(params, self.paged and use_kv_cache)

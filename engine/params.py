@@ -38,8 +38,11 @@ class SamplingParams:
         seed: seed of this request's own ``torch.Generator``; the same seed and inputs give the
             same tokens. ``None`` draws from the global generator.
         stop: strings that end generation; the stop string itself is not part of the output text.
-            A single string is taken as a list of one.
-        stop_token_ids: extra token ids that end generation (besides the model's EOS ids).
+            A single string is taken as a list of one. At most :data:`MAX_STOP_STRINGS`
+            strings of at most :data:`MAX_STOP_STRING_CHARS` characters each: every new token
+            is searched for each of them, and the longest is held back from the stream.
+        stop_token_ids: extra token ids that end generation (besides the model's EOS ids), at
+            most :data:`MAX_STOP_TOKEN_IDS`.
         ignore_eos: keep generating past EOS (for benchmarks that need a fixed token count).
         n: how many answers to return (samples, or beams with beam search). Range
             ``[1, MAX_SEQS_PER_REQUEST]``; with sampling ``n > 1`` needs ``temperature > 0``.
@@ -96,9 +99,13 @@ class SamplingParams:
             if not isinstance(s, str):
                 raise ValueError(f"stop must be a list of strings, got {s!r} in it")
         self.stop = [s for s in (self.stop or []) if s]
+        _check_stop_strings(self.stop)
         if self.stop_token_ids is not None and not isinstance(self.stop_token_ids, (list, tuple)):
             raise ValueError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         self.stop_token_ids = list(self.stop_token_ids or [])
+        if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
+            raise ValueError(f"stop_token_ids must hold at most {MAX_STOP_TOKEN_IDS} token ids, "
+                             f"got {len(self.stop_token_ids)}")
         _check_float("temperature", self.temperature, lambda v: v >= 0, ">= 0")
         _check_float("top_p", self.top_p, lambda v: 0 < v <= 1, "in (0, 1]")
         _check_float("min_p", self.min_p, lambda v: 0 <= v <= 1, "in [0, 1]")
@@ -176,6 +183,30 @@ class SamplingParams:
 
 MAX_SEQS_PER_REQUEST = 16
 """Most samples (``best_of``) or beams (``num_beams``) of one request."""
+
+MAX_STOP_STRINGS = 16
+"""Most stop strings of one request (OpenAI allows 4; vLLM sets no limit). Each new token is
+searched for every stop string, so a request with 100,000 of them would slow every request
+that shares its steps."""
+MAX_STOP_STRING_CHARS = 256
+"""Longest stop string, in characters (the stream holds back up to this many characters)."""
+MAX_STOP_TOKEN_IDS = 64
+"""Most ``stop_token_ids`` of one request."""
+
+
+def _check_stop_strings(stops: list[str]) -> None:
+    """Refuse more than :data:`MAX_STOP_STRINGS` stop strings or one longer than
+    :data:`MAX_STOP_STRING_CHARS`.
+
+    Raises:
+        ValueError: naming ``stop`` and the limit.
+    """
+    if len(stops) > MAX_STOP_STRINGS:
+        raise ValueError(f"stop must hold at most {MAX_STOP_STRINGS} strings, got {len(stops)}")
+    for i, s in enumerate(stops):
+        if len(s) > MAX_STOP_STRING_CHARS:
+            raise ValueError(f"stop must be strings of at most {MAX_STOP_STRING_CHARS} "
+                             f"characters, got {len(s)} characters in stop[{i}]")
 
 
 def sample_seed(seed: int, index: int) -> int:

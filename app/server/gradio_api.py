@@ -54,6 +54,9 @@ def make_generate(pg):
                 raise ValueError("prompt is empty")
             system_prompt = fields.text("system_prompt", system_prompt, default="")
             raw = fields.flag("raw", raw)
+            if raw and system_prompt.strip():
+                raise ValueError("system_prompt needs chat mode: with raw=true the prompt is "
+                                 "sent as plain text; drop one of them")
             use_kv_cache = fields.flag("use_kv_cache", use_kv_cache)
             params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
             if raw:

@@ -4,6 +4,9 @@
   Gradio's own exception texts, which can name server paths, stay in the server log.
 - ``max_file_size``: every upload (the calculator's ``config.json`` is the page's only one) is
   capped at :data:`MAX_UPLOAD_BYTES`.
+- :mod:`app.server.file_routes`: plotly.js from a fixed route (no temporary path), uploads off.
+- :mod:`app.server.limits`: every body and every event's text is capped before Gradio reads it.
+- :mod:`app.server.rest_calls`: ``/stop`` over plain REST answered at once, unknown event ids 404.
 - :class:`RestDefaults`: ``POST /gradio_api/call/<name>`` with a short ``data`` list gets the
   endpoint's defaults for the arguments left out (Gradio 6 fills defaults only on
   ``/gradio_api/call/v2/<name>`` and in ``gradio_client``).
@@ -115,7 +118,14 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
     ``(local_url, share_url)``. Extra keyword arguments (``theme``, ``css``...) go to ``launch``."""
     from starlette.middleware import Middleware
 
-    middleware = [Middleware(RestDefaults, defaults=api_defaults(demo))]
+    from .file_routes import FileRoutes
+    from .limits import TextLimit, page_body_limit
+    from .rest_calls import RestCalls
+
+    middleware = [Middleware(FileRoutes), Middleware(page_body_limit),  # outermost first
+                  Middleware(TextLimit),
+                  Middleware(RestCalls, demo=demo),
+                  Middleware(RestDefaults, defaults=api_defaults(demo))]
     _, local_url, share_url = demo.launch(
         server_name=host, server_port=port, share=share, prevent_thread_lock=True, quiet=True,
         show_error=False, max_file_size=MAX_UPLOAD_BYTES, max_threads=max_threads,

@@ -25,7 +25,8 @@ def register(sub) -> None:
                         "fp16, int8 (per channel) or int4 (groups of 32)")
     p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
                    help="KV cache storage: auto (the model's dtype), bf16, fp16 or fp8 (e4m3)")
-    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="default 0.7; 0 is greedy; beam search (--beams) needs 0 or no value")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--min-p", type=float, default=0.0)
@@ -37,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--best-of", type=int, help="samples to draw; the n with the highest "
                    "cumulative logprob are returned (default: n)")
     p.add_argument("--beams", type=int, default=1,
-                   help="beam search with K beams (deterministic: the temperature is set to 0)")
+                   help="beam search with K beams (deterministic: temperature 0)")
     p.add_argument("--length-penalty", type=float, default=1.0,
                    help="beam search: score = sum of logprobs / length ** F (default 1.0)")
     p.add_argument("--early-stopping", default="false", choices=("true", "false", "never"),
@@ -65,9 +66,11 @@ def run(args) -> int:
     from engine.params import SamplingParams
 
     beams = args.beams > 1
+    check_prompt_args(args)
+    temperature = args.temperature if args.temperature is not None else (0.0 if beams else 0.7)
     try:
         params = SamplingParams(
-            temperature=0.0 if beams else args.temperature, top_k=args.top_k, top_p=args.top_p,
+            temperature=temperature, top_k=args.top_k, top_p=args.top_p,
             min_p=args.min_p, repetition_penalty=args.repetition_penalty,
             max_tokens=args.max_tokens, seed=args.seed, stop=args.stop, n=args.n,
             best_of=args.best_of, num_beams=args.beams, length_penalty=args.length_penalty,
@@ -85,8 +88,6 @@ def run(args) -> int:
     if args.speculative == "draft" and not args.draft_model:
         fail("--speculative draft needs --draft-model (a Hub id or a local folder of a smaller "
              "model with the same tokenizer)", 2)
-    if args.raw and args.system:
-        fail("--system needs chat mode; drop --raw", 2)
     prompt = args.prompt
     if args.system:
         prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
@@ -147,6 +148,23 @@ def run(args) -> int:
     if out.finish_reason == "error":
         fail(out.error or "the request failed")
     return 0
+
+
+def check_prompt_args(args) -> None:
+    """Refuse a prompt the engine would refuse, before the model loads (seconds): an empty
+    prompt, text that is not valid Unicode, or ``--system`` with ``--raw``. Exits with 2."""
+    from engine.model.prompt import check_text
+
+    if args.raw and args.system:
+        fail("--system needs chat mode; drop --raw", 2)
+    if not args.prompt.strip():
+        fail("prompt is empty: type some text", 2)
+    try:
+        check_text(args.prompt, "prompt")
+        if args.system:
+            check_text(args.system, "system_prompt")
+    except ValueError as exc:
+        fail(str(exc), 2)
 
 
 def finish_words(out) -> str:

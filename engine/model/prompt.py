@@ -148,9 +148,10 @@ def check_fits(prompt_tokens: int, max_tokens: int | None, limit: int, what: str
         what: the limit's name in the message ("the context window", "the KV cache pool").
 
     Raises:
-        ValueError: naming the numbers.
+        ValueError: naming the numbers; it starts with ``prompt is`` when the prompt alone
+            leaves no room for a new token, else names ``max_tokens`` too.
     """
-    if max_tokens is None and prompt_tokens >= limit:
+    if prompt_tokens >= limit:  # the prompt alone: name it, whatever max_tokens is
         raise ValueError(f"prompt is {prompt_tokens} tokens but {what} is {limit} tokens: "
                          "no room for a single new token")
     if max_tokens is not None and prompt_tokens + max_tokens > limit:

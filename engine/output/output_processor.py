@@ -160,7 +160,7 @@ class OutputProcessor:
             state.detok.finish()
         text = state.detok.text
         hit = state.stop_matcher.find(text, state.emitted_len)
-        if hit is not None and seq.finish_reason in (None, FinishReason.LENGTH):
+        if hit is not None and _string_stop_wins(seq, last):
             text = text[:hit[0]]
             state.detok.text = text
             state.stop_reason = hit[1]
@@ -249,6 +249,22 @@ class OutputProcessor:
             return f"{type(exc).__name__}: {exc}"
         return (f"internal error ({type(exc).__name__}) in request {seq.request_id}; "
                 "details are in the server log")
+
+
+def _string_stop_wins(seq: Sequence, last: bool) -> bool:
+    """Whether a stop string completed by this token ends the request.
+
+    A step's tokens are checked in order and the first stop wins. The scheduler appends a
+    verified step's tokens up to its first token-level stop (EOS or a stop token id), so the
+    sequence's ``STOP`` finish reason belongs to the step's last token only: a stop string
+    completed by an earlier token of the step comes first and wins. On the last token itself
+    the token-level stop wins, as in plain decoding; ``max_tokens`` (``LENGTH``) never beats a
+    stop string.
+    """
+    reason = seq.finish_reason
+    if reason is None or reason == FinishReason.LENGTH:
+        return True
+    return reason == FinishReason.STOP and not last
 
 
 def _reason(seq: Sequence, state: RequestState) -> FinishReason | None:

@@ -7,13 +7,15 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from fastapi import Depends, FastAPI, Request
+import anyio
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Mount
 
 from engine.serve import errors
-from engine.serve.auth import require_key
+from engine.serve.auth import KeyCheck
 from engine.serve.errors import APIError
+from engine.serve.limits import BodyLimit, api_body_limit
 from engine.serve.metrics import CONTENT_TYPE, EngineMetrics
 from engine.serve.protocol import ChatCompletionRequest, CompletionRequest
 from engine.serve.requests import submit_choices
@@ -56,10 +58,14 @@ def create_api(state: ServeState, api_key: str | None = None) -> FastAPI:
     """The OpenAI routes as an app of their own, to mount at ``/v1``: ``POST /chat/completions``,
     ``POST /completions``, ``GET /models``. Every error is in OpenAI's shape
     (:mod:`engine.serve.errors`); with ``api_key`` every route needs
-    ``Authorization: Bearer <api_key>``."""
+    ``Authorization: Bearer <api_key>``, checked first. A body over
+    :func:`engine.serve.limits.api_body_limit` is refused with 413 before it is read; the
+    prompt is tokenized on a worker thread, never on the event loop."""
     api = FastAPI(title="LLM playground engine (OpenAI-compatible)", docs_url=None,
-                  redoc_url=None, openapi_url=None, dependencies=[Depends(require_key(api_key))])
+                  redoc_url=None, openapi_url=None)
     errors.install(api)
+    api.add_middleware(BodyLimit, max_bytes=api_body_limit(state.engine))
+    api.add_middleware(KeyCheck, api_key=api_key)  # added last: runs first
 
     @api.get("/models")
     async def models():
@@ -90,8 +96,9 @@ async def _complete(state: ServeState, request: Request, kind: str, prompt, para
     """Submit the request's choices, then stream them or wait for them all."""
     rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
     await compile_off_loop(state.engine, params, body.structure()[1])  # a structure's grammar
-    choices = submit_choices(state.engine, prompt, params, body.n, raw=(kind != "chat"),
-                             id_prefix=rid)
+    choices = await anyio.to_thread.run_sync(  # tokenizing takes time: off the event loop
+        lambda: submit_choices(state.engine, prompt, params, body.n, raw=(kind != "chat"),
+                               id_prefix=rid))
     builder = Builder(kind, state.model_name, rid, top)
     if body.stream:
         return EventStream(chunks(builder, choices, body.include_usage), on_close=choices.abort)

@@ -9,8 +9,6 @@ import ipaddress
 import os
 import secrets
 
-from fastapi import Request
-
 from engine.serve.errors import APIError
 
 API_KEY_ENV = "LLM_PLAYGROUND_API_KEY"
@@ -45,23 +43,35 @@ def check_bind(host: str, api_key: str | None, allow_unauthenticated: bool) -> N
                      f"(or ${API_KEY_ENV}), or pass --allow-unauthenticated")
 
 
-def require_key(api_key: str | None):
-    """A FastAPI dependency that checks ``Authorization: Bearer <api_key>`` (constant-time
-    comparison); does nothing when ``api_key`` is ``None``.
+class KeyCheck:
+    """ASGI middleware: every HTTP request needs ``Authorization: Bearer <api_key>``
+    (constant-time comparison), checked from the headers before the body is read, so a client
+    without the key learns nothing from how its body is judged (malformed JSON, too large).
 
-    Raises:
-        APIError: 401 with code ``invalid_api_key`` for a missing or wrong key.
+    Args:
+        app: the ASGI app it wraps.
+        api_key: the key; ``None`` lets every request through.
+
+    A request without the right key gets 401 in OpenAI's shape, code ``invalid_api_key``.
     """
-    expected = api_key.encode("utf-8") if api_key else None
 
-    async def check(request: Request) -> None:
-        if expected is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(
-                token.strip().encode("utf-8"), expected):
-            raise APIError(401, "missing or incorrect API key (send Authorization: Bearer <key>)",
-                           None, "invalid_api_key")
+    def __init__(self, app, api_key: str | None):
+        self.app = app
+        self.expected = api_key.encode("utf-8") if api_key else None
 
-    return check
+    async def __call__(self, scope, receive, send):
+        if self.expected is None or scope["type"] != "http" or self._has_key(scope):
+            return await self.app(scope, receive, send)
+        response = APIError(401, "missing or incorrect API key (send Authorization: Bearer "
+                            "<key>)", None, "invalid_api_key").response()
+        await response(scope, receive, send)
+
+    def _has_key(self, scope) -> bool:
+        header = b""
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value
+                break
+        scheme, _, token = header.partition(b" ")
+        return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(),
+                                                                      self.expected)

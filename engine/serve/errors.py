@@ -109,6 +109,10 @@ def install(app: FastAPI) -> None:
             return APIError(400, "the request body is not valid JSON", None,
                             "invalid_json").response()
         param = field_path(first.get("loc", ()))
+        if first.get("type") == "missing" and param is None:  # no body at all
+            needed = "messages" if request.url.path.endswith("/chat/completions") else "prompt"
+            return APIError(400, f"the request body is empty: send a JSON object with model "
+                            f"and {needed}", "model", "invalid_value").response()
         if first.get("type") == "missing":
             message = f"{param} is required"
         else:

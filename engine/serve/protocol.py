@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engine.model.prompt import check_text
 from engine.params import SamplingParams
 from engine.serve.errors import APIError, bad_value
 from engine.serve.structured import api_error, structure_of
@@ -123,6 +124,7 @@ class ChatCompletionRequest(_Common):
             raise APIError(400, "top_logprobs needs logprobs set to true", "top_logprobs",
                            "invalid_value")
         messages = [_message(i, m) for i, m in enumerate(self.messages)]
+        _check_user_text(messages)
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None \
             else self.max_tokens
         params = self.sampling_params(max_tokens)
@@ -163,6 +165,21 @@ class CompletionRequest(_Common):
         return prompt, self.sampling_params(self.max_tokens), self.logprobs
 
 
+def _check_user_text(messages: list[dict]) -> None:
+    """Refuse a chat with no user message that holds text, naming the content of its last user
+    message (empty), or of its last message when it has no user message at all."""
+    if any(m["role"] == "user" and m["content"].strip() for m in messages):
+        return
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    if users:
+        i = users[-1]
+        raise APIError(400, f"messages[{i}].content is empty: the chat needs a user message "
+                       "with text", f"messages[{i}].content", "invalid_value")
+    i = len(messages) - 1
+    raise APIError(400, f"messages[{i}].content is not a user's: the chat has no user message "
+                   "(add one with role user)", f"messages[{i}].content", "invalid_value")
+
+
 def _message(i: int, m: dict) -> dict:
     """One chat message as ``{"role", "content": text}``; content may be a string or a list of
     ``{"type": "text", "text": ...}`` parts."""
@@ -185,5 +202,9 @@ def _message(i: int, m: dict) -> dict:
     if not isinstance(content, str):
         raise APIError(400, f"messages[{i}].content must be a string or a list of text parts",
                        f"messages[{i}].content", "invalid_value")
+    try:
+        check_text(content, f"messages[{i}].content")
+    except ValueError as exc:
+        raise APIError(400, str(exc), f"messages[{i}].content", "invalid_value") from None
     return {"role": "system" if role == "developer" else role, "content": content}
 

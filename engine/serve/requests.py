@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 
 from engine.params import SamplingParams
@@ -139,18 +140,33 @@ def submit_choices(engine, prompt, params: SamplingParams, n: int, *, raw: bool,
         renamed = n > 1 and str(exc).startswith("best_of")  # the engine's name for the API's n
         if renamed:
             exc = ValueError("n" + str(exc)[len("best_of"):])
-        err = bad_value(exc, ("max_tokens", "n"))
-        if renamed:
-            err.param = "n"
-        if err.param is None:
-            err.param = "prompt" if raw else "messages"
-        if "max_tokens" in err.message and "exceeds" in err.message:
-            err.param = "max_tokens"
-        raise err from None
+        raise _prompt_error(exc, raw, renamed) from None
     except Exception as exc:  # noqa: BLE001 - queue full, shut down or unexpected
         abort_all(handles)
         raise from_engine(exc) from None
     return Choices(handles, n)
+
+
+def _prompt_error(exc: ValueError, raw: bool, renamed: bool) -> APIError:
+    """The 400 for the engine's refusal of a submission, naming the API's field: ``n`` (the
+    engine's ``best_of``), ``max_tokens`` when prompt plus ``max_tokens`` is too long, else the
+    prompt: ``prompt`` for a completion, ``messages`` for a chat (whose message then speaks of
+    the messages, not of a field the route does not have)."""
+    err = bad_value(exc, ("max_tokens", "n"))
+    if renamed:
+        err.param = "n"
+    elif "max_tokens" in err.message and "exceeds" in err.message:
+        err.param = "max_tokens"
+    elif err.param in (None, "prompt"):
+        err.param = "prompt" if raw else "messages"
+    if not raw:
+        err.message = _CHAT_PROMPT.sub(lambda m: _CHAT_WORDS[m.group(1)], err.message, count=1)
+    return err
+
+
+_CHAT_PROMPT = re.compile(r"^prompt (is (?=\d)|is at least|\()")
+_CHAT_WORDS = {"is ": "messages after the chat template are ", "is at least": "messages are at least",
+               "(": "messages after the chat template ("}
 
 
 def abort_all(handles) -> None:

@@ -317,8 +317,7 @@ def build(ctx) -> dict:
             c["calc_json"] = gr.Textbox(label="paste config.json", lines=3, max_lines=12,
                                         placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
                                         **elem("calc_json"))
-            c["calc_file"] = gr.File(label=f"or upload it (up to {MAX_CONFIG_BYTES // 1024} KiB)",
-                                     file_types=[".json"], type="filepath", **elem("calc_file"))
+            c["calc_file"] = gr.State(None)  # uploads are off (app.server.file_routes): paste it
     c["calc_status"] = gr.HTML("", **elem("calc_status"))
     fig, table = calculator_view(first, "", None, d["seq_len"], d["batch"], "fp16", "fp16", UNCHUNKED,
                                  d["chunk_tokens"], d["overhead_gb"], d["samples"], d["prompt_tokens"])

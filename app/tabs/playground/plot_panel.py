@@ -9,7 +9,8 @@ into the same ``<div>``, so Plotly only updates what changed; the JSON is the sa
 figures always sent (:class:`app.render.plainfig.PlainFigure`).
 
 plotly.js comes from the plotly Python package (``package_data/plotly.min.js``), served by
-Gradio as a static file and loaded once per page through the component's ``head``.
+the page's own static route (:mod:`app.server.file_routes`) and loaded once per page through the
+component's ``head``.
 """
 
 from __future__ import annotations
@@ -55,28 +56,13 @@ def plotly_js() -> Path:
     return Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 
-_STATIC: Path | None = None
-
-
 def serve_plotly_js() -> str:
-    """Let Gradio serve plotly.min.js (call before the Blocks are built); returns its ``<script>``.
+    """The ``<script>`` that loads plotly.min.js from the page's own static route
+    (:mod:`app.server.file_routes`, which serves it from the plotly package): the URL names no
+    server path."""
+    from app.server.file_routes import STATIC_ROUTE
 
-    The file is copied once into a private folder of its own that holds nothing else, and only
-    that folder is made public: the URL names neither the installed packages' location nor any
-    other server file.
-    """
-    global _STATIC
-    if _STATIC is None:
-        import atexit
-        import shutil
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="llm-playground-static-"))
-        shutil.copyfile(plotly_js(), folder / "plotly.min.js")
-        atexit.register(shutil.rmtree, folder, True)
-        _STATIC = folder
-    gr.set_static_paths([str(_STATIC)])
-    return f"<script src='/gradio_api/file={_STATIC / 'plotly.min.js'}'></script>"
+    return f"<script src='{STATIC_ROUTE}plotly.min.js'></script>"
 
 
 def as_value(fig) -> str:
