@@ -47,6 +47,8 @@ def _sidebar(pg) -> dict:
                                      placeholder="optional, e.g. You are a concise assistant."),
         )
         gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
+        s["decode_step"] = gr.HTML(cards.decode_step_html(pg.engine.compile_status()),
+                                   elem_id="decode-step")
         return s
 
 
@@ -65,6 +67,7 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
     # (and all of them at shutdown)
     with gr.Blocks(title="LLM inference playground", fill_width=True, delete_cache=(3600, 86400)) as demo:
         sidebar = _sidebar(pg)
+        decode_step = sidebar.pop("decode_step")  # not a request setting
         ctx = TabContext.of(pg, max_concurrency, sidebar)
         ctx.demo = demo
         with gr.Tabs(elem_id="main-tabs"):
@@ -76,6 +79,9 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
                 beams.build(ctx)
         # the sidebar's sampling controls belong to the Playground: the Lessons have their own
         private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+        # the decode step switches from eager to compiled while the page serves
+        gr.Timer(5.0).tick(guard(lambda: cards.decode_step_html(pg.engine.compile_status())),
+                           None, decode_step, **private)
         lessons_tab.select(guard(lambda: gr.Sidebar(open=False)), None, sidebar["sidebar"], **private)
         play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, sidebar["sidebar"], **private)
     return demo

@@ -245,6 +245,11 @@ class EngineClient(Protocol):
     def block_snapshot(self) -> BlockPoolSnapshot:
         """The block pool now (:meth:`BlockPoolSnapshot.empty` when not visible)."""
 
+    def compile_status(self) -> dict:
+        """Which decode step runs: ``path`` (``"compiled"``, ``"eager"`` or ``"remote"``),
+        ``status``, ``ready`` and ``buckets`` (batch sizes), ``compile_s``, ``cache_hits``,
+        ``error`` (see ``LLMEngine.compile_status``)."""
+
     def detokenize(self, token_ids: list[int]) -> str:
         """The text of ``token_ids``.
 

@@ -303,6 +303,11 @@ class RemoteEngine:
     def reset_rolling(self) -> None:
         """Nothing to reset: the table follows this page's own last requests."""
 
+    def compile_status(self) -> dict:
+        """The server's decode step is its own: nothing to report from here."""
+        return {"path": "remote", "status": "off", "buckets": [], "ready": [], "compile_s": 0.0,
+                "cache_hits": 0, "error": "", "steps_compiled": 0, "steps_eager": 0}
+
     def stats(self) -> EngineStats:
         """The page's engine numbers: running and waiting from the server's ``/metrics`` (0
         when it has none), this page's own finished/aborted/failed counts, no block pool

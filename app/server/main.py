@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--draft-model", default=None,
                    help="with --speculative draft: a smaller model with the same tokenizer "
                         "(embedded name, Hub id or local folder)")
+    p.add_argument("--compile", default=None, choices=("auto", "on", "off"),
+                   help="decode step: auto (compiled on CPU for Llama-family models, in the "
+                        "background while the page serves eagerly), on, off (default: auto)")
     p.add_argument("--max-queue", type=int, default=32, help="most requests waiting in the engine (default 32)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
     p.add_argument("--shared-prefix-cache", action="store_true",
@@ -88,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights,
                             progress=lambda msg: print(f"  {msg}", flush=True))
-        engine = LLMEngine(loaded, max_queue=args.max_queue, telemetry=True,
+        compile_option = {} if args.compile is None else {"compile": args.compile}
+        engine = LLMEngine(loaded, max_queue=args.max_queue, telemetry=True, **compile_option,
                            kv_cache_dtype=args.kv_cache_dtype,
                            speculative=None if args.speculative == "off" else args.speculative,
                            draft_model=args.draft_model)

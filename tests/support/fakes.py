@@ -235,5 +235,9 @@ class FakeEngine:
     def shutdown(self):
         self.stopped = True
 
+    def compile_status(self):
+        return {"path": "eager", "status": "off", "buckets": [], "ready": [], "compile_s": 0.0,
+                "cache_hits": 0, "error": "", "steps_compiled": 0, "steps_eager": 0}
+
     def stats(self):
         return EngineStats(waiting=0, running=0, finished=len(self.rolling.outputs), queue_max=32)

@@ -1,0 +1,21 @@
+"""The sidebar's decode-step line says which path runs, from the engine's compile status."""
+
+from app.render.cards import decode_step_html
+
+
+def status(**kw):
+    base = {"path": "eager", "status": "off", "buckets": [1, 2, 4, 8, 16, 32], "ready": [],
+            "compile_s": 0.0, "cache_hits": 0, "error": ""}
+    return {**base, **kw}
+
+
+def test_each_state_of_the_compiled_step_reads_as_a_person_would_say_it():
+    assert "<b>eager</b> (transformers' model code)" in decode_step_html(status())
+    busy = decode_step_html(status(status="compiling", ready=[1, 2]))
+    assert "compiling in the background (2 of 6 buckets; batch 1, 2 ready)" in busy
+    done = decode_step_html(status(path="compiled", status="ready", ready=[1, 2, 4, 8, 16, 32],
+                                   compile_s=63.6, cache_hits=6))
+    assert "<b>compiled</b>" in done and "64 s to compile from the on-disk cache" in done
+    failed = decode_step_html(status(status="failed", error="RuntimeError: <no compiler>"))
+    assert "compiling failed: RuntimeError: &lt;no compiler&gt;" in failed
+    assert decode_step_html(status(path="remote")) == ""
