@@ -20,6 +20,7 @@ from engine.experiments import intensity, roofline
 from app.server import fields
 from app.server.errors import guard
 from app.render.fmt import fmt_bytes, fmt_int
+from app.tabs.lessons.common import progress_adapter
 
 BATCHES = [2**i for i in range(11)]  # 1 ... 1024
 MACHINE, MODEL, GPU = "#E4572E", "#2E86AB", "#8a8a8a"
@@ -140,6 +141,83 @@ def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | N
     return "\n".join(lines)
 
 
+OVERHEAD_TEXT = (
+    "**The third regime: overhead-bound.** The ridge tells memory-bound from compute-bound, but a "
+    "small model on a fast machine is often neither: at batch 1 its 95 MB of int4 weights take "
+    "about 3 ms to read here, while transformers' model code spends more than that on Python, "
+    "module calls and hundreds of tiny operators per token. Then the step's time is overhead, and "
+    "the roof is far away. Compiling the decode step (``torch.compile``: the small operators "
+    "fused into a few C++ loops, one graph per batch size) removes much of it; on a GPU, CUDA "
+    "graphs replay a whole step with one launch for the same reason. The button times this "
+    "engine's eager and compiled steps in turns at batch 1 (compiling first: about a minute the "
+    "first time, seconds from the on-disk cache) and shows where a step's time goes.")
+PARTS = ("matrix products", "attention", "other operators", "python and dispatch")
+PART_COLORS = ("#2E86AB", "#A23B72", "#F18F01", "#8a8a8a")
+
+
+def overhead_figure(res: dict | None) -> go.Figure:
+    """Stacked bars: ms per batch-1 decode step of the eager and the compiled path, split into
+    matrix products, attention, other operators and the rest (Python, dispatch), from
+    ``engine.experiments.compile``'s profiles; an empty chart that says what it will hold when
+    ``res`` is ``None``."""
+    fig = go.Figure()
+    paths = ("eager", "compiled")
+    for part, color in zip(PARTS, PART_COLORS):
+        ys = [res["profile"][p][part] for p in paths] if res else [0, 0]
+        fig.add_trace(go.Bar(x=list(paths), y=ys, name=part, marker_color=color,
+                             hovertemplate=f"{part}: %{{y:.1f}} ms<extra></extra>"))
+    if not res:
+        fig.add_annotation(text="Press “Time eager against compiled” to split a step's time", xref="paper",
+                           yref="paper", x=0.5, y=0.5, showarrow=False, font={"size": 13, "color": MACHINE})
+    fig.update_layout(barmode="stack", template="plotly_white", height=340,
+                      margin={"l": 60, "r": 20, "t": 40, "b": 40}, yaxis_title="ms per decode step (batch 1)",
+                      title={"text": "Where a decode step's time goes", "x": 0.01, "font": {"size": 15}})
+    return fig
+
+
+def overhead_table(res: dict | None) -> str:
+    """Markdown: tokens/s of each path, the ratio, the share of the bandwidth roof, the compile
+    time, and the parity of their greedy tokens, all from one ``compile`` experiment run."""
+    if not res:
+        return "Not measured yet."
+    b = res["batch_sizes"][0]
+    eager, comp = res["eager_tokens_per_s"][b], res["compiled_tokens_per_s"][b]
+    frac = res.get("roofline_fraction") or {}
+    status = res["compile"]
+    same = sum(p["equal"] for p in res["parity"])
+    rows = ["| path | decode tokens/s (batch 1, median) | share of the roof |", "| --- | --- | --- |",
+            f"| eager (transformers' code) | {eager:.1f} | {100 * frac.get('eager', 0):.1f}% |",
+            f"| compiled | {comp:.1f} | {100 * frac.get('compiled', 0):.1f}% |"]
+    return "\n".join(rows + [
+        "", f"Compiled ÷ eager: **{comp / eager:.2f}×** (median of {len(res['rounds']['eager'][b])} "
+        f"alternating turns). The roof: {res['bandwidth_gb_per_s']:.1f} GB/s ÷ "
+        f"{fmt_bytes(res['bytes_per_step'])} per step = {res['ceiling_tokens_per_s']:.0f} tokens/s. "
+        f"Compiling took {status['compile_s']:.0f} s"
+        f"{' (kernels from the on-disk cache)' if status['cache_hits'] else ''}. Greedy tokens equal "
+        f"on {same} of {len(res['parity'])} prompts; where they part, the eager logits were a "
+        "near-tie that the fused kernels round the other way."])
+
+
+def _overhead_section(ctx, c: dict) -> None:
+    """The overhead-bound regime: its words, the button, the stacked bar and the table."""
+    engine = ctx.engine
+    gr.Markdown(OVERHEAD_TEXT)
+    c["roof_overhead_run"] = gr.Button("Time eager against compiled", elem_id="lesson-roof-overhead-run")
+    c["roof_overhead_plot"] = gr.Plot(overhead_figure(None), show_label=False, elem_id="lesson-roof-overhead-plot")
+    c["roof_overhead_table"] = gr.Markdown(overhead_table(None), elem_id="lesson-roof-overhead-table")
+
+    def on_time(progress=gr.Progress()):
+        from engine.experiments import run_experiment
+
+        res = run_experiment("compile", engine.experiment_model(), quick=True,
+                             progress=progress_adapter(progress))
+        if res.get("status") != "ok":
+            raise gr.Error(f"the measurement failed: {res.get('error', 'unknown error')}", print_exception=False)
+        return overhead_figure(res), overhead_table(res)
+
+    c["roof_overhead_run"].click(guard(on_time), None, [c["roof_overhead_plot"], c["roof_overhead_table"]],
+                                 concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+
 
 def build(ctx) -> dict:
     """The lesson's tab content (call inside an open ``gr.Tab``; ``ctx``: the
@@ -147,7 +225,8 @@ def build(ctx) -> dict:
     figure and the table.
 
     Returns:
-        The components by name (``roof_context``, ``roof_run``, ``roof_plot``, ``roof_table``).
+        The components by name (``roof_context``, ``roof_run``, ``roof_plot``, ``roof_table``,
+        ``roof_overhead_run``, ``roof_overhead_plot``, ``roof_overhead_table``).
     """
     engine = ctx.engine
     shape = model_shape(engine)
@@ -177,4 +256,5 @@ def build(ctx) -> dict:
                         concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
     c["roof_context"].change(guard(view), [c["roof_context"], machine], [c["roof_plot"], c["roof_table"]],
                              show_progress="hidden", trigger_mode="always_last", **quiet)
+    _overhead_section(ctx, c)
     return c

@@ -91,3 +91,26 @@ def test_lesson_requests_carry_lesson_ids(engine):
     assert out.finished_ok and handle.request_id.startswith(LESSON_PREFIX + "batch-")
     assert is_lesson_request(out.request_id) and not is_lesson_request("req-3")
     assert eng.info is engine.info  # everything else is the engine's
+
+
+def test_overhead_bars_and_table_come_from_one_compile_run():
+    """The third regime's stacked bars and table read one ``compile`` experiment result: the
+    bars are the profile's parts, the ratio and the roof shares are the result's own."""
+    parts = {"matrix products": 6.0, "attention": 1.5, "other operators": 3.0, "python and dispatch": 9.5}
+    fast = {**parts, "python and dispatch": 2.5}
+    res = {"batch_sizes": [1], "eager_tokens_per_s": {1: 50.0}, "compiled_tokens_per_s": {1: 80.0},
+           "roofline_fraction": {"eager": 50 / 320, "compiled": 80 / 320},
+           "rounds": {"eager": {1: [49.0, 51.0]}, "compiled": {1: [79.0, 81.0]}},
+           "bandwidth_gb_per_s": 31.6, "bytes_per_step": 98_000_000, "ceiling_tokens_per_s": 322.4,
+           "compile": {"compile_s": 61.2, "cache_hits": 0},
+           "parity": [{"equal": True}, {"equal": False, "first_difference": 30}],
+           "profile": {"eager": parts, "compiled": fast}}
+    fig = lesson_roofline.overhead_figure(res)
+    assert [t.name for t in fig.data] == list(lesson_roofline.PARTS)
+    assert [t.y[1] for t in fig.data] == [6.0, 1.5, 3.0, 2.5]          # the compiled bar
+    assert sum(t.y[0] for t in fig.data) == pytest.approx(20.0)        # eager: 20 ms a step
+    table = lesson_roofline.overhead_table(res)
+    assert "| compiled | 80.0 | 25.0% |" in table and "**1.60×**" in table
+    assert "= 322 tokens/s" in table and "61 s" in table and "1 of 2 prompts" in table
+    assert "Not measured" in lesson_roofline.overhead_table(None)
+    assert len(lesson_roofline.overhead_figure(None).layout.annotations) == 1
