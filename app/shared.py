@@ -16,6 +16,7 @@ import weakref
 
 from . import cards, figures
 from .batch_view import BatchSection
+from .frame_budget import FrameBudget
 
 DEVICE_EVERY_S = 1.0  # the device sampler's own interval: a newer figure would show the same readings
 
@@ -37,6 +38,7 @@ class SharedViews:
         self._device = None
         self._device_at = float("-inf")
         self._rolling: tuple[tuple, str] | None = None
+        self.frames = FrameBudget()  # the streaming pages' shared frame rate (app.frame_budget)
 
     def batch_section(self, max_age_s: float = 0.0) -> BatchSection:
         """The batching section now, drawn once for every page.

@@ -301,9 +301,17 @@ def _pct(xs: list[float], q: float) -> float | None:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def turn(server: Server, clients: list, texts: list[str], tokens: int) -> dict:
-    """All clients at once, one request each; the turn's figures."""
+def turn(server: Server, clients: list, texts: list[str], tokens: int, profile: str | None = None) -> dict:
+    """All clients at once, one request each; the turn's figures. ``profile``: record the
+    server with py-spy (every thread, idle ones too: the wall-clock view) into this file, in
+    py-spy's raw (collapsed stacks) format."""
     server.take()  # forget what came before
+    spy = None
+    if profile:
+        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--idle", "--threads",
+                                "--format", "raw", "-r", "50", "-o", profile, "-p", str(server.pid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # py-spy attaches
     cpu0 = server.cpu_s()
     go = threading.Barrier(len(clients) + 1)
     results: list = [None] * len(clients)
@@ -325,6 +333,9 @@ def turn(server: Server, clients: list, texts: list[str], tokens: int) -> dict:
         t.join(600)
     wall = max(r.get("end_s", 0.0) for r in results) - t0_box[0]
     cpu = server.cpu_s() - cpu0
+    if spy is not None:
+        spy.send_signal(2)  # SIGINT: py-spy writes the file and exits
+        spy.wait(60)
     rec = server.take()
     bad = [r for r in results if not r.get("ok")]
     if bad:
@@ -356,7 +367,7 @@ def _line(name: str, t: dict) -> str:
             f"{t['fps']:5.1f} frames/s ({t['frames']:.0f})  steps {t['steps']}")
 
 
-def run(n: int, repeats: int, tokens: int, pin: bool, log=print) -> dict:
+def run(n: int, repeats: int, tokens: int, pin: bool, log=print, profile: str | None = None) -> dict:
     """Warm up, then alternate API and page turns; returns every turn and the medians."""
     server = Server(0 if pin else None)
     if pin:
@@ -368,11 +379,12 @@ def run(n: int, repeats: int, tokens: int, pin: bool, log=print) -> dict:
         sides = {"api": [ApiClient(server.url) for _ in range(n)],
                  "pages": [PageClient(server.url, index, inputs) for _ in range(n)]}
         for name, clients in sides.items():  # warm-up
-            turn(server, clients, texts, tokens)
+            log("warm-up " + _line(name, turn(server, clients, texts, tokens)))
         turns: dict = {name: [] for name in sides}
         for k in range(repeats):
             for name, clients in sides.items():
-                t = turn(server, clients, texts, tokens)
+                t = turn(server, clients, texts, tokens,
+                         f"{profile}.{name}.txt" if profile and k == 0 else None)
                 turns[name].append(t)
                 log(f"turn {k + 1} " + _line(name, t))
     finally:
@@ -392,12 +404,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2,
                     help="server on CPU 0, clients on CPU 1 (default: on with two CPUs or more)")
     ap.add_argument("--json", help="also write every turn to this JSON file")
+    ap.add_argument("--profile", help="record the server with py-spy during the first measured turn of "
+                                      "each side, into PROFILE.api.txt and PROFILE.pages.txt (collapsed stacks)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args(argv)
     if args.serve:
         serve(args.serve)
         return 0
-    res = run(args.clients, args.repeats, args.tokens, args.pin)
+    res = run(args.clients, args.repeats, args.tokens, args.pin, profile=args.profile)
     print(f"\n{args.clients} clients, {args.tokens} tokens, medians of {args.repeats} turns, "
           f"load average {', '.join(f'{x:.1f}' for x in res['load'])}")
     for name, m in res["median"].items():
