@@ -57,13 +57,16 @@ class SharedViews:
             engine = self.pg.engine
             stats = self.pg._visible(engine.stats())  # no other users' prefix hits unless shared
             stats.setdefault("batching", False)
+            pages, fps = self.frames.summary()  # for the teacher: the class and its frame rate
+            stats["pages_streaming"], stats["page_fps"] = pages, round(fps, 1)
             recent = getattr(engine, "recent_steps", None)
             last = _last_step_id(recent)
             key = (last, stats.get("running"), stats.get("waiting"), stats.get("blocks_used"),
-                   stats.get("blocks_cached"))
+                   stats.get("blocks_cached"), pages, stats["page_fps"])
             if section is None or section.key != key:
                 _, snapshot, steps = self.pg.batch_data()
                 section = self._section = BatchSection(stats, snapshot, steps)
+                section.key = key
             self._section_at = now
             return section
 

@@ -15,8 +15,8 @@ Turns alternate A B A B after one warm-up turn of each; figures are medians over
 Per turn it reports the wall time (first request sent to last stream closed, client clock), the
 server's CPU seconds (``psutil``, every thread of the server process), the engine's busy fraction
 (time inside ``LLMEngine.step`` with work / the turn's wall time), the mean batch size of the
-decode steps, time to first frame (the first message of the stream carrying outputs) p50/p99,
-the engine's TTFT p50/p99 and the frames per second each page received.
+decode steps, the engine's TTFT p50/p99, and for the pages the time to first frame (the first message of
+the stream carrying outputs) p50/p99 and the frames per second each page received.
 
 ``--pin`` (the default when the machine has two CPUs or more) runs the server on CPU 0 and the
 clients on CPU 1, as in a classroom where the browsers run on the students' machines.
@@ -275,23 +275,28 @@ class ApiClient:
     def __init__(self, url: str) -> None:
         from gradio_client import Client
 
-        self.client = Client(url, verbose=False)
+        self.client = Client(url, verbose=False, httpx_kwargs={"timeout": 600.0})
 
     def run(self, prompt: str, tokens: int, t0: float, stall_s: float = 0.0) -> dict:
-        first = last = None
-        frames = 0
+        # job.result() rather than iterating the job: gradio_client's Job.__next__ polls every
+        # millisecond holding a lock (30 spinning client threads), and never ends on a job that
+        # finished with an error; the API's frames are counted by the server instead
         job = self.client.submit(prompt=prompt, temperature=0.0, top_p=1.0, top_k=0,
                                  repetition_penalty=1.0, max_tokens=tokens, seed=0, raw=True,
                                  api_name="/generate")
-        for _ in job:
-            now = time.perf_counter()
-            frames += 1
-            first = first or now
-            last = now
-        job.result()
-        end = time.perf_counter()
-        return {"ok": True, "frames": frames, "first_frame_s": (first - t0) if first else None,
-                "fps": (frames - 1) / (last - first) if first and last > first else 0.0, "end_s": end}
+        job.result(timeout=600)
+        return {"ok": True, "frames": len(job.outputs()), "first_frame_s": None, "fps": None,
+                "end_s": time.perf_counter()}
+
+
+def _median(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.mean(xs) if xs else None
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -308,7 +313,7 @@ def turn(server: Server, clients: list, texts: list[str], tokens: int, profile: 
     server.take()  # forget what came before
     spy = None
     if profile:
-        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--idle", "--threads",
+        spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--idle", "--threads", "--nonblocking",
                                 "--format", "raw", "-r", "50", "-o", profile, "-p", str(server.pid)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
@@ -354,17 +359,21 @@ def turn(server: Server, clients: list, texts: list[str], tokens: int, profile: 
             "ttff_p50": _pct([r["first_frame_s"] for r in results], 0.5),
             "ttff_p99": _pct([r["first_frame_s"] for r in results], 0.99),
             "ttft_p50": _pct([r["ttft_s"] for r in reqs], 0.5), "ttft_p99": _pct([r["ttft_s"] for r in reqs], 0.99),
-            "fps": statistics.mean(r["fps"] for r in results), "frames": statistics.mean(r["frames"] for r in results)}
+            "fps": _mean([r["fps"] for r in results]), "frames": _mean([r["frames"] for r in results])}
 
 
 FIELDS = ("wall_s", "cpu_s", "busy", "batch", "tok_s", "ttff_p50", "ttff_p99", "ttft_p50", "ttft_p99", "fps", "frames")
 
 
+def _f(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def _line(name: str, t: dict) -> str:
     return (f"{name:6s} wall {t['wall_s']:6.2f} s  cpu {t['cpu_s']:6.2f} s  busy {t['busy']:.2f}  "
-            f"batch {t['batch']:5.1f}  {t['tok_s']:6.1f} tok/s  first frame p50 {t['ttff_p50']:.2f} "
-            f"p99 {t['ttff_p99']:.2f} s  TTFT p50 {t['ttft_p50']:.2f} p99 {t['ttft_p99']:.2f} s  "
-            f"{t['fps']:5.1f} frames/s ({t['frames']:.0f})  steps {t['steps']}")
+            f"batch {t['batch']:5.1f}  {t['tok_s']:6.1f} tok/s  first frame p50 {_f(t['ttff_p50'], '.2f')} "
+            f"p99 {_f(t['ttff_p99'], '.2f')} s  TTFT p50 {t['ttft_p50']:.2f} p99 {t['ttft_p99']:.2f} s  "
+            f"{_f(t['fps'], '5.1f')} frames/s ({_f(t['frames'], '.0f')})  steps {t['steps']}")
 
 
 def run(n: int, repeats: int, tokens: int, pin: bool, log=print, profile: str | None = None) -> dict:
@@ -389,7 +398,7 @@ def run(n: int, repeats: int, tokens: int, pin: bool, log=print, profile: str | 
                 log(f"turn {k + 1} " + _line(name, t))
     finally:
         server.close()
-    med = {name: {f: statistics.median(t[f] for t in ts) for f in FIELDS} for name, ts in turns.items()}
+    med = {name: {f: _median([t[f] for t in ts]) for f in FIELDS} for name, ts in turns.items()}
     ratio = statistics.median(a["wall_s"] / p["wall_s"] for a, p in zip(turns["api"], turns["pages"]))
     cpu = statistics.median(p["cpu_s"] / a["cpu_s"] for a, p in zip(turns["api"], turns["pages"]))
     return {"clients": n, "tokens": tokens, "repeats": repeats, "pinned": pin, "turns": turns,

@@ -228,3 +228,24 @@ def test_a_class_of_streams_gets_fewer_frames_each_but_every_token(tmp_path):
     assert len(in_class) < len(alone)
     assert in_class[-1]["busy"] is False and alone[-1]["busy"] is False
     assert in_class[-1]["completion"] == alone[-1]["completion"] == "Hi" + "".join(f" {k}" for k in range(40))
+
+
+def test_the_batching_section_shows_the_teacher_the_open_streams_and_their_frame_rate(tmp_path):
+    from app import batch_view
+
+    pg = Playground(FakeEngine(), trace_dir=tmp_path / "traces", monitor=False)
+    views = shared(pg)
+    try:
+        streams = [views.frames.open() for _ in range(3)]
+        for tok in streams:
+            for _ in range(5):
+                views.frames.frame(tok)
+        section = views.batch_section()
+        assert section.stats["pages_streaming"] == 3
+        assert section.stats["page_fps"] == pytest.approx(5 / 5.0)  # 5 frames each in the 5 s window
+        line = batch_view.stats_html(section.stats, [])
+        assert "pages streaming</span> <b>3</b>" in line and "frames/s per page</span> <b>1.0</b>" in line
+        views.frames.close(streams[0])
+        assert views.batch_section().stats["pages_streaming"] == 2  # redrawn: the class changed
+    finally:
+        pg.close()
