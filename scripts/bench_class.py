@@ -1,4 +1,4 @@
-"""A class of pages against the same requests through the API, with or without browsers.
+"""A class of pages against the same requests through the API, without browsers.
 
 ``python scripts/bench_class.py --clients 30`` starts the playground in a child process (the
 page of ``python -m app``, its launch settings included, on a free loopback port), then runs the
@@ -20,9 +20,8 @@ the stream carrying outputs) p50/p99 and the frames per second each page receive
 
 ``--pin`` (the default when the machine has two CPUs or more) runs the server on CPU 0 and the
 clients on CPU 1, as in a classroom where the browsers run on the students' machines.
-``--browsers`` makes the pages side ``--clients`` headless Chromium pages (Playwright,
-``/usr/bin/chromium``, on CPU 1 with the clients), each clicking Generate at one moment; their
-wall time ends when the last page shows its finished status (frames are not counted there).
+``--browsers K`` adds a third side: K headless Chromium pages (Playwright, ``/usr/bin/chromium``)
+pinned to CPU 1, each clicking Generate.
 """
 
 from __future__ import annotations
@@ -290,54 +289,6 @@ class ApiClient:
                 "end_s": time.perf_counter()}
 
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-FINISHED_JS = ("document.querySelector('#status').innerText.startsWith('Finished')"
-               " && !document.querySelector('#generate-btn').disabled")
-
-
-class BrowserPages:
-    """K headless Chromium pages (one browser context each), set to raw greedy completion; a
-    turn clicks Generate on all of them at one wall-clock moment and waits until each page shows
-    its finished status. Chromium inherits the driver's CPU affinity (CPU 1 with ``--pin``)."""
-
-    def __init__(self, url: str, texts: list[str], tokens: int) -> None:
-        from playwright.sync_api import sync_playwright
-
-        self.pw = sync_playwright().start()
-        self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        self.pages = []
-        for text in texts:
-            page = self.browser.new_context(viewport={"width": 1280, "height": 720}).new_page()
-            page.goto(url)
-            page.wait_for_selector("#generate-btn", timeout=120_000)
-            page.get_by_text("Raw completion").click()
-            for slider, value in (("#temperature", "0"), ("#rep-penalty", "1"), ("#max-tokens", str(tokens))):
-                box = page.locator(f"{slider} input[type=number]")
-                box.fill(value)
-                box.press("Tab")
-            page.locator("#prompt textarea").fill(text)
-            self.pages.append(page)
-
-    def run_turn(self, t0_box: list) -> list[dict]:
-        at = self.pages[0].evaluate("Date.now()") + 300 * len(self.pages)
-        for page in self.pages:  # each page clicks on its own at the same wall time
-            page.evaluate("t => setTimeout(() => document.querySelector('#generate-btn').click(),"
-                          " Math.max(0, t - Date.now()))", at)
-        t0_box.append(time.perf_counter() + (at - self.pages[0].evaluate("Date.now()")) / 1000)
-        for page in self.pages:  # the click landed: the last answer's status is gone
-            page.wait_for_function(f"!({FINISHED_JS})", polling=20, timeout=600_000)
-        out = []
-        for page in self.pages:
-            page.wait_for_function(FINISHED_JS, polling=100, timeout=600_000)
-            out.append({"ok": True, "frames": None, "first_frame_s": None, "fps": None, "end_s": time.perf_counter()})
-        return out
-
-    def close(self) -> None:
-        self.browser.close()
-        self.pw.stop()
-
-
 def _median(xs: list) -> float | None:
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -367,8 +318,8 @@ def turn(server: Server, clients: list, texts: list[str], tokens: int, profile: 
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)  # py-spy attaches
     cpu0 = server.cpu_s()
-    go = threading.Barrier(len(texts) + 1)
-    results: list = [None] * len(texts)
+    go = threading.Barrier(len(clients) + 1)
+    results: list = [None] * len(clients)
     t0_box: list = []
 
     def one(i: int) -> None:
@@ -378,16 +329,13 @@ def turn(server: Server, clients: list, texts: list[str], tokens: int, profile: 
         except Exception as exc:  # noqa: BLE001 - reported below
             results[i] = {"ok": False, "error": repr(exc)}
 
-    if isinstance(clients, BrowserPages):  # Playwright's sync API stays on this thread
-        results = clients.run_turn(t0_box)
-    else:
-        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(clients))]
-        for t in threads:
-            t.start()
-        t0_box.append(time.perf_counter())
-        go.wait()
-        for t in threads:
-            t.join(600)
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    t0_box.append(time.perf_counter())
+    go.wait()
+    for t in threads:
+        t.join(600)
     wall = max(r.get("end_s", 0.0) for r in results) - t0_box[0]
     cpu = server.cpu_s() - cpu0
     if spy is not None:
@@ -428,21 +376,17 @@ def _line(name: str, t: dict) -> str:
             f"{_f(t['fps'], '5.1f')} frames/s ({_f(t['frames'], '.0f')})  steps {t['steps']}")
 
 
-def run(n: int, repeats: int, tokens: int, pin: bool, log=print, profile: str | None = None,
-        browsers: bool = False) -> dict:
-    """Warm up, then alternate API and page turns (``browsers``: Chromium pages instead of
-    page clients); returns every turn and the medians."""
+def run(n: int, repeats: int, tokens: int, pin: bool, log=print, profile: str | None = None) -> dict:
+    """Warm up, then alternate API and page turns; returns every turn and the medians."""
     server = Server(0 if pin else None)
     if pin:
         os.sched_setaffinity(0, {1})
     log(f"server at {server.url} (pid {server.pid}){' on CPU 0, clients on CPU 1' if pin else ''}")
-    pages = None
     try:
         index, inputs = page_event(server.url)
         texts = prompts(n)
-        pages = BrowserPages(server.url, texts, tokens) if browsers else \
-            [PageClient(server.url, index, inputs) for _ in range(n)]
-        sides = {"api": [ApiClient(server.url) for _ in range(n)], "pages": pages}
+        sides = {"api": [ApiClient(server.url) for _ in range(n)],
+                 "pages": [PageClient(server.url, index, inputs) for _ in range(n)]}
         for name, clients in sides.items():  # warm-up
             log("warm-up " + _line(name, turn(server, clients, texts, tokens)))
         turns: dict = {name: [] for name in sides}
@@ -453,8 +397,6 @@ def run(n: int, repeats: int, tokens: int, pin: bool, log=print, profile: str | 
                 turns[name].append(t)
                 log(f"turn {k + 1} " + _line(name, t))
     finally:
-        if isinstance(pages, BrowserPages):
-            pages.close()
         server.close()
     med = {name: {f: _median([t[f] for t in ts]) for f in FIELDS} for name, ts in turns.items()}
     ratio = statistics.median(a["wall_s"] / p["wall_s"] for a, p in zip(turns["api"], turns["pages"]))
@@ -470,9 +412,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per request (default 64)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=(os.cpu_count() or 1) >= 2,
                     help="server on CPU 0, clients on CPU 1 (default: on with two CPUs or more)")
-    ap.add_argument("--browsers", action="store_true",
-                    help="the pages are --clients headless Chromium pages (Playwright, /usr/bin/chromium; "
-                         "on the clients' CPU with --pin) instead of protocol clients")
     ap.add_argument("--json", help="also write every turn to this JSON file")
     ap.add_argument("--profile", help="record the server with py-spy during the first measured turn of "
                                       "each side, into PROFILE.api.txt and PROFILE.pages.txt (collapsed stacks)")
@@ -481,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.serve:
         serve(args.serve)
         return 0
-    res = run(args.clients, args.repeats, args.tokens, args.pin, profile=args.profile, browsers=args.browsers)
+    res = run(args.clients, args.repeats, args.tokens, args.pin, profile=args.profile)
     print(f"\n{args.clients} clients, {args.tokens} tokens, medians of {args.repeats} turns, "
           f"load average {', '.join(f'{x:.1f}' for x in res['load'])}")
     for name, m in res["median"].items():
