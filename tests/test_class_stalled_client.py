@@ -253,3 +253,37 @@ def test_the_batching_section_shows_the_teacher_the_open_streams_and_their_frame
         assert views.batch_section().stats["pages_streaming"] == 2  # redrawn: the class changed
     finally:
         pg.close()
+
+
+def test_a_class_finishing_at_once_prunes_old_traces_without_failing_a_request(tmp_path, monkeypatch):
+    """Pages finishing at once each write a trace and prune the oldest: none of them may fail
+    because another page's prune removed a file it had just listed."""
+    from app import service
+
+    monkeypatch.setattr(service, "KEEP_TRACES", 2)
+    eng = FakeEngine()
+    pg = Playground(eng, trace_dir=tmp_path / "traces", monitor=False)
+    events = make_events()
+    output = make_output(events)
+    errors, written = [], []
+    go = threading.Barrier(16)
+
+    def page(k: int) -> None:
+        go.wait()
+        for i in range(8):
+            try:
+                written.append(pg.write_trace(output, events, f"s{k}-{i % 2}"))
+            except Exception as exc:  # noqa: BLE001 - what the test looks for
+                errors.append(exc)
+
+    threads = [threading.Thread(target=page, args=(k,)) for k in range(16)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors[:3]
+        assert len(written) == 16 * 8 and all(w is not None for w in written)
+        assert len(list((tmp_path / "traces").glob("*/trace_*"))) <= 2 * 2
+    finally:
+        pg.close()
