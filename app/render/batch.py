@@ -383,6 +383,12 @@ def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None
         items.append(("prefix-cache hits", f"{float(stats.get('prefix_hit_rate') or 0):.0%}",
                       "prompt tokens found in cached blocks / prompt tokens looked up (every user's "
                       "requests: this server shares its prefix cache)"))
+    if "pages_streaming" in stats:
+        items.append(("pages streaming", fmt_int(stats["pages_streaming"]),
+                      "pages of this server receiving an answer now"))
+        items.append(("frames/s per page", f"{float(stats.get('page_fps') or 0):.1f}",
+                      "redraws each streaming page got over the last 5 s: the pages share one frame "
+                      "budget, so a bigger class gets fewer frames, each with every token since the last"))
     if queue_time_s is not None:
         items.append(("your queue time", fmt_seconds(queue_time_s),
                       "how long your request waited before its first step"))

@@ -78,6 +78,7 @@ class Playground:
         self._active: dict[str, set] = {}
         self._recent: OrderedDict[str, deque] = OrderedDict()
         self._lock = threading.Lock()
+        self._trace_lock = threading.Lock()  # one trace write and prune at a time
 
     @property
     def prefix_cache_shared(self) -> bool:
@@ -209,14 +210,20 @@ class Playground:
             return None
         from engine.telemetry.trace import write_trace
 
-        try:
-            paths = write_trace(self._session_trace_dir(session_id), output, events,
-                                self.engine.spec, kv_element_bytes(self.info))
-            for path in paths:
-                os.chmod(path, 0o600)
-        except Exception:  # a trace is a nicety: never fail the request for it
-            return None
-        self._prune_traces()
+        # one write-and-prune at a time: a class of pages finishes at once, and a prune must not
+        # remove a file another page has just listed, nor the folder another is writing into
+        with self._trace_lock:
+            try:
+                paths = write_trace(self._session_trace_dir(session_id), output, events,
+                                    self.engine.spec, kv_element_bytes(self.info))
+                for path in paths:
+                    os.chmod(path, 0o600)
+            except Exception:  # a trace is a nicety: never fail the request for it
+                return None
+            try:
+                self._prune_traces()
+            except OSError:  # pruning is housekeeping: never fail the request for it
+                log.warning("could not prune old traces", exc_info=True)
         return str(paths[0]), str(paths[1])
 
     def _session_trace_dir(self, session_id: str) -> Path:
@@ -229,17 +236,30 @@ class Playground:
             return folder
 
     def _prune_traces(self) -> None:
-        """Keep the newest :data:`KEEP_TRACES` traces; a session folder left empty goes too."""
-        files = sorted(self.trace_dir.glob("*/trace_*"), key=lambda p: p.stat().st_mtime)
+        """Keep the newest :data:`KEEP_TRACES` traces; a session folder left empty goes too.
+
+        Called by :meth:`write_trace` under ``_trace_lock``; a file or folder removed meanwhile
+        (a session that ended) is skipped.
+        """
+        dated = []
+        for path in self.trace_dir.glob("*/trace_*"):
+            try:
+                dated.append((path.stat().st_mtime, str(path), path))
+            except FileNotFoundError:  # removed since the listing
+                continue
+        dated.sort()
         emptied = set()
-        for old in files[: max(0, len(files) - 2 * KEEP_TRACES)]:
+        for _, _, old in dated[: max(0, len(dated) - 2 * KEEP_TRACES)]:
             old.unlink(missing_ok=True)
             emptied.add(old.parent)
         with self._lock:
             for folder in emptied:
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
-                    self._trace_dirs = {k: v for k, v in self._trace_dirs.items() if v != folder}
+                try:
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
+                except OSError:  # gone already, or a new trace arrived
+                    continue
+                self._trace_dirs = {k: v for k, v in self._trace_dirs.items() if v != folder}
 
     def rolling_summary(self) -> dict:
         """``engine.rolling.summary()``: p50/p90/p99 over recent requests of every session, lesson

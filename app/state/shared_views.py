@@ -16,6 +16,7 @@ import weakref
 
 from app.render import cards, figures
 from app.render.batch import BatchSection
+from app.state.frame_budget import FrameBudget
 
 DEVICE_EVERY_S = 1.0  # the device sampler's own interval: a newer figure would show the same readings
 
@@ -37,6 +38,7 @@ class SharedViews:
         self._device = None
         self._device_at = float("-inf")
         self._rolling: tuple[tuple, str] | None = None
+        self.frames = FrameBudget()  # the streaming pages' shared frame rate (app.state.frame_budget)
 
     def batch_section(self, max_age_s: float = 0.0) -> BatchSection:
         """The batching section now, drawn once for every page.
@@ -53,12 +55,15 @@ class SharedViews:
             if section is not None and now - self._section_at < max_age_s:
                 return section
             stats = self.pg.visible_stats()  # no other users' prefix hits unless shared
+            pages, fps = self.frames.summary()  # for the teacher: the class and its frame rate
+            stats["pages_streaming"], stats["page_fps"] = pages, round(fps, 1)
             last = _last_step_id(self.pg.engine.recent_steps)
             key = (last, stats.get("running"), stats.get("waiting"), stats.get("blocks_used"),
-                   stats.get("blocks_cached"))
+                   stats.get("blocks_cached"), pages, stats["page_fps"])
             if section is None or section.key != key:
                 _, snapshot, steps = self.pg.batch_data()
                 section = self._section = BatchSection(stats, snapshot, steps)
+                section.key = key
             self._section_at = now
             return section
 

@@ -201,7 +201,22 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
 
 def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
             params: SamplingParams, notify) -> Iterator[dict]:
-    """:func:`generate`'s frames once the request is in the engine, until its final frame."""
+    """:func:`generate`'s frames once the request is in the engine, until its final frame; the
+    page counts in the server's frame budget (:mod:`app.state.frame_budget`) while it streams."""
+    budget = shared(pg).frames
+    token = budget.open()
+    try:
+        for frame in _frames(pg, session_id, handle, state, mode, history, message, params, notify, budget):
+            budget.frame(token)
+            yield frame
+    finally:
+        budget.close(token)
+
+
+def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
+            params: SamplingParams, notify, budget) -> Iterator[dict]:
+    """The frames of :func:`_stream`; every redraw interval stretched by ``budget.stretch()``
+    when more pages stream than get the full cadence."""
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
     chips = TokenChips()  # each token's chip is drawn once, not at every frame
@@ -219,7 +234,12 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
     batch_due.due()  # the first frame drew it
     drawn = 0  # steps the figures showed when last drawn
     stopping_shown = False
+    paced = ((text_due, TEXT_EVERY_S), (figs_due, FIGURES_EVERY_S), (memory_due, MEMORY_EVERY_S),
+             (batch_due, BATCH_EVERY_S))
     for batch in pg.follow(handle):
+        stretch = budget.stretch()
+        for throttle, every_s in paced:
+            throttle.interval_s = every_s * stretch
         for ev in batch:
             state.add(ev)
         if not state.token_times:
