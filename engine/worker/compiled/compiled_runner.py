@@ -96,7 +96,6 @@ class CompiledDecodeRunner(CudaGraphRunner):
         self.forward_fn = LlamaDecodeForward(model, pool,
                                              max_blocks_per_seq * block_size)
         self.state = CompileState(status="compiling" if compile else "off")
-        self._compiled = {}
         self._lock = threading.Lock()
         self.stopped = threading.Event()
         if not compile:
