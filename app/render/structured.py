@@ -20,7 +20,11 @@ from app.render.fmt import fmt_int
 KINDS = [("None", "none"), ("JSON schema", "json"), ("Regex", "regex"), ("Choice", "choice")]
 EXAMPLES = {"A person": PERSON, "A list of cities": CITIES, "A mood (enum)": MOOD}
 """The JSON schema examples of the sidebar's drop-down."""
-HINTS = {"none": "", "json": "A JSON schema: the answer is one JSON value valid under it.",
+BOX_LABELS = {"json": "JSON schema", "regex": "Regex", "choice": "Choices"}
+"""The text box's short label per kind (its icons leave room for about 20 characters)."""
+# the kind's hint, shown under the radio once it is chosen
+HINTS = {"none": "the engine masks every token that would break it",
+         "json": "A JSON schema: the answer is one JSON value valid under it.",
          "regex": "A regular expression the whole answer must match, e.g. \\d{3}-\\d{4}",
          "choice": "One choice per line: the answer is exactly one of them."}
 MAX_TEXT = 20_000

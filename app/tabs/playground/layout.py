@@ -146,19 +146,22 @@ def structure_controls() -> dict:
     """
     gr.Markdown("### Structured output", elem_classes=["side-title"])
     kind = gr.Radio(structured.KINDS, value="none", label="Constrain the answer to", elem_id="structure-kind",
-                    info="the engine masks every token that would break it")
+                    info=structured.HINTS["none"])
     example = gr.Dropdown(list(structured.EXAMPLES), value=None, label="JSON schema examples",
                           visible=False, elem_id="structure-example")
-    text = gr.Code(value="", language="json", label="Schema, regex or choices", lines=6,
+    text = gr.Code(value="", language="json", label="JSON schema", lines=6,
                    visible=False, elem_id="structure-text")
 
-    def on_kind(k):
-        return (gr.update(visible=k == "json"),
-                gr.update(visible=k != "none", label=structured.HINTS.get(k) or "Structure",
-                          language="json" if k == "json" else None,
-                          value=structured.example_text("A person") if k == "json" else ""))
+    def on_kind(k):  # the kind's hint under the radio; JSON starts from the first example
+        json_kind = k == "json"
+        first = next(iter(structured.EXAMPLES))
+        return (gr.update(info=structured.HINTS.get(k) or structured.HINTS["none"]),
+                gr.update(visible=json_kind, value=first if json_kind else None),
+                gr.update(visible=k != "none", label=structured.BOX_LABELS.get(k, "Structure"),
+                          language="json" if json_kind else None,
+                          value=structured.example_text(first) if json_kind else ""))
 
     private = dict(show_progress="hidden", api_visibility="private")
-    kind.change(guard(on_kind), inputs=[kind], outputs=[example, text], **private)
+    kind.change(guard(on_kind), inputs=[kind], outputs=[kind, example, text], **private)
     example.change(guard(structured.example_text), inputs=[example], outputs=[text], **private)
     return {"structure_kind": kind, "structure_text": text}
