@@ -124,7 +124,10 @@ def build(ctx) -> dict:
     c["cd_plot"] = gr.Plot(show_label=False, elem_id="lesson-cd-plot")
     c["cd_note"] = gr.Markdown("", elem_id="lesson-cd-note")
 
-    c["cd_example"].change(lambda e: PROMPTS.get(e, ""), c["cd_example"], c["cd_prompt"],
+    def on_example(example):  # the example's own prompt
+        return PROMPTS.get(example, "")
+
+    c["cd_example"].change(guard(on_example), c["cd_example"], c["cd_prompt"],
                            show_progress="hidden", api_visibility="private")
 
     def on_run(example, prompt, seed, n, request: gr.Request):
