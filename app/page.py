@@ -7,12 +7,14 @@ import gradio as gr
 
 from app.render import cards
 from app.tabs import beams, lessons, playground
+from app.tabs.playground.layout import structure_controls
 from app.server.errors import guard
 from app.tabs.context import TabContext
 
 
 def _sidebar(pg) -> dict:
-    """The request's settings, then the sampling controls and the model badge (the sidebar
+    """The request's settings, then the sampling controls, the structured output block and the
+    model badge (the sidebar
     itself closes on the Lessons tab).
 
     Mode, max new tokens, seed and the KV cache switch come first, so a 720 px tall window shows
@@ -46,6 +48,7 @@ def _sidebar(pg) -> dict:
             system_prompt=gr.Textbox(label="System prompt (chat mode)", lines=1, elem_id="system-prompt",
                                      placeholder="optional, e.g. You are a concise assistant."),
         )
+        s.update(structure_controls())
         gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
         s["decode_step"] = gr.HTML(cards.decode_step_html(pg.engine.compile_status()),
                                    elem_id="decode-step")

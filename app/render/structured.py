@@ -1,10 +1,11 @@
-"""The page's structured output: the sidebar's "Structured output" controls, the structure
-they describe, and what each token chip says about the mask.
+"""The page's structured output: the structure the sidebar's "Structured output" block
+describes, and what each token chip says about the mask (the block itself:
+:func:`app.tabs.playground.layout.structure_controls`).
 
 The sidebar offers none, a JSON schema (a code box with examples: a person, a list of cities,
 an enum), a regex, or a list of choices; :func:`structure_from` turns them into the engine's
 ``structured_outputs`` (with ``explain`` on, so each chip can show what the mask removed).
-No torch here: the examples are plain dicts from :mod:`engine.structured.examples`.
+No Gradio, no torch: the examples are plain dicts from :mod:`engine.structured.examples`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from app.render.fmt import fmt_int
 KINDS = [("None", "none"), ("JSON schema", "json"), ("Regex", "regex"), ("Choice", "choice")]
 EXAMPLES = {"A person": PERSON, "A list of cities": CITIES, "A mood (enum)": MOOD}
 """The JSON schema examples of the sidebar's drop-down."""
-HINTS = {"none": "", "json": "A JSON schema: the answer is one JSON value valid under it.",
+BOX_LABELS = {"json": "JSON schema", "regex": "Regex", "choice": "Choices"}
+"""The text box's short label per kind (its icons leave room for about 20 characters)."""
+# the kind's hint, shown under the radio once it is chosen
+HINTS = {"none": "the engine masks every token that would break it",
+         "json": "A JSON schema: the answer is one JSON value valid under it.",
          "regex": "A regular expression the whole answer must match, e.g. \\d{3}-\\d{4}",
          "choice": "One choice per line: the answer is exactly one of them."}
 MAX_TEXT = 20_000
@@ -118,33 +123,3 @@ def chip_extras(tok) -> tuple[str, dict]:
     data = {"mask": mask_label(mask),
             "removed": json.dumps(mask.get("removed", [])[:5], ensure_ascii=False)}
     return (" tok-forced" if mask.get("forced") else ""), data
-
-
-def controls():
-    """The sidebar's "Structured output" block (call inside the sidebar): a kind radio, the
-    examples drop-down and one text box, wired so the drop-down fills the box.
-
-    Returns:
-        ``{"structure_kind", "structure_text"}`` components (the generate inputs).
-    """
-    import gradio as gr
-
-    gr.Markdown("### Structured output", elem_classes=["side-title"])
-    kind = gr.Radio(KINDS, value="none", label="Constrain the answer to", elem_id="structure-kind",
-                    info="the engine masks every token that would break it")
-    example = gr.Dropdown(list(EXAMPLES), value=None, label="JSON schema examples",
-                          visible=False, elem_id="structure-example")
-    text = gr.Code(value="", language="json", label="Schema, regex or choices", lines=6,
-                   visible=False, elem_id="structure-text")
-
-    def on_kind(k):
-        return (gr.update(visible=k == "json"),
-                gr.update(visible=k != "none", label=HINTS.get(k) or "Structure",
-                          language="json" if k == "json" else None,
-                          value=example_text("A person") if k == "json" else ""))
-
-    kind.change(on_kind, inputs=[kind], outputs=[example, text], show_progress="hidden",
-                api_visibility="private")
-    example.change(example_text, inputs=[example], outputs=[text], show_progress="hidden",
-                   api_visibility="private")
-    return {"structure_kind": kind, "structure_text": text}

@@ -1,13 +1,15 @@
 """The page's structured output on the embedded model: the sidebar's choice becomes the
 engine's structure, the chips show the mask, a bad structure is a clear message and the next
-request is served, and the "Constrained decoding" lesson runs."""
+request is served, and the page builds with the sidebar's block and the lesson (the lesson's
+own run: tests/app/tabs/lessons/test_constrained.py)."""
 
 import json
 
 import pytest
 
-from app import handlers
-from app.structured_view import EXAMPLES, example_text, mask_label, structure_from
+from app.render.structured import EXAMPLES, example_text, mask_label, remote_fields, structure_from
+from app.tabs.playground import handlers
+from tests.support.paths import REPO
 
 
 def test_the_sidebar_choice_becomes_the_engines_structure():
@@ -27,7 +29,7 @@ def test_the_sidebar_choice_becomes_the_engines_structure():
 
 @pytest.fixture(scope="module")
 def pg(engine, tmp_path_factory):
-    from app.service import Playground
+    from app.state.playground import Playground
 
     return Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"), monitor=False)
 
@@ -50,32 +52,20 @@ def test_the_chips_show_the_mask_and_a_bad_structure_is_a_clear_message(pg):
     assert again[-1]["history"][-1]["content"] in ("yes", "no")
 
 
-def test_the_constrained_decoding_lesson_runs(engine):
-    from app.lesson_constrained import run_lesson
-
-    free, held, fig, note = run_lesson(engine, "A person", "", 0, 48)
-    text = held.strip("`").removeprefix("json\n").strip()
-    assert set(json.loads(text)) == {"name", "age"}
-    assert free.startswith("```") and "forced" in note
-    bars = fig.data[0]
-    assert len(bars.x) == len(bars.y) > 3 and all(0 <= y <= 1 for y in bars.y)
-    assert "free answer" in note.lower()
-
-
 def test_the_page_builds_with_the_structured_controls_and_the_lesson(pg):
-    from app.ui import build_demo
+    from app.page import build_demo
 
     demo = build_demo(pg)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-    assert {"structure-kind", "structure-text", "lesson-cd-run"} <= ids
+    assert {"structure-kind", "structure-example", "structure-text", "lesson-cd-run"} <= ids
 
 
-@pytest.mark.parametrize("name", ["structured_view.py", "lesson_constrained.py"])
+@pytest.mark.parametrize("name", ["render/structured.py", "tabs/playground/layout.py",
+                                  "tabs/lessons/constrained.py"])
 def test_the_page_modules_do_not_import_torch(name):
     import ast
-    import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "app" / name
+    path = REPO / "app" / name
     tree = ast.parse(path.read_text(encoding="utf-8"))
     mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
@@ -83,7 +73,6 @@ def test_the_page_modules_do_not_import_torch(name):
 
 
 def test_a_remote_server_gets_the_structure_in_the_openai_and_vllm_fields():
-    from app.structured_view import remote_fields
     from engine.params import SamplingParams
 
     def fields_of(structure):

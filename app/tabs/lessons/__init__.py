@@ -1,4 +1,4 @@
-"""The Lessons tab: eight small experiments for a classroom, on the page's own engine.
+"""The Lessons tab: nine small experiments for a classroom, on the page's own engine.
 
 One module per lesson, each with the same shape: ``TITLE``, ``TEXT`` and ``build(ctx)`` (lays
 out and wires itself inside its ``gr.Tab``, returns its components by name), beside its own
@@ -18,7 +18,7 @@ from app.server.errors import log_internal
 from app.tabs.context import TabContext
 
 LESSONS = ("kv_cache", "prefill", "calculator", "sampling", "quantization", "batch", "roofline",
-           "speculative")
+           "speculative", "constrained")
 """The lessons' modules in this package, in the order of their tabs; adding one is one module
 and one entry here. They are imported when the tab is built: ``engine.experiments`` imports
 torch, which the page itself never does (a remote engine's page needs none)."""

@@ -8,6 +8,7 @@ with a fake engine and read the frames directly.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Iterator
 
@@ -18,6 +19,7 @@ from app.server import fields
 from app.server.errors import log_internal
 from app.state.run_state import RunState, Throttle
 from app.render.spec import spec_trace
+from app.render.structured import structure_from
 from app.state.shared_views import shared
 from app.render.tokens import TokenChips, tokens_html
 from app.tabs.playground.frames import (BATCH_EVERY_S, FIGURES_EVERY_S, MEMORY_EVERY_S, PLOT_KEYS,
@@ -145,7 +147,8 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
 def generate(pg, session_id: str, mode: str, message: str, history: list | None, system_prompt: str,
              temperature: float, top_p: float, top_k: int, min_p: float, repetition_penalty: float,
              max_tokens: int, seed: int | None, use_kv_cache: bool,
-             notify: Callable[[str], None] | None = None) -> Iterator[dict]:
+             notify: Callable[[str], None] | None = None, structure_kind: str = "none",
+             structure_text: str = "") -> Iterator[dict]:
     """Run one request for the page and yield frames while it streams.
 
     Args:
@@ -157,6 +160,8 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         temperature ... seed: sampling settings (see :func:`make_params`); use_kv_cache: decode
             with a KV cache (False: recompute the whole sequence each step).
         notify: called with a message for every refused or failed request (a toast in the page).
+        structure_kind, structure_text: the sidebar's structured output
+            (:func:`app.render.structured.structure_from`); a bad one is refused by name.
 
     Yields:
         Frames (dicts keyed by the frame schema's names). The last frame has ``busy=False`` and,
@@ -179,6 +184,9 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         system_prompt = fields.text("system_prompt", system_prompt, default="")
         use_kv_cache = fields.flag("use_kv_cache", use_kv_cache)
         params = make_params(temperature, top_p, top_k, min_p, repetition_penalty, max_tokens, seed)
+        structure = structure_from(structure_kind, structure_text)
+        if structure is not None:
+            params = dataclasses.replace(params, structured_outputs=structure)
         prompt = chat_messages(history, message, system_prompt) if mode == "chat" else message
         state = RunState(use_kv_cache=use_kv_cache)
         handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=use_kv_cache)

@@ -8,9 +8,11 @@ from __future__ import annotations
 import gradio as gr
 
 from app.render import batch as batch_view, cards, figures
+from app.render import structured
 from app.render.fmt import fmt_int
 from app.render.tokens import TOOLTIP_JS, inspector_template
 from app.server.assets import load_examples
+from app.server.errors import guard
 from app.tabs.playground.plot_panel import plot_panel, serve_plotly_js
 
 INTRO = (
@@ -131,3 +133,35 @@ def _batching(pg, head: str) -> dict:
         with gr.Column(scale=4):
             b["strip"] = plot_panel(first["strip"], "step-strip", head, visible=show)
     return b
+
+
+def structure_controls() -> dict:
+    """The sidebar's "Structured output" block (call inside the sidebar): a kind radio (none,
+    JSON schema, regex, choice), the JSON schema examples drop-down and one code box, wired so
+    the kind shows the box and the drop-down fills it.
+
+    Returns:
+        ``{"structure_kind", "structure_text"}``: the components Generate takes as inputs
+        (:func:`app.render.structured.structure_from` reads their values).
+    """
+    gr.Markdown("### Structured output", elem_classes=["side-title"])
+    kind = gr.Radio(structured.KINDS, value="none", label="Constrain the answer to", elem_id="structure-kind",
+                    info=structured.HINTS["none"])
+    example = gr.Dropdown(list(structured.EXAMPLES), value=None, label="JSON schema examples",
+                          visible=False, elem_id="structure-example")
+    text = gr.Code(value="", language="json", label="JSON schema", lines=6,
+                   visible=False, elem_id="structure-text")
+
+    def on_kind(k):  # the kind's hint under the radio; JSON starts from the first example
+        json_kind = k == "json"
+        first = next(iter(structured.EXAMPLES))
+        return (gr.update(info=structured.HINTS.get(k) or structured.HINTS["none"]),
+                gr.update(visible=json_kind, value=first if json_kind else None),
+                gr.update(visible=k != "none", label=structured.BOX_LABELS.get(k, "Structure"),
+                          language="json" if json_kind else None,
+                          value=structured.example_text(first) if json_kind else ""))
+
+    private = dict(show_progress="hidden", api_visibility="private")
+    kind.change(guard(on_kind), inputs=[kind], outputs=[kind, example, text], **private)
+    example.change(guard(structured.example_text), inputs=[example], outputs=[text], **private)
+    return {"structure_kind": kind, "structure_text": text}

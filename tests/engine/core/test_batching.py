@@ -4,11 +4,10 @@ import threading
 import time
 
 import pytest
-import torch
 
 from engine import SamplingParams
 from engine.engine import LLMEngine
-from engine.model.prompt import encode_prompt
+from tests.support.parity import assert_same_or_tie
 
 GREEDY = SamplingParams(temperature=0, max_tokens=32)
 TOPICS = ["the ocean", "volcanoes", "GPUs", "bread", "chess", "rivers", "owls", "comets"]
@@ -18,25 +17,6 @@ def prompts():
     # different lengths: 0..7 repetitions of a clause
     return [f"Tell me one fact about {t}." + " Please be precise and brief." * i
             for i, t in enumerate(TOPICS)]
-
-
-def divergence_margin(loaded, prompt, a, b):
-    """Logit gap between the two top tokens where ``a`` and ``b`` first differ (fp32 forward)."""
-    k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
-    ids = encode_prompt(loaded.tokenizer, prompt) + a[:k]
-    with torch.inference_mode():
-        logits = loaded.model(input_ids=torch.tensor([ids]), logits_to_keep=1).logits[0, -1]
-    top = torch.topk(logits, 2).values
-    return k, float(top[0] - top[1])
-
-
-def assert_same_or_tie(loaded, prompt, solo, batched):
-    """Equal tokens; or, at the first difference, a near-tie explained by reduction order."""
-    if solo == batched:
-        return
-    k, margin = divergence_margin(loaded, prompt, solo, batched)
-    assert margin < 1e-3, (f"tokens diverge at {k} with a logit margin of {margin:.2e}: "
-                           "too large for floating-point reduction order, so a bug")
 
 
 @pytest.fixture(scope="module")

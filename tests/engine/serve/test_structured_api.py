@@ -15,7 +15,7 @@ import pytest
 openai = pytest.importorskip("openai")
 pydantic = pytest.importorskip("pydantic")
 
-from serve_helpers import engine_server  # noqa: E402
+from tests.support.servers import engine_server  # noqa: E402
 
 MODEL = "smollm2-135m"
 

@@ -9,7 +9,7 @@ import pytest
 
 from engine import SamplingParams
 from engine.structured import StructuredOutputError
-from test_batching import assert_same_or_tie
+from tests.support.parity import assert_same_or_tie
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
           "properties": {"name": {"type": "string", "maxLength": 12},

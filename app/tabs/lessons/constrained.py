@@ -1,7 +1,7 @@
 """The Lessons tab's "Constrained decoding" lesson: one prompt and seed with and without a
 JSON schema, side by side, with the share of the probability each step's mask threw away and
 the token where the free answer broke the schema. No torch here: the engine runs both answers
-and its grammar compiler checks the free one.
+(as lesson requests, :mod:`app.tabs.lessons.runs`) and its grammar compiler checks the free one.
 """
 
 from __future__ import annotations
@@ -14,13 +14,16 @@ import plotly.graph_objects as go
 from engine.params import SamplingParams
 from engine.structured import StructuredOutputsParams
 
-from .errors import guard
 from app.render.structured import EXAMPLES
+from app.server.errors import guard
+from app.tabs.lessons.common import layout
+from app.tabs.lessons.runs import LessonEngine
 
 PROMPTS = {"A person": "Describe a person as JSON, with their name and age.",
            "A list of cities": "List three cities and their countries as JSON.",
            "A mood (enum)": "How do you feel today? Answer in JSON."}
 
+TITLE = "Constrained decoding"
 TEXT = """### Constrained decoding: a grammar becomes a mask over the vocabulary
 
 A JSON schema (or a regex, or a grammar) is compiled into a parser. At each step the parser
@@ -32,11 +35,13 @@ running the model for it. Below, the same prompt and seed run free and under the
 bars show how much of the model's probability each step's mask threw away."""
 
 
-def _answers(engine, prompt: str, schema: dict, seed: int, max_tokens: int):
+def _answers(engine, prompt: str, schema: dict, seed: int, max_tokens: int, submit_kwargs=None):
+    """Submit the free and the constrained answer together; wait for both (300 s at most)."""
+    runs = LessonEngine(engine, "constrained", submit_kwargs)
     params = dict(temperature=0.8, seed=int(seed), max_tokens=int(max_tokens))
-    free = engine.submit(prompt, SamplingParams(**params), source="lesson")
-    held = engine.submit(prompt, SamplingParams(
-        **params, structured_outputs={"json": schema, "explain": True}), source="lesson")
+    free = runs.submit(prompt, SamplingParams(**params))
+    held = runs.submit(prompt, SamplingParams(
+        **params, structured_outputs={"json": schema, "explain": True}))
     return free, held, free.result(300), held.result(300)
 
 
@@ -54,10 +59,9 @@ def mask_figure(events) -> go.Figure:
                      f"{ev.allowed_tokens:,} allowed, {100 * (mass or 0):.1f}% removed"))
     fig = go.Figure(go.Bar(x=xs, y=ys, marker_color=colors, hovertext=texts,
                            hoverinfo="text"))
-    fig.update_layout(height=300, margin={"l": 50, "r": 20, "t": 50, "b": 40},
-                      title="Probability the mask removed at each step (green: forced)",
-                      xaxis_title="output token", yaxis_title="share removed",
-                      yaxis_range=[0, 1])
+    layout(fig, "Probability the mask removed at each step (green: forced)", "output token",
+           "share removed")
+    fig.update_yaxes(range=[0, 1])
     return fig
 
 
@@ -74,11 +78,20 @@ def broken_at(engine, schema: dict, out) -> str:
             f"after `{html.escape(before[-60:]) or '(nothing)'}`: the mask would have removed it.")
 
 
-def run_lesson(engine, example: str, prompt: str, seed: int, max_tokens: int):
-    """Both answers, the mask figure and the break point."""
+def run_lesson(engine, example: str, prompt: str, seed: int, max_tokens: int, submit_kwargs=None):
+    """Both answers, the mask figure and the break point.
+
+    Args:
+        engine: the page's engine; example: a name of :data:`EXAMPLES` (an unknown one: the
+            first); prompt: the prompt (empty: the example's own); seed, max_tokens: both runs'.
+        submit_kwargs: extra ``engine.submit`` arguments (the session's ``cache_salt``).
+
+    Returns:
+        ``(free answer Markdown, constrained answer Markdown, mask figure, note Markdown)``.
+    """
     schema = EXAMPLES.get(example) or next(iter(EXAMPLES.values()))
     prompt = prompt or PROMPTS.get(example, "")
-    _, held, free_out, held_out = _answers(engine, prompt, schema, seed, max_tokens)
+    _, held, free_out, held_out = _answers(engine, prompt, schema, seed, max_tokens, submit_kwargs)
     s = held_out.structured or {}
     note = (f"{broken_at(engine, schema, free_out)}\n\nUnder the schema: "
             f"{len(held_out.token_ids)} tokens, {s.get('forced_tokens', 0)} forced, of which "
@@ -87,8 +100,10 @@ def run_lesson(engine, example: str, prompt: str, seed: int, max_tokens: int):
             mask_figure(list(held.events)), note)
 
 
-def build_constrained_lesson(engine) -> dict:
-    """The lesson's components inside an open ``gr.Tab`` context, wired to ``engine``."""
+def build(ctx) -> dict:
+    """The lesson's components inside an open ``gr.Tab`` context, wired to ``ctx.engine`` (a
+    user's prompt runs with ``ctx.session_kwargs``). Returns the components by name."""
+    engine, session_kwargs = ctx.engine, ctx.session_kwargs
     c = {}
     gr.Markdown(TEXT)
     with gr.Row():
@@ -109,11 +124,15 @@ def build_constrained_lesson(engine) -> dict:
     c["cd_plot"] = gr.Plot(show_label=False, elem_id="lesson-cd-plot")
     c["cd_note"] = gr.Markdown("", elem_id="lesson-cd-note")
 
-    c["cd_example"].change(lambda e: PROMPTS.get(e, ""), c["cd_example"], c["cd_prompt"],
+    def on_example(example):  # the example's own prompt
+        return PROMPTS.get(example, "")
+
+    c["cd_example"].change(guard(on_example), c["cd_example"], c["cd_prompt"],
                            show_progress="hidden", api_visibility="private")
 
-    def on_run(example, prompt, seed, n):
-        return run_lesson(engine, example, prompt, seed or 0, n)
+    def on_run(example, prompt, seed, n, request: gr.Request):
+        kwargs = session_kwargs(request.session_hash) if request is not None else {}
+        return run_lesson(engine, example, prompt, seed or 0, n, kwargs)
 
     c["cd_run"].click(guard(on_run), [c["cd_example"], c["cd_prompt"], c["cd_seed"], c["cd_tokens"]],
                       [c["cd_free"], c["cd_held"], c["cd_plot"], c["cd_note"]],
