@@ -193,7 +193,8 @@ class MemoryEstimate:
         """A JSON-ready dict, the spec nested and the KV formula spelled out as ``kv_formula``."""
         d = asdict(self)
         d["kv_formula"] = self.spec.formula_text(self.kv_dtype_bytes or self.dtype_bytes,
-                                                 self.seq_len, self.batch)
+                                                 self.seq_len, self.batch, self.samples,
+                                                 self.shared_tokens)
         return d
 
 

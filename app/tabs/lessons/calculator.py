@@ -185,14 +185,19 @@ def calculator_table(calc: dict) -> str:
 
 
 def _samples_note(calc: dict) -> str:
-    """The answers-per-request part of the KV row: both totals, with and without sharing."""
+    """The answers-per-request part of the KV row: the total counted (block sharing on or off, as
+    the checkbox says) first, then the other one for comparison."""
     n = calc.get("samples", 1)
     if n <= 1:
         return ""
-    return (f"; {n} answers per request (beams or samples): <b>{fmt_bytes(calc['kv_bytes_unshared'])}</b> "
-            f"if each keeps its own prompt copy, <b>{fmt_bytes(calc['kv_bytes_shared'])}</b> with "
-            f"block sharing ({fmt_int(calc['shared_tokens'])} prompt tokens in full 16-token blocks "
-            f"stored once); counted: {'shared' if calc.get('block_sharing') else 'unshared'}")
+    unshared = f"<b>{fmt_bytes(calc['kv_bytes_unshared'])}</b> if each keeps its own prompt copy"
+    blocks = (f"{fmt_int(calc['shared_tokens'] if calc.get('block_sharing') else calc['kv_shareable_tokens'])}"
+              " prompt tokens in full 16-token blocks stored once")
+    shared = f"<b>{fmt_bytes(calc['kv_bytes_shared'])}</b> with block sharing ({blocks})"
+    if calc.get("block_sharing"):
+        return f"; {n} answers per request (beams or samples), counted with block sharing: {shared}; {unshared}"
+    return (f"; {n} answers per request (beams or samples), counted without block sharing: {unshared}; "
+            f"{shared} would be the figure with sharing on")
 
 
 def calculator_view(model: str, pasted: str | None, uploaded: str | None, seq_len, batch,
