@@ -160,7 +160,7 @@ def calculator_table(calc: dict) -> str:
                 "at once, the worst case")
     lines = [
         "| part | bytes | assumption |", "| --- | --- | --- |",
-        f"| weights | **{fmt_both(calc['weights_bytes'])}** | stored as {w} |",
+        f"| weights | **{fmt_both(calc['weights_bytes'])}** | stored as {w}{_weights_note(calc)} |",
         f"| KV cache | **{fmt_both(calc['kv_bytes'])}** | {kv}, {fmt_int(calc['kv_bytes_per_token'])} B "
         f"per token{_samples_note(calc)} |",
         f"| activations | **{fmt_both(act)}** | estimate, in {calc['dtype']}: {how} |",
@@ -182,6 +182,20 @@ def calculator_table(calc: dict) -> str:
     lines.append("\nMB and GB are decimal (10⁶ and 10⁹ bytes), MiB and GiB binary (2²⁰ and 2³⁰); GPU "
                  "memory is the nominal figure.")
     return "\n".join(lines)
+
+
+def _weights_note(calc: dict) -> str:
+    """For int4/int8 weights: the stored parts that add up to the weights row, beside the naive
+    bits ÷ 8 × parameters (which leaves out the scales and the int8 embedding and LM head)."""
+    parts = calc.get("weights_parts") or []
+    if not parts:
+        return ""
+    per = DTYPE_BYTES[calc["weights_dtype"]]
+    naive = per * calc["params"]
+    terms = " + ".join(f"{fmt_bytes(p['bytes'])} {p['how']}" for p in parts if p["bytes"])
+    return (f": {terms} = {fmt_bytes(sum(p['bytes'] for p in parts))}. "
+            f"{per:g} B × {fmt_int(calc['params'])} parameters alone would be {fmt_bytes(naive)}: the "
+            "difference is the scales and zeros and the int8 embedding and LM head")
 
 
 def _samples_note(calc: dict) -> str:

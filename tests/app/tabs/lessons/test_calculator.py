@@ -9,7 +9,8 @@ import re
 import pytest
 
 from app.tabs.lessons.calculator import (CHUNKED, DEFAULTS, NUMBERS, UNCHUNKED, calculator_update,
-                                   calculator_view, fmt_both)
+                                   calculator_table, calculator_view, fmt_both)
+from app.render.fmt import fmt_bytes
 from engine.experiments import calculator
 from engine.telemetry.estimator import activation_estimate, estimate, load_spec, quantized_weight_bytes
 
@@ -143,3 +144,29 @@ def test_gemma_equation_is_the_one_the_result_comes_from():
     calc = calculator.calculate("google/gemma-2-2b", 8192, 1, "fp16")
     assert calc["kv_formula"] == ("2 × 4 KV heads × 256 head_dim × 2 B × 1 batch × (13 full layers × 8,192 "
                                   "tokens + 13 sliding layers × 4,096 tokens) = 654,311,424 B")
+
+
+@pytest.mark.parametrize("weights", ["int4", "int8"])
+def test_quantized_weights_row_says_what_is_beyond_bits_times_parameters(weights):
+    """Qwen2.5-7B in int4 is 5.2 GB, not 0.5 B × 7.6 B = 3.8 GB: the row adds up the codes, the
+    scales and zeros, the int8 embedding and LM head and the norms, and those parts are the estimate."""
+    calc = calculator.calculate(QWEN, 2048, 1, "fp16", weights=weights)
+    parts = {p["name"]: p for p in calc["weights_parts"]}
+    spec = load_spec(QWEN)
+    assert sum(p["bytes"] for p in parts.values()) == calc["weights_bytes"] == \
+        quantized_weight_bytes(spec, weights, 2)
+    assert sum(p["params"] for p in parts.values()) == calc["params"] == spec.weight_count()
+    v, h = spec.vocab_size, spec.hidden_size
+    assert parts["tables"]["bytes"] == 2 * (v * h + 2 * v)  # untied: embedding and LM head, int8 + scales
+    per = 0.5 if weights == "int4" else 1
+    assert parts["codes"]["bytes"] == per * parts["codes"]["params"]
+    if weights == "int4":  # a bf16 scale and a bf16 zero per 32 weights: 4 B per 32
+        assert parts["scales"]["bytes"] == parts["codes"]["params"] // 32 * 4
+    row = next(ln for ln in calculator_table(calc).splitlines() if ln.startswith("| weights"))
+    assert f"{per:g} B × {calc['params']:,} parameters alone would be {fmt_bytes(per * calc['params'])}" in row
+    for p in parts.values():
+        assert f"{fmt_bytes(p['bytes'])} {p['how']}" in row
+    assert "scales and zeros" in row and "int8 embedding and LM head" in row
+    if weights == "int4":
+        assert "5.2 GB" in row and "3.8 GB" in row
+    assert calculator.calculate(QWEN, 2048, 1, "fp16")["weights_parts"] == []
