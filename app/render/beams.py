@@ -27,7 +27,8 @@ copies of the prompt's keys and values. With a paged cache (PagedAttention, Kwon
 reference count says how many beams hold each one. Only the last, partly filled block is copied,
 and only when a beam writes into a block it shares (*copy-on-write*). A beam that falls out of the
 top *k* frees its blocks. Below, shared blocks show their reference count: the logical tokens
-(what *k* separate caches would hold) against the physical blocks really in use.
+(what *k* separate caches would hold, the "k times the KV cache" of the Lessons tab's
+sampling explorer) against the physical blocks really in use.
 """
 
 

@@ -374,3 +374,15 @@ def test_quantization_lesson_figure_and_table():
     assert "| int4 weights, fp8 KV | 15.60 | 93.0% |" in table and "11,520 B" in table
     assert "3.50×" in table and "128 tokens" in table
     assert "quantize the weights" in lessons.TEXT and "KV cache" in lessons.TEXT
+
+
+def test_quantization_lesson_says_its_fp32_is_the_4_bit_file_dequantized():
+    from app.tabs.lessons.quantization import TEXT
+
+    assert "fp32 is that 4-bit file dequantized" in TEXT and "int4 agrees with it best" in TEXT
+
+
+def test_greedy_hint_names_the_default_repetition_penalty():
+    text = (REPO / "app" / "page.py").read_text(encoding="utf-8")
+    assert "0 = greedy: always the most likely token, after the repetition penalty" in text
+    assert "1.1 by default" in text and "value=1.1" in text
