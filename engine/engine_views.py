@@ -27,7 +27,9 @@ class EngineViews:
 
     @property
     def pool_bytes(self) -> int | None:
-        """Bytes of the paged KV pool (``None`` without one)."""
+        """Bytes of the paged KV pool as allocated, ``num_blocks × block_bytes`` (``None`` without
+        one): the budget (``EngineConfig.kv_cache_bytes``) rounded down to whole blocks. The
+        memory breakdown's ``kv_cache`` part is this same figure before, during and after requests."""
         return self.pool.nbytes if self.pool is not None else None
 
     def rolling_summary(self) -> dict:

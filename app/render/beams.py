@@ -27,7 +27,8 @@ copies of the prompt's keys and values. With a paged cache (PagedAttention, Kwon
 reference count says how many beams hold each one. Only the last, partly filled block is copied,
 and only when a beam writes into a block it shares (*copy-on-write*). A beam that falls out of the
 top *k* frees its blocks. Below, shared blocks show their reference count: the logical tokens
-(what *k* separate caches would hold) against the physical blocks really in use.
+(what *k* separate caches would hold, the "k times the KV cache" of the Lessons tab's
+sampling explorer) against the physical blocks really in use.
 """
 
 
@@ -60,7 +61,8 @@ def _tokens(ids: list[int], decode) -> str:
     return "".join(f"<span class='beam-tok'>{_esc(decode([t]))}</span>" for t in ids)
 
 
-def beam_html(view: dict | None, decode, block_size: int, final: list[dict] | None = None) -> str:
+def beam_html(view: dict | None, decode, block_size: int, final: list[dict] | None = None,
+              last_live: dict | None = None) -> str:
     """The beam search at one step.
 
     Args:
@@ -68,10 +70,13 @@ def beam_html(view: dict | None, decode, block_size: int, final: list[dict] | No
         decode: ``token ids -> text`` (the tokenizer's decode).
         block_size: tokens per KV block.
         final: the output's answers (``{"text", "score", "finish_reason"}``) once done.
+        last_live: the latest view that still had live beams; when ``view`` has none (the
+            search has ended) the logical-against-physical summary is that step's, so it stays.
 
     Returns:
         Live beams with their tokens, cumulative logprobs and block tables (a shared block shows
-        its reference count), the pruned beams, finished hypotheses, and the logical against
+        its reference count), the pruned beams, finished hypotheses (their raw cumulative
+        logprob and their length-normalised score in separate columns), and the logical against
         physical KV tokens.
     """
     if not view:
@@ -83,31 +88,46 @@ def beam_html(view: dict | None, decode, block_size: int, final: list[dict] | No
         cells = "".join(
             f"<span class='blk{' blk-shared' if blk in refs else ''}' title='block {blk}'>"
             f"{blk}{f'<sup>×{refs[blk]}</sup>' if blk in refs else ''}</span>" for blk in b["blocks"])
-        rows.append(f"<tr class='beam-live'><td>#{rank + 1}</td><td>{b['logprob']:.3f}</td>"
+        rows.append(f"<tr class='beam-live'><td>#{rank + 1}</td><td>{b['logprob']:.3f}</td><td>–</td>"
                     f"<td>{_tokens(b['token_ids'], decode)}</td><td class='beam-blocks'>{cells}</td></tr>")
     pruned = "".join(
-        f"<tr class='beam-pruned'><td>step {p['step']}</td><td>{p['logprob']:.3f}</td>"
+        f"<tr class='beam-pruned'><td>step {p['step']}</td><td>{p['logprob']:.3f}</td><td>–</td>"
         f"<td><s>{_tokens(p['token_ids'], decode)}</s></td><td>freed</td></tr>"
         for p in reversed((view.get("pruned") or [])[-6:]))
     fin = "".join(
-        f"<tr class='beam-finished'><td>{html.escape(str(h['reason']))}</td><td>{h['score']:.3f}</td>"
-        f"<td>{_tokens(h['token_ids'], decode)}</td><td></td></tr>" for h in view.get("finished") or [])
-    logical = view.get("logical_tokens", 0)
-    physical = view.get("physical_tokens", 0)
-    n = len(live)
-    summary = (f"<div class='beam-memory'>{n} beams: {logical:,} tokens logically "
-               f"({n} × {logical // n if n else 0:,}), {physical:,} tokens of blocks physically "
-               f"({view.get('physical_blocks', 0)} blocks of {block_size}); "
-               f"{len(refs)} blocks shared.</div>") if n else ""
+        f"<tr class='beam-finished'><td>{html.escape(str(h['reason']))}</td><td>{_logprob(h)}</td>"
+        f"<td>{h['score']:.3f}</td><td>{_tokens(h['token_ids'], decode)}</td><td></td></tr>"
+        for h in view.get("finished") or [])
+    summary = _memory_summary(view if live else last_live, block_size, ended=not live)
     answer = ""
     if final:
         answer = "".join(f"<div class='beam-answer'><b>answer {i + 1}</b> (score {o['score']:.3f}, "
                          f"{html.escape(str(o['finish_reason']))}): {_esc(o['text'])}</div>"
                          for i, o in enumerate(final))
-    head = ("<tr><th></th><th>cumulative logprob / score</th><th>tokens</th>"
-            "<th>block table (×n: shared by n beams)</th></tr>")
+    head = ("<tr><th></th><th>cumulative logprob</th><th>score (logprob ÷ length<sup>penalty</sup>, "
+            "finished only)</th><th>tokens</th><th>block table (×n: shared by n beams)</th></tr>")
     return (f"<div class='beam-view'><div class='beam-step'>step {view.get('step', 0)}</div>{summary}"
             f"<table class='beam-table'>{head}{''.join(rows)}"
-            f"{'<tr><th colspan=4>finished hypotheses</th></tr>' + fin if fin else ''}"
-            f"{'<tr><th colspan=4>pruned beams</th></tr>' + pruned if pruned else ''}"
+            f"{'<tr><th colspan=5>finished hypotheses</th></tr>' + fin if fin else ''}"
+            f"{'<tr><th colspan=5>pruned beams</th></tr>' + pruned if pruned else ''}"
             f"</table>{answer}</div>")
+
+
+def _logprob(h: dict) -> str:
+    lp = h.get("logprob")
+    return f"{lp:.3f}" if lp is not None else "–"
+
+
+def _memory_summary(view: dict | None, block_size: int, ended: bool) -> str:
+    """Logical against physical KV tokens of a view with live beams (``""`` without one); once
+    the search has ended, said of the last step that had them."""
+    live = (view or {}).get("live") or []
+    n = len(live)
+    if not n:
+        return ""
+    logical, physical = view.get("logical_tokens", 0), view.get("physical_tokens", 0)
+    shared = len(view.get("ref_counts") or {})
+    when = f"At step {view.get('step', 0)}, the last with live beams, " if ended else ""
+    return (f"<div class='beam-memory'>{when}{n} beams: {logical:,} tokens logically "
+            f"({n} × {logical // n:,}), {physical:,} tokens of blocks physically "
+            f"({view.get('physical_blocks', 0)} blocks of {block_size}); {shared} blocks shared.</div>")

@@ -61,13 +61,15 @@ def latency_formula_html(metrics: dict) -> str:
 
     Args:
         metrics: ``RunState.live_metrics()``: ``ttft_s``, ``tpot_s`` (seconds, ``None`` while
-            undefined), ``output_tokens`` (N), ``e2e_s`` and ``final``.
+            undefined), ``output_tokens`` (N), ``e2e_s``, ``final`` and optionally
+            ``step_sum_s`` (the sum of the request's own step times).
 
     Returns:
         One ``<div class='latency-formula'>``, or ``""`` before the first token. The formula
         (seed article 002, §6.1) holds by the metric definitions: TTFT ends at the first token and
-        the N − 1 later tokens take TPOT each on average; the measured end-to-end time adds only
-        the finishing bookkeeping after the last token.
+        the N − 1 later tokens take TPOT each on average, all from the same token timestamps as
+        end-to-end, which adds only the finishing bookkeeping after the last token. The line says
+        so, and checks it against something measured apart: the sum of the step times.
     """
     n = int(metrics.get("output_tokens") or 0)
     ttft = metrics.get("ttft_s")
@@ -76,10 +78,17 @@ def latency_formula_html(metrics: dict) -> str:
     tpot = metrics.get("tpot_s") or 0.0
     total = ttft + tpot * (n - 1)
     e2e = metrics.get("e2e_s")
-    measured = (f" · measured end-to-end {fmt_seconds(e2e)}"
-                if metrics.get("final") and e2e is not None else "")
+    measured = (f" · measured end-to-end {fmt_seconds(e2e)}, equal by definition: both come from the "
+                "same token timestamps" if metrics.get("final") and e2e is not None else "")
+    steps = metrics.get("step_sum_s")
+    check = ""
+    if steps:
+        rest = max(0.0, total - steps)
+        check = (f"<br>Measured apart: this request's steps (forward pass and sampling) add up to "
+                 f"<b>{fmt_seconds(steps)}</b>; the other {fmt_seconds(rest)} is time outside them: "
+                 "queueing, scheduling and streaming between steps")
     return (f"<div class='latency-formula'>Latency = TTFT + TPOT × (N − 1) = {fmt_seconds(ttft)} + "
-            f"{fmt_seconds(tpot)} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}</div>")
+            f"{fmt_seconds(tpot)} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}{check}</div>")
 
 
 def status_html(text: str, kind: str = "info") -> str:

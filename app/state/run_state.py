@@ -195,8 +195,7 @@ class RunState:
             dict with ``queue_time_s, ttft_s, tpot_s, e2e_s, prefill_tokens_per_s,
             decode_tokens_per_s, prompt_tokens, output_tokens, cached_prompt_tokens,
             computed_prompt_tokens`` (seconds, tokens/s, tokens; prefill speed counts computed
-            prompt tokens only) and
-            ``final`` (bool).
+            prompt tokens only), ``step_sum_s`` (:meth:`step_sum_s`) and ``final`` (bool).
         """
         if self.final_metrics is not None:
             m = dict(self.final_metrics)
@@ -205,6 +204,7 @@ class RunState:
                 "decode_tokens_per_s", "prompt_tokens", "output_tokens", "cached_prompt_tokens",
                 "computed_prompt_tokens")}
             out["final"] = True
+            out["step_sum_s"] = self.step_sum_s()
             return out
         now = time.perf_counter() if now is None else now
         n = len(self.token_times)
@@ -218,6 +218,7 @@ class RunState:
                                  "prompt_tokens", "output_tokens", "cached_prompt_tokens",
                                  "computed_prompt_tokens")}
         out["final"] = False
+        out["step_sum_s"] = self.step_sum_s()
         # the engine's formulas give 0 where a figure is not defined yet: show a dash instead
         if not started:
             out["queue_time_s"] = None
@@ -230,6 +231,15 @@ class RunState:
         if not (n > 1 and m["decode_time_s"] > 0):
             out["tpot_s"] = out["decode_tokens_per_s"] = None
         return out
+
+    def step_sum_s(self) -> float:
+        """Seconds of this request's own steps: the sum of each step's ``end_s − start_s`` (its
+        forward pass and sampling), a step counted once when several of its tokens share it
+        (speculative decoding). Measured apart from the token timestamps that TTFT, TPOT and
+        end-to-end come from, so it checks the latency formula independently; the rest of the
+        latency is queueing and the engine's work between steps."""
+        spans = {(ev.start_s, ev.end_s) for ev in self.events}
+        return sum(max(0.0, end - start) for start, end in spans)
 
     def status_line(self) -> str:
         """One line for the status bar: waiting / generating / finished and why."""

@@ -6,7 +6,7 @@ the GPU table and searches for the largest batch and context that fit each card.
 
 from __future__ import annotations
 
-from engine.telemetry.estimator import estimate, load_spec
+from engine.telemetry.estimator import estimate, load_spec, quantized_weight_parts
 
 # Nominal memory of common data-centre GPUs, in decimal bytes (1 GB = 1e9 B). Usable memory is
 # a little less: the CUDA context and the allocator take some.
@@ -83,9 +83,13 @@ def calculate(model, seq_len: int = 2048, batch: int = 1, dtype: str = "fp16", *
     Returns:
         ``model``, ``dtype`` (activations), ``weights_dtype``, ``kv_dtype``, ``seq_len``,
         ``batch``, ``samples``, ``max_positions``, ``weights_bytes``, ``kv_bytes``,
-        ``kv_bytes_unshared`` and ``kv_bytes_shared`` (the KV cache without and with block
-        sharing), ``kv_bytes_per_token``, ``activation_bytes``, ``overhead_bytes``,
-        ``total_bytes`` (all equal to ``estimate()``'s), ``chunk_tokens``, ``kv_formula`` and
+        ``params`` (parameters), ``weights_parts`` (for int4/int8 weights the stored parts,
+        :func:`~engine.telemetry.estimator.quantized_weight_parts`, summing to
+        ``weights_bytes``; empty otherwise), ``kv_bytes_unshared`` and ``kv_bytes_shared`` (the KV cache without and with block
+        sharing), ``shared_tokens`` (prompt tokens stored once in the counted total) and
+        ``kv_shareable_tokens`` (those block sharing would store once), ``kv_bytes_per_token``, ``activation_bytes``, ``overhead_bytes``,
+        ``total_bytes`` (all equal to ``estimate()``'s), ``chunk_tokens``, ``kv_formula`` (the
+        product ``kv_bytes`` comes from: :meth:`ModelSpec.formula_text`) and
         ``gpus``: per GPU ``name``, ``memory_bytes``, ``fits`` (total ≤ memory), ``max_batch``
         (at ``seq_len``) and ``max_context`` (at ``batch``, capped at the model's window).
 
@@ -108,11 +112,15 @@ def calculate(model, seq_len: int = 2048, batch: int = 1, dtype: str = "fp16", *
              "max_context": max_context(spec, act_dtype, batch, cap, **opts)} for name, cap in GPUS]
     return {"model": spec.name, "dtype": act_dtype, "weights_dtype": weights or dtype, "kv_dtype": kv_dtype,
             "seq_len": seq_len, "batch": batch, "samples": est.samples,
-            "prompt_tokens": min(max(0, int(prompt_tokens)), seq_len), "shared_tokens": est.shared_tokens,
+            "prompt_tokens": min(max(0, int(prompt_tokens)), seq_len), "shared_tokens": est.shared_tokens, "kv_shareable_tokens": shared.shared_tokens,
             "block_sharing": bool(block_sharing), "chunk_tokens": chunk_tokens,
             "max_positions": spec.max_positions, "weights_bytes": est.weights_bytes,
+            "params": spec.weight_count(),
+            "weights_parts": (quantized_weight_parts(spec, weights, est.dtype_bytes)
+                              if weights in ("int4", "int8") else []),
             "kv_bytes": est.kv_bytes, "kv_bytes_shared": shared.kv_bytes,
             "kv_bytes_unshared": unshared.kv_bytes, "kv_bytes_per_token": est.kv_bytes_per_token,
             "activation_bytes": est.activation_bytes, "overhead_bytes": est.overhead_bytes,
             "total_bytes": est.total_bytes,
-            "kv_formula": spec.formula_text(est.kv_dtype_bytes, seq_len, batch), "gpus": gpus}
+            "kv_formula": spec.formula_text(est.kv_dtype_bytes, seq_len, batch, est.samples, est.shared_tokens),
+            "gpus": gpus}

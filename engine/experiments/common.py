@@ -195,3 +195,12 @@ def warm_then_run(loaded, engine, prompt: str, max_tokens: int, progress, start:
 def step_ms(events, phase: str = "decode") -> list[float]:
     """Durations of the events of one phase, in milliseconds, in step order."""
     return [e.duration_s * 1000.0 for e in events if e.phase == phase]
+
+
+def first_mismatch(a: list[int], b: list[int]) -> int | None:
+    """Index (0-based) of the first position where token lists ``a`` and ``b`` differ; the shorter
+    length when one is a prefix of the other; ``None`` when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))

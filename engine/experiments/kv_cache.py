@@ -14,11 +14,15 @@ fields beyond the common ones (see :mod:`.common`):
 - ``on_slope_us_per_token``, ``off_slope_us_per_token``: robust (Theil–Sen) slope of step
   latency against the output position, microseconds per token of length.
 - ``identical_tokens``: both runs produced the same greedy tokens.
+- ``first_mismatch``: 0-based index of the first output token where they part, ``None`` when
+  identical. They can part: the cached decode and the full causal recompute use different
+  kernels and summation orders, which round differently in bf16/int4 (and much less in fp32),
+  and a near-tie between two candidates then flips the greedy choice.
 """
 
 from __future__ import annotations
 
-from engine.experiments.common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
+from engine.experiments.common import (STORY_PROMPT, engine_config, engine_for, first_mismatch, median, report, result, row,
                      run_engine, salted, step_ms)
 
 NAME = "kv-cache"
@@ -74,7 +78,8 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
                  on_total_s=busy(on), off_total_s=busy(off),
                  total_time_ratio=busy(off) / busy(on) if busy(on) > 0 else 0.0,
                  on_slope_us_per_token=slope(on_ms) * 1000, off_slope_us_per_token=slope(off_ms) * 1000,
-                 identical_tokens=on.token_ids == off.token_ids)
+                 identical_tokens=on.token_ids == off.token_ids,
+                 first_mismatch=first_mismatch(on.token_ids, off.token_ids))
     res["summary"] = [
         row("total time, KV cache on", res["on_total_s"], "s"),
         row("total time, KV cache off", res["off_total_s"], "s"),

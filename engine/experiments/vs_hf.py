@@ -18,18 +18,11 @@ both sides alike. Result fields beyond the common ones (see :mod:`.common`):
 from __future__ import annotations
 
 from engine.experiments.common import (STORY_PROMPT, engine_config, engine_for, median, report, result, row,
-                     run_engine, salted)
+                     first_mismatch, run_engine, salted)
 from engine.experiments.hf import hf_generate
 
 NAME = "vs-hf"
 TITLE = "Engine vs Hugging Face generate (greedy, batch 1)"
-
-
-def _first_mismatch(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | None = None,
@@ -71,7 +64,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | No
             ref = hf_generate(loaded, [ids], new_tokens)
             theirs = {k: ref[k] for k in ("ttft_s", "decode_tokens_per_s", "e2e_s")}
             runs.append({"engine": mine, "hf": theirs})
-            bad = _first_mismatch(res.token_ids, ref["token_ids"][0])
+            bad = first_mismatch(res.token_ids, ref["token_ids"][0])
             if bad is not None and first_bad is None:
                 first_bad = bad
     report(progress, 1.0, "done")

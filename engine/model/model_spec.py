@@ -207,15 +207,45 @@ class ModelSpec:
         total += 0 if self.tie_word_embeddings else self.vocab_size * h
         return total
 
-    def formula_text(self, dtype_bytes: float, tokens: int | None = None, batch: int = 1) -> str:
-        """The KV formula with this model's numbers, e.g. ``"2 × 30 layers × 3 KV heads × 64
-        head_dim × 4 B = 46,080 B per token"``; with ``tokens`` the whole cache's bytes."""
-        head = (f"2 × {self.layers} layers × {self.kv_heads} KV heads × {self.head_dim} head_dim"
-                f" × {_fmt(dtype_bytes)} B")
+    def formula_text(self, dtype_bytes: float, tokens: int | None = None, batch: int = 1,
+                     samples: int = 1, shared_tokens: int = 0) -> str:
+        """The KV formula with this model's numbers, written as the product the result comes from.
+
+        Without ``tokens``: ``"2 × 30 layers × 3 KV heads × 64 head_dim × 4 B = 46,080 B per
+        token"``. With ``tokens``: the whole cache, ``"... × 2,048 tokens × 1 batch = ... B"``;
+        sliding-window layers count at ``min(tokens, window)`` and full layers at ``tokens``
+        (``"2 × 4 KV heads × 256 head_dim × 2 B × 1 batch × (13 full layers × 8,192 tokens +
+        13 sliding layers × 4,096 tokens) = 654,311,424 B"``). With ``samples`` answers per
+        request (beams or parallel samples) each answer holds its own ``tokens − shared_tokens``
+        and the ``shared_tokens`` prompt blocks are stored once (0 = no block sharing), as
+        :func:`engine.telemetry.estimator.estimate` counts them. Dropping the words leaves
+        arithmetic whose value is the printed result.
+        """
         if tokens is None:
+            head = (f"2 × {self.layers} layers × {self.kv_heads} KV heads × {self.head_dim} head_dim"
+                    f" × {_fmt(dtype_bytes)} B")
             return f"{head} = {self.kv_bytes_per_token(dtype_bytes):,} B per token"
-        text = f"{head} × {tokens:,} tokens × {batch} batch"
-        if self.sliding_layers and self.sliding_window is not None and tokens > self.sliding_window:
-            text += (f" ({self.sliding_layers} sliding layers keep at most"
-                     f" {self.sliding_window:,} tokens)")
-        return f"{text} = {self.kv_cache_bytes(tokens, dtype_bytes, batch):,} B"
+        samples = max(1, int(samples))
+        if samples == 1:
+            return f"{self._kv_term(dtype_bytes, tokens, f'{batch} batch')} = " \
+                   f"{self.kv_cache_bytes(tokens, dtype_bytes, batch):,} B"
+        shared = max(0, min(int(shared_tokens), tokens))
+        own = tokens - shared
+        terms, total = [], self.kv_cache_bytes(own, dtype_bytes, batch * samples)
+        if shared:
+            terms.append(self._kv_term(dtype_bytes, shared, f"{batch} batch"))
+            total += self.kv_cache_bytes(shared, dtype_bytes, batch)
+        terms.append(self._kv_term(dtype_bytes, own, f"({batch} batch × {samples} answers)"))
+        return f"{' + '.join(terms)} = {total:,} B"
+
+    def _kv_term(self, dtype_bytes: float, tokens: int, seqs: str) -> str:
+        """One product of :meth:`formula_text`: ``tokens`` per sequence for ``seqs`` sequences."""
+        b = _fmt(dtype_bytes)
+        if not (self.sliding_layers and self.sliding_window is not None and tokens > self.sliding_window):
+            return (f"2 × {self.layers} layers × {self.kv_heads} KV heads × {self.head_dim} head_dim"
+                    f" × {b} B × {tokens:,} tokens × {seqs}")
+        full = self.layers - self.sliding_layers
+        parts = [f"{full} full layers × {tokens:,} tokens"] if full else []
+        parts.append(f"{self.sliding_layers} sliding layers × {self.sliding_window:,} tokens")
+        layers = parts[0] if len(parts) == 1 else f"({' + '.join(parts)})"
+        return f"2 × {self.kv_heads} KV heads × {self.head_dim} head_dim × {b} B × {seqs} × {layers}"

@@ -193,7 +193,8 @@ class MemoryEstimate:
         """A JSON-ready dict, the spec nested and the KV formula spelled out as ``kv_formula``."""
         d = asdict(self)
         d["kv_formula"] = self.spec.formula_text(self.kv_dtype_bytes or self.dtype_bytes,
-                                                 self.seq_len, self.batch)
+                                                 self.seq_len, self.batch, self.samples,
+                                                 self.shared_tokens)
         return d
 
 
@@ -205,6 +206,48 @@ def _spec_of(config) -> ModelSpec:
     return ModelSpec.from_config(config, source="config given by the caller")
 
 
+def quantized_weight_parts(spec: ModelSpec, weights: str, compute_bytes: float) -> list[dict]:
+    """The parts of :func:`quantized_weight_bytes`, so a page can say why int4 weights are more
+    than 0.5 B × parameters.
+
+    Returns:
+        Dicts ``{"name", "params", "bytes", "how"}`` in this order: ``codes`` (the decoder
+        matrices' packed codes: ``N·K/2`` bytes for int4, ``N·K`` for int8), ``scales`` (int4: a
+        bf16 scale and zero per 32 inputs, ``N·K/32 × 4``; int8: a bf16 scale per output row,
+        ``N × 2``; ``params`` is 0: they are not parameters), ``tables`` (the input embedding and
+        the LM head, int8 with a bf16 scale per row, once when tied: ``V·h + V·2`` each) and
+        ``floats`` (norms and biases in the compute dtype). The bytes sum to
+        :func:`quantized_weight_bytes`; the params sum to ``spec.weight_count()``.
+    """
+    h, inter, v = spec.hidden_size, spec.intermediate_size, spec.vocab_size
+    q, kv = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
+    mats = [(q, h), (kv, h), (kv, h), (h, q)] + [(inter, h)] * (spec.mlp_matrices - 1) + [(h, inter)]
+    dec = spec.layers * sum(n * k for n, k in mats)
+    if weights == "int4":
+        codes = spec.layers * sum(n * k // 2 for n, k in mats)
+        scales = spec.layers * sum(n * k // 32 * 4 for n, k in mats)
+        how_codes, how_scales = "4-bit codes (0.5 B each)", "bf16 scale and zero per 32 weights"
+    else:
+        codes = dec
+        scales = spec.layers * sum(n * 2 for n, k in mats)
+        how_codes, how_scales = "8-bit codes (1 B each)", "bf16 scale per output row"
+    n_tables = 1 if spec.tie_word_embeddings else 2
+    floats = spec.weight_count() - v * h * n_tables - dec
+    tables_how = ("int8 embedding, tied with the LM head" if n_tables == 1 else "int8 embedding and LM head") + \
+        f" ({v:,} × {h:,}{'' if n_tables == 1 else ' each'}, a bf16 scale per row)"
+    return [
+        {"name": "codes", "params": dec, "bytes": codes, "how": f"decoder matrices in {how_codes}"},
+        {"name": "scales", "params": 0, "bytes": scales, "how": how_scales},
+        {"name": "tables", "params": v * h * n_tables, "bytes": (v * h + v * 2) * n_tables, "how": tables_how},
+        {"name": "floats", "params": floats, "bytes": int(round(floats * compute_bytes)),
+         "how": f"norms and biases ({_fmt_bytes_per(compute_bytes)} B each)"},
+    ]
+
+
+def _fmt_bytes_per(x: float) -> str:
+    return f"{int(x)}" if float(x).is_integer() else f"{x}"
+
+
 def quantized_weight_bytes(spec: ModelSpec, weights: str, compute_bytes: float) -> int:
     """Bytes of the weights as :mod:`engine.model.quant` stores them (what ``weight_bytes``
     measures once loaded, less non-parameter buffers such as rotary tables).
@@ -212,24 +255,14 @@ def quantized_weight_bytes(spec: ModelSpec, weights: str, compute_bytes: float) 
     ``int4``: each decoder matrix ``N × K`` as packed codes (``N·K/2``) plus a bf16 scale and
     zero per 32 inputs (``N·K/32 × 4``); ``int8``: ``N·K`` codes plus a bf16 scale per output
     row (``N × 2``). In both, the LM head and the input embedding are int8 per row (once when
-    tied); norms and biases stay in the compute dtype.
+    tied); norms and biases stay in the compute dtype. The sum of
+    :func:`quantized_weight_parts`.
 
     Args:
         spec: the model's numbers; weights: ``int4`` or ``int8``; compute_bytes: bytes per
             element of the compute dtype.
     """
-    h, inter, v = spec.hidden_size, spec.intermediate_size, spec.vocab_size
-    q, kv = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
-    mats = [(q, h), (kv, h), (kv, h), (h, q)] + [(inter, h)] * (spec.mlp_matrices - 1) + [(h, inter)]
-    if weights == "int4":
-        per = sum(n * k // 2 + n * k // 32 * 4 for n, k in mats)
-    else:
-        per = sum(n * k + n * 2 for n, k in mats)
-    table = v * h + v * 2
-    floats = spec.weight_count() - v * h * (1 if spec.tie_word_embeddings else 2) \
-        - spec.layers * sum(n * k for n, k in mats)
-    return int(spec.layers * per + table * (1 if spec.tie_word_embeddings else 2)
-               + round(floats * compute_bytes))
+    return sum(p["bytes"] for p in quantized_weight_parts(spec, weights, compute_bytes))
 
 
 def estimate(config, dtype: str = "fp16", batch: int = 1, seq_len: int = 2048,

@@ -312,3 +312,23 @@ def test_out_of_memory_frees_cache(engine, monkeypatch):
     assert out.finish_reason == "error" and "out of memory" in out.error
     s = wait_idle(engine)
     assert s["kv_bytes_live"] == 0 and s["blocks_used"] == 0
+
+
+def test_pool_is_one_figure_before_and_after_a_request(engine):
+    """The pool as allocated (blocks x block bytes) is what the memory breakdown and the KV card
+    show, the same before the first request and after one: not the 512 MiB budget it came from."""
+    from app.render.cards import kv_formula_html
+
+    pool = engine.pool
+    as_allocated = pool.num_blocks * pool.block_bytes
+    assert engine.pool_bytes == as_allocated == pool.nbytes
+    assert as_allocated <= 512 * 2**20 < as_allocated + pool.block_bytes  # the budget, whole blocks
+
+    def kv_part(memory):
+        return next(p.bytes for p in memory.parts if p.name == "kv_cache")
+
+    before = kv_part(engine.memory_snapshot())
+    card_before = kv_formula_html(engine.info, pool_bytes=engine.pool_bytes)
+    out = engine.submit("Say hello.", SamplingParams(temperature=0, max_tokens=4)).result(timeout=300)
+    assert before == kv_part(out.memory) == kv_part(engine.memory_snapshot()) == as_allocated
+    assert kv_formula_html(engine.info, pool_bytes=engine.pool_bytes) == card_before

@@ -69,12 +69,14 @@ def run(pg, session_id: str, mode, prompt, width, temperature, max_tokens, lengt
     decode = pg.engine.detokenize
     block_size = pg.engine_stats().block_size or 16
     texts: dict[int, str] = {}
-    view = None
+    view = last_live = None
     try:
         for batch in pg.follow(handle):
             for ev in batch:
                 if ev.beams is not None:
                     view = ev.beams
+                    if view.get("live"):
+                        last_live = view
                 else:
                     texts[ev.index] = texts.get(ev.index, "") + ev.text_delta
             if batch:
@@ -85,7 +87,7 @@ def run(pg, session_id: str, mode, prompt, width, temperature, max_tokens, lengt
         if mode == "beam":
             final = [{"text": o.text, "score": o.score or 0.0, "finish_reason": o.finish_reason}
                      for o in out.outputs]
-            html = beam_html(view, decode, block_size, final)
+            html = beam_html(view, decode, block_size, final, last_live)
         else:
             html = samples_html({o.index: o.text for o in out.outputs},
                                 {o.index: {"finish_reason": o.finish_reason,

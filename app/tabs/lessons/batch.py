@@ -31,7 +31,20 @@ TEXT = (
     "sequences ride almost free: total throughput climbs while each sequence's latency per token "
     "barely moves. Look for the **knee**, the batch after which doubling the sequences buys little "
     "throughput and mostly makes every token slower: there the step stops waiting for memory and "
-    "starts waiting for arithmetic (see the next lesson).")
+    "starts waiting for arithmetic (see the next lesson).\n\n"
+    "Two throughputs, both in tokens per second over all sequences: **decode-only = batch ÷ TPOT** "
+    "(TPOT is each sequence's time per output token after the first, median over the sequences), the "
+    "rate of the decode steps alone; and **end-to-end = batch × new tokens ÷ wall time**, from the "
+    "moment the requests go in to the last one finishing, so it includes the prefill of every prompt "
+    "and comes out lower. Each size runs once; the prompts and the answer length stay fixed.")
+DECODE = "#1B998B"
+
+
+def decode_throughput(row: dict) -> float:
+    """Decode-only throughput of one batch row, tokens/s: ``batch / TPOT`` with TPOT the row's
+    ``per_token_latency_ms`` (median over its sequences) in seconds; 0.0 when TPOT is 0."""
+    tpot_s = row["per_token_latency_ms"] / 1000
+    return row["batch"] / tpot_s if tpot_s > 0 else 0.0
 
 
 def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None = None) -> dict:
@@ -41,7 +54,8 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
     Returns:
         ``engine.experiments.batch.run``'s result; its ``rows`` hold, per batch size,
         ``per_token_latency_ms`` (median TPOT of the sequences, ms) and
-        ``throughput_tokens_per_s`` (batch × new tokens / wall time, tokens per second).
+        ``throughput_tokens_per_s`` (end to end: batch × new tokens / wall time, prefill
+        included, tokens per second); :func:`decode_throughput` gives decode-only batch ÷ TPOT.
 
     Raises:
         ValueError: ``new_tokens`` outside [4, 128] (the message names it).
@@ -76,23 +90,29 @@ def knee(rows: list[dict], gain: float = KNEE_GAIN) -> dict:
 
 
 def batch_figure(rows: list[dict] | None) -> go.Figure:
-    """Latency per token (ms, left) and total throughput (tokens/s, right, with the ideal of
-    batch × batch-1's throughput) against the batch size; the knee as a dotted line."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("latency per token of each sequence (ms)",
-                                                        "total throughput (tokens/s)"))
+    """Latency per token (ms, left) and throughput (tokens/s, right: end to end, the ideal of
+    batch × batch-1's end-to-end rate, and decode-only batch ÷ TPOT) against the batch size;
+    the knee as a dotted line. Traces: latency, end to end, ideal, decode-only."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("latency per token of each sequence (TPOT, ms)",
+                                                        "throughput, all sequences (tokens/s)"))
     rows = sorted(rows or [], key=lambda r: r["batch"])
     b = [r["batch"] for r in rows]
     fig.add_trace(go.Scatter(x=b, y=[r["per_token_latency_ms"] for r in rows], mode="lines+markers",
                              name="latency per token", line={"color": LATENCY, "width": 2},
                              hovertemplate="batch %{x}: %{y:.1f} ms per token<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Scatter(x=b, y=[r["throughput_tokens_per_s"] for r in rows], mode="lines+markers",
-                             name="total throughput", line={"color": THROUGHPUT, "width": 2},
-                             hovertemplate="batch %{x}: %{y:.0f} tokens/s<extra></extra>"), row=1, col=2)
+                             name="end to end: batch × new tokens ÷ wall time (prefill included)",
+                             line={"color": THROUGHPUT, "width": 2},
+                             hovertemplate="batch %{x}: %{y:.0f} tokens/s end to end<extra></extra>"), row=1, col=2)
     if rows:
         one = rows[0]["throughput_tokens_per_s"] / rows[0]["batch"]
         fig.add_trace(go.Scatter(x=b, y=[one * x for x in b], mode="lines", name="if sequences were free",
                                  line={"color": IDEAL, "dash": "dash", "width": 1},
                                  hovertemplate="batch %{x}: %{y:.0f} tokens/s (ideal)<extra></extra>"),
+                      row=1, col=2)
+        fig.add_trace(go.Scatter(x=b, y=[decode_throughput(r) for r in rows], mode="lines+markers",
+                                 name="decode only: batch ÷ TPOT", line={"color": DECODE, "width": 2},
+                                 hovertemplate="batch %{x}: %{y:.0f} tokens/s decoding<extra></extra>"),
                       row=1, col=2)
         k = knee(rows)["batch"]
         if k is not None:
@@ -111,6 +131,12 @@ def batch_figure(rows: list[dict] | None) -> go.Figure:
     return fig
 
 
+def _decode_line(row: dict) -> str:
+    """``"<b>55.4 tok/s</b> (16 ÷ 0.289 s)"``: decode-only throughput with the division it is."""
+    return (f"<b>{fmt_rate(decode_throughput(row))}</b> ({row['batch']} ÷ "
+            f"{row['per_token_latency_ms'] / 1000:.3f} s)")
+
+
 def batch_summary(res: dict) -> str:
     """HTML: the knee in numbers and why it is there (or that no knee showed up to batch 16)."""
     rows = [r for r in res.get("rows", []) if r.get("backend", "engine") == "engine"]
@@ -118,9 +144,10 @@ def batch_summary(res: dict) -> str:
         return ""
     rows = sorted(rows, key=lambda r: r["batch"])
     first, last = rows[0], rows[-1]
-    span = (f"From batch {first['batch']} to {last['batch']}, total throughput went from "
+    span = (f"From batch {first['batch']} to {last['batch']}, end-to-end throughput went from "
             f"<b>{fmt_rate(first['throughput_tokens_per_s'])}</b> to <b>{fmt_rate(last['throughput_tokens_per_s'])}</b> "
-            f"({last['throughput_tokens_per_s'] / first['throughput_tokens_per_s']:.1f}×) while the latency per token "
+            f"({last['throughput_tokens_per_s'] / first['throughput_tokens_per_s']:.1f}×) and decode-only "
+            f"throughput from {_decode_line(first)} to {_decode_line(last)}, while the latency per token "
             f"went from {first['per_token_latency_ms']:.0f} ms to {last['per_token_latency_ms']:.0f} ms "
             f"({last['per_token_latency_ms'] / first['per_token_latency_ms']:.1f}×). ")
     k = knee(rows)
@@ -128,7 +155,7 @@ def batch_summary(res: dict) -> str:
         why = (f"Every doubling raised throughput by at least {KNEE_GAIN:g}×: up to batch {last['batch']} "
                "the step is still bound by reading the weights, so no knee yet.")
     else:
-        why = (f"The <b>knee is at batch {k['batch']}</b>: going to {k['next']} raised throughput only "
+        why = (f"The <b>knee is at batch {k['batch']}</b>: going to {k['next']} raised end-to-end throughput only "
                f"{k['throughput_gain']:.2f}× and made each token {k['latency_growth']:.2f}× slower. Below it "
                "the step mostly streams the weights, shared by every sequence; past it the arithmetic (and each "
                "sequence's own KV cache) grows with the batch, so extra sequences mostly wait.")

@@ -160,7 +160,7 @@ def calculator_table(calc: dict) -> str:
                 "at once, the worst case")
     lines = [
         "| part | bytes | assumption |", "| --- | --- | --- |",
-        f"| weights | **{fmt_both(calc['weights_bytes'])}** | stored as {w} |",
+        f"| weights | **{fmt_both(calc['weights_bytes'])}** | stored as {w}{_weights_note(calc)} |",
         f"| KV cache | **{fmt_both(calc['kv_bytes'])}** | {kv}, {fmt_int(calc['kv_bytes_per_token'])} B "
         f"per token{_samples_note(calc)} |",
         f"| activations | **{fmt_both(act)}** | estimate, in {calc['dtype']}: {how} |",
@@ -184,15 +184,34 @@ def calculator_table(calc: dict) -> str:
     return "\n".join(lines)
 
 
+def _weights_note(calc: dict) -> str:
+    """For int4/int8 weights: the stored parts that add up to the weights row, beside the naive
+    bits ÷ 8 × parameters (which leaves out the scales and the int8 embedding and LM head)."""
+    parts = calc.get("weights_parts") or []
+    if not parts:
+        return ""
+    per = DTYPE_BYTES[calc["weights_dtype"]]
+    naive = per * calc["params"]
+    terms = " + ".join(f"{fmt_bytes(p['bytes'])} {p['how']}" for p in parts if p["bytes"])
+    return (f": {terms} = {fmt_bytes(sum(p['bytes'] for p in parts))}. "
+            f"{per:g} B × {fmt_int(calc['params'])} parameters alone would be {fmt_bytes(naive)}: the "
+            "difference is the scales and zeros and the int8 embedding and LM head")
+
+
 def _samples_note(calc: dict) -> str:
-    """The answers-per-request part of the KV row: both totals, with and without sharing."""
+    """The answers-per-request part of the KV row: the total counted (block sharing on or off, as
+    the checkbox says) first, then the other one for comparison."""
     n = calc.get("samples", 1)
     if n <= 1:
         return ""
-    return (f"; {n} answers per request (beams or samples): <b>{fmt_bytes(calc['kv_bytes_unshared'])}</b> "
-            f"if each keeps its own prompt copy, <b>{fmt_bytes(calc['kv_bytes_shared'])}</b> with "
-            f"block sharing ({fmt_int(calc['shared_tokens'])} prompt tokens in full 16-token blocks "
-            f"stored once); counted: {'shared' if calc.get('block_sharing') else 'unshared'}")
+    unshared = f"<b>{fmt_bytes(calc['kv_bytes_unshared'])}</b> if each keeps its own prompt copy"
+    blocks = (f"{fmt_int(calc['shared_tokens'] if calc.get('block_sharing') else calc['kv_shareable_tokens'])}"
+              " prompt tokens in full 16-token blocks stored once")
+    shared = f"<b>{fmt_bytes(calc['kv_bytes_shared'])}</b> with block sharing ({blocks})"
+    if calc.get("block_sharing"):
+        return f"; {n} answers per request (beams or samples), counted with block sharing: {shared}; {unshared}"
+    return (f"; {n} answers per request (beams or samples), counted without block sharing: {unshared}; "
+            f"{shared} would be the figure with sharing on")
 
 
 def calculator_view(model: str, pasted: str | None, uploaded: str | None, seq_len, batch,

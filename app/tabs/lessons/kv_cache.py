@@ -5,12 +5,14 @@ figure draws each decode step's time as it arrives. No torch here.
 
 from __future__ import annotations
 
+import html
 from typing import Iterator
 
 import gradio as gr
 import plotly.graph_objects as go
 
 from engine import QueueFullError, SamplingParams
+from engine.experiments.common import first_mismatch
 
 from app.render.figures import _hint
 from app.render.fmt import fmt_seconds
@@ -19,10 +21,14 @@ from app.tabs.lessons.common import OFF, ON, elem, error_html as _error, layout 
 
 TITLE = "KV cache on vs off"
 TEXT = (
-    "The same prompt runs twice, first with the KV cache and then without it; both runs "
-    "produce the same tokens. With the cache each step feeds one new token, so the blue "
-    "line stays flat. Without it every step recomputes the whole sequence, so the orange "
-    "line climbs as the answer grows: compare the total times.")
+    "The same prompt runs twice, greedy, first with the KV cache and then without it. With the "
+    "cache each step feeds one new token, so the blue line stays flat. Without it every step "
+    "recomputes the whole sequence, so the orange line climbs as the answer grows: compare the "
+    "total times. The two runs compute the same mathematics but not the same arithmetic: the "
+    "cached step multiplies one new row against the stored keys, the recompute runs a full causal "
+    "prefill with other kernels and another summation order, so bf16 and int4 round differently. "
+    "Where two candidate tokens are nearly tied, greedy can pick differently, and from that token "
+    "on the answers part. The result line says whether they did, and at which token.")
 
 
 def kv_live_figure(on_ms: list[float], off_ms: list[float], new_tokens: int = 0) -> go.Figure:
@@ -78,7 +84,7 @@ def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25,
     finally:
         for h in runs:
             h.close()
-    yield from _kv_final(runs[0], runs[1], new_tokens)
+    yield from _kv_final(runs[0], runs[1], new_tokens, getattr(engine, "detokenize", None))
 
 
 def _curves(runs: list) -> tuple[list[float], list[float]]:
@@ -93,7 +99,7 @@ def _wait(handle, seconds: float) -> None:
         pass
 
 
-def _kv_final(on, off, new_tokens: int) -> Iterator[tuple]:
+def _kv_final(on, off, new_tokens: int, detokenize=None) -> Iterator[tuple]:
     a, b = _ms(on.events), _ms(off.events)
     if not (on.output and off.output and on.output.finished_ok and off.output.finished_ok):
         bad = on.output if not (on.output and on.output.finished_ok) else off.output
@@ -102,10 +108,32 @@ def _kv_final(on, off, new_tokens: int) -> Iterator[tuple]:
         return
     m_on, m_off = on.output.metrics, off.output.metrics  # queue time left out
     t_on, t_off = m_on.e2e_s - m_on.queue_time_s, m_off.e2e_s - m_off.queue_time_s
-    same = "the same tokens" if on.output.token_ids == off.output.token_ids else "different tokens"
     yield kv_live_figure(a, b, new_tokens), (
         f"Total time: on <b>{fmt_seconds(t_on)}</b>, off <b>{fmt_seconds(t_off)}</b> "
-        f"(<b>{t_off / t_on:.1f}×</b> slower without the cache); both runs produced {same}.")
+        f"(<b>{t_off / t_on:.1f}×</b> slower without the cache); "
+        + divergence_note(on.output.token_ids, off.output.token_ids, detokenize))
+
+
+def divergence_note(on_ids: list[int], off_ids: list[int], detokenize=None) -> str:
+    """One sentence comparing the cached and the recomputed answers: "the same N tokens", or the
+    first output token (1-based) where they part, with the token each run chose there.
+
+    ``detokenize(ids) -> str`` names the tokens when given. The cause of a split is numerical
+    (different kernels and reduction order round differently in bf16/int4), so the sentence says so.
+    """
+    i = first_mismatch(on_ids, off_ids)
+    if i is None:
+        return f"both runs produced the same {len(on_ids)} tokens."
+    if i >= min(len(on_ids), len(off_ids)):
+        return f"the runs agree for {i} tokens, then one of them stops."
+
+    def name(tid):
+        return f"“{html.escape(detokenize([tid]))}”" if detokenize else f"id {tid}"
+
+    return (f"the runs agree for {i} tokens and part at output token <b>{i + 1}</b>: cached chose "
+            f"{name(on_ids[i])}, recompute chose {name(off_ids[i])}. Not a bug in either: the two "
+            "paths use different kernels and summation orders, so their logits differ in the last "
+            "bits, and at a near-tie greedy picks differently; every later token follows from it.")
 
 
 def build(ctx) -> dict:

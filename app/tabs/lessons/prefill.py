@@ -163,6 +163,26 @@ def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None)
 
 
 
+def _latency_calculator(c: dict) -> None:
+    """The latency calculator (:mod:`app.render.latency`): TTFT, TPOT and N in, the equation out,
+    redrawn on every change. Starts at the seed article's example, 200 ms + 40 ms × 199."""
+    import gradio as gr
+
+    from app.render.latency import latency_calc_html
+    from app.server.errors import guard
+    from app.tabs.lessons.common import elem
+
+    with gr.Accordion("Latency calculator: latency = TTFT + TPOT × (N − 1)", open=True):
+        with gr.Row():
+            c["lat_ttft"] = gr.Number(200, label="TTFT (ms)", **elem("lat_ttft"))
+            c["lat_tpot"] = gr.Number(40, label="TPOT (ms)", **elem("lat_tpot"))
+            c["lat_n"] = gr.Number(200, precision=0, label="output tokens N", **elem("lat_n"))
+        c["lat_out"] = gr.HTML(latency_calc_html(200, 40, 200), **elem("lat_out"))
+    ins = [c["lat_ttft"], c["lat_tpot"], c["lat_n"]]
+    gr.on([i.change for i in ins], guard(latency_calc_html), ins, c["lat_out"], show_progress="hidden",
+          queue=False, api_visibility="private")
+
+
 def build(ctx) -> dict:
     """The lesson inside an open ``gr.Tab``: the sweep's and the decode share's settings,
     buttons, figures and conclusions, wired to ``ctx.engine``. Returns the components by name."""
@@ -190,6 +210,7 @@ def build(ctx) -> dict:
             c["share_plot"] = gr.Plot(show_label=False, **elem("share_plot"))
             c["share_status"] = gr.HTML("", **elem("share_status"))
     c["sweep_result"] = gr.State(None)
+    _latency_calculator(c)
 
     def on_sweep(largest, repeats, progress=gr.Progress()):
         return run_sweep(engine, largest, repeats, progress)

@@ -22,7 +22,11 @@ TEXT = (
     "next-token distribution moves (KL). When the weights dominate memory and time, as "
     "in batch-1 decode, quantize the weights; when the KV cache dominates (long contexts, "
     "many users), quantize or page the KV cache; when activations dominate (long "
-    "prefills), use memory-efficient attention. A run takes a minute or two.")
+    "prefills), use memory-efficient attention. A run takes a minute or two.\n\n"
+    "Note what the reference is here: the embedded model ships as a 4-bit GGUF file (Q4_1), so "
+    "**fp32 is that 4-bit file dequantized**, not an original full-precision model. That is why "
+    "int4 agrees with it best: it holds the same 4-bit values, while bf16, fp16 and int8 round "
+    "them again. With a model published in full precision the order would differ.")
 
 
 def quant_figure(res: dict) -> go.Figure:

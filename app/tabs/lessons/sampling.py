@@ -39,8 +39,11 @@ USE_CASES = (
     "the same prompt gives the same answer every time, which is what **code and maths** need "
     "(one answer is right). Sampling draws from the bars: the wording changes with the seed, "
     "which suits **stories and poems**, at the risk of a less likely, wrong token. "
-    "(Beam search keeps k candidate answers at once, for translation or summaries, and holds k "
-    "times the KV cache.) Try an example of each below.")
+    "(Beam search keeps k candidate answers at once, for translation or summaries. Held as k "
+    "separate caches that would be k times the KV cache; with a paged cache the beams share the "
+    "prompt's blocks and copy only the block they write, so it costs far less: the **Beams and "
+    "samples** tab shows the block tables, logical against physical tokens.) Try an example of "
+    "each below.")
 
 # (label, prompt, temperature, top-k, top-p, min-p, repetition penalty)
 EXAMPLES = (

@@ -12,7 +12,7 @@ def test_latency_formula_uses_the_runs_numbers_and_shows_n():
     html = cards.stat_cards_html(FINAL)
     # the seed article's example: 200 ms + 40 ms × 199 = 8.16 s
     assert "Latency = TTFT + TPOT × (N − 1) = 200.0 ms + 40.0 ms × (200 − 1) = <b>8.16 s</b>" in html
-    assert "measured end-to-end 8.17 s" in html and "N = 200 output tokens" in html
+    assert "measured end-to-end 8.17 s, equal by definition" in html and "N = 200 output tokens" in html
     live = cards.latency_formula_html({**FINAL, "final": False, "output_tokens": 1, "tpot_s": None})
     assert "× (1 − 1) = <b>200.0 ms</b>" in live and "measured" not in live
     assert cards.latency_formula_html({"ttft_s": None, "output_tokens": 0}) == ""
@@ -31,3 +31,32 @@ def test_kv_panel_says_why_the_cache_holds_n_minus_one_output_tokens():
     assert "16 tokens = 12 prompt + (N − 1) = 4 output tokens, not N = 5" in html
     assert "next step takes it as input" in html
     assert "kv-why" not in cards.kv_formula_html(FakeInfo(), tokens=20, prompt_tokens=12, output_tokens=5)
+
+
+def test_latency_is_checked_against_the_sum_of_the_step_times(engine):
+    """A real request: the formula's total and end-to-end share their timestamps (said on the
+    page), and the line adds the sum of the request's own step durations, measured apart, which
+    can only be shorter than the time to the last token."""
+    from engine import SamplingParams
+    from app.render.fmt import fmt_seconds
+    from app.state.run_state import RunState
+
+    handle = engine.submit("Count to five.", SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    out = handle.result(timeout=300)
+    st = RunState()
+    for ev in handle.events:
+        st.add(ev)
+    st.finish(out)
+    m = st.live_metrics()
+    steps = sum(ev.end_s - ev.start_s for ev in handle.events)  # one event per step here
+    assert m["step_sum_s"] == steps and len(handle.events) == m["output_tokens"] == 12
+    to_last = m["ttft_s"] + m["tpot_s"] * (m["output_tokens"] - 1)
+    assert 0 < steps <= to_last <= m["e2e_s"]
+    html = cards.latency_formula_html(m)
+    assert "equal by definition" in html and f"add up to <b>{fmt_seconds(steps)}</b>" in html
+    assert f"the other {fmt_seconds(to_last - steps)} is time outside them" in html
+    # a step shared by several tokens (speculative decoding) counts once
+    shared = RunState()
+    for ev in handle.events[:1] * 3:
+        shared.add(ev)
+    assert shared.step_sum_s() == handle.events[0].end_s - handle.events[0].start_s

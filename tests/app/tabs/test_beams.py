@@ -30,6 +30,25 @@ def test_beam_view_marks_shared_blocks_and_pruned_beams(engine):
     assert "answer 1" in final and "finished hypotheses" in final
 
 
+def test_beam_table_keeps_raw_and_normalised_scores_apart_and_the_summary_at_the_end(engine):
+    h = engine.submit("Explain the KV cache in one sentence.",
+                      SamplingParams(temperature=0, num_beams=3, max_tokens=12, length_penalty=1.0))
+    events = list(h)
+    h.result()
+    bs = engine.block_manager.block_size
+    views = [e.beams for e in events]
+    last_live = [v for v in views if v["live"]][-1]
+    end = views[-1]
+    page = beam_html(end, engine.tokenizer.decode, bs, last_live=last_live)
+    assert "<th>cumulative logprob</th><th>score (logprob ÷ length" in page
+    for hyp in end["finished"]:  # one row: the raw logprob, then the normalised score
+        assert f"<td>{hyp['logprob']:.3f}</td><td>{hyp['score']:.3f}</td>" in page
+    if not end["live"]:  # the search ended: the logical-vs-physical line stays, said of its last step
+        assert f"At step {last_live['step']}, the last with live beams" in page
+        assert f"{last_live['logical_tokens']:,} tokens logically" in page
+    assert "tokens logically" in page
+
+
 def test_samples_side_by_side_escape_model_text():
     page = samples_html({0: "a <script>x</script>", 1: "b"},
                         {0: {"finish_reason": "stop", "cumulative_logprob": -3.5}})
@@ -73,3 +92,13 @@ def test_the_tab_builds():
     with gr.Blocks():
         c = build(TabContext())
     assert {"mode", "width", "run", "view", "status"} <= set(c)
+
+
+def test_the_explorer_and_the_beams_tab_point_to_each_other():
+    from app.render.beams import LESSON
+    from app.tabs.lessons.sampling import USE_CASES
+    from tests.support.paths import REPO
+
+    assert "k times the KV cache" in USE_CASES and "**Beams and samples** tab" in USE_CASES
+    assert "sampling explorer" in LESSON and "k times the KV cache" in LESSON
+    assert 'gr.Tab("Beams and samples"' in (REPO / "app" / "page.py").read_text(encoding="utf-8")

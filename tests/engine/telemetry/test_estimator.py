@@ -80,7 +80,8 @@ def test_sliding_window_caps_sliding_layers():
     assert gemma.sliding_layers == 13
     per_layer_tok = 2 * 4 * 256 * 2
     assert gemma.kv_cache_bytes(8192, 2) == per_layer_tok * (13 * 8192 + 13 * 4096)
-    assert "sliding layers keep at most 4,096 tokens" in gemma.formula_text(2, 8192)
+    assert gemma.formula_text(2, 8192) == ("2 × 4 KV heads × 256 head_dim × 2 B × 1 batch × (13 full layers "
+                                           "× 8,192 tokens + 13 sliding layers × 4,096 tokens) = 654,311,424 B")
 
 
 def test_layer_types_and_qwen_sliding_flag():

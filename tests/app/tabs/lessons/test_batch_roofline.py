@@ -73,8 +73,30 @@ def test_knee_is_the_last_size_before_doubling_stops_paying():
     assert "knee is at batch 4" in text and "5.0×" in text
     assert "no knee yet" in lesson_batch.batch_summary({"rows": linear, "new_tokens": 24})
     fig = lesson_batch.batch_figure(rows)
-    assert [list(t.x) for t in fig.data] == [[1, 2, 4, 8, 16]] * 3
+    assert [list(t.x) for t in fig.data] == [[1, 2, 4, 8, 16]] * 4
     assert list(fig.data[2].y) == [20, 40, 80, 160, 320]  # the ideal: batch 1's rate times the batch
+
+
+def test_batch_lesson_defines_and_computes_both_throughputs(engine):
+    """Decode-only = batch ÷ TPOT and end-to-end = batch × new tokens ÷ wall time (prefill in),
+    on a real sweep: the page's numbers are those divisions of the run's own figures."""
+    text = lesson_batch.TEXT
+    assert "decode-only = batch ÷ TPOT" in text and "batch × new tokens ÷ wall time" in text
+    assert "prefill" in text
+    res = lesson_batch.run_batch(engine, 4)
+    rows = sorted(res["rows"], key=lambda r: r["batch"])
+    assert [r["batch"] for r in rows] == list(lesson_batch.SIZES)
+    for r in rows:
+        assert lesson_batch.decode_throughput(r) == pytest.approx(r["batch"] / (r["per_token_latency_ms"] / 1000))
+        assert r["throughput_tokens_per_s"] == pytest.approx(r["batch"] * 4 / r["e2e_s"])
+    fig = lesson_batch.batch_figure(rows)
+    assert "end to end" in fig.data[1].name and "prefill included" in fig.data[1].name
+    assert fig.data[3].name == "decode only: batch ÷ TPOT"
+    assert list(fig.data[3].y) == pytest.approx([lesson_batch.decode_throughput(r) for r in rows])
+    summary = lesson_batch.batch_summary(res)
+    last = rows[-1]
+    assert f"({last['batch']} ÷ {last['per_token_latency_ms'] / 1000:.3f} s)" in summary
+    assert "end-to-end throughput went from" in summary and "decode-only" in summary
 
 
 def test_batch_lesson_refuses_a_bad_answer_length(engine):

@@ -3,10 +3,14 @@ dtypes, a framework-overhead row, chunked or unchunked activations, sequence len
 MiB beside MB, answers per request with and without block sharing, and refused values that
 never stay in their box beside an old chart."""
 
+import ast
+import re
+
 import pytest
 
 from app.tabs.lessons.calculator import (CHUNKED, DEFAULTS, NUMBERS, UNCHUNKED, calculator_update,
-                                   calculator_view, fmt_both)
+                                   calculator_table, calculator_view, fmt_both)
+from app.render.fmt import fmt_bytes
 from engine.experiments import calculator
 from engine.telemetry.estimator import activation_estimate, estimate, load_spec, quantized_weight_bytes
 
@@ -70,7 +74,9 @@ def test_answers_per_request_multiply_the_kv_cache_with_and_without_sharing():
     assert odd["shared_tokens"] == 32  # only full 16-token blocks are shared
     _, md = calculator_view(QWEN, "", None, 8192, 1, "fp16", "fp16", UNCHUNKED, 2048, 0.0, 4, 4096, True)
     assert "4 answers per request" in md and "1.9 GB</b> if each keeps its own" in md
-    assert "1.2 GB</b> with block sharing" in md and "counted: shared" in md
+    assert "1.2 GB</b> with block sharing" in md and "counted with block sharing" in md
+    _, md = calculator_view(QWEN, "", None, 8192, 1, "fp16", "fp16", UNCHUNKED, 2048, 0.0, 4, 4096, False)
+    assert "counted without block sharing: <b>1.9 GB</b>" in md and "would be the figure with sharing on" in md
     assert estimate(QWEN, "fp16", 1, 8192, samples=1).kv_bytes == one
 
 
@@ -101,3 +107,66 @@ def test_a_refused_value_goes_back_to_the_last_accepted_one():
                                                       None, 4, 1, 1024, 2048, 0.5)
     assert fig is None and md is None and boxes == [None] * 6 and kept == accepted  # an emptied box
     assert "Type a value for sequence length" in status
+
+
+def _printed_equation(md: str) -> tuple[str, int, int]:
+    """The calculator's KV equation line: (the equation, the value of its left side computed from
+    the printed numbers, the printed result)."""
+    line = next(ln.strip("`") for ln in md.splitlines() if ln.startswith("`") and " = " in ln)
+    left, right = line.rsplit(" = ", 1)
+    arithmetic = re.sub(r"[A-Za-z_]+", "", left).replace(",", "").replace("×", "*")
+    value = eval(compile(ast.parse(arithmetic, mode="eval"), "<equation>", "eval"), {"__builtins__": {}})
+    return line, round(value), int(right.split()[0].replace(",", ""))
+
+
+@pytest.mark.parametrize("model, seq, batch, samples, prompt, sharing", [
+    ("google/gemma-2-2b", 8192, 1, 1, 0, True),      # 13 sliding layers at 4,096, 13 full at 8,192
+    ("mistralai/Mistral-7B-v0.1", 8192, 2, 1, 0, True),  # every layer slides
+    ("microsoft/Phi-3-mini-4k-instruct", 4096, 3, 1, 0, True),
+    (QWEN, 2048, 1, 4, 1024, True),                   # 4 beams sharing the prompt's blocks
+    (QWEN, 2048, 1, 4, 1024, False),                  # 4 beams, each its own copy
+    ("google/gemma-2-2b", 8192, 2, 4, 4096, True),   # beams and a window together
+])
+def test_printed_kv_equation_equals_its_result_and_the_kv_row(model, seq, batch, samples, prompt, sharing):
+    calc = calculator.calculate(model, seq, batch, "fp16", samples=samples, prompt_tokens=prompt,
+                                block_sharing=sharing)
+    _, md = calculator_view(model, "", None, seq, batch, "fp16", "fp16", UNCHUNKED, 2048, 0.0, samples,
+                            prompt, sharing)
+    line, value, printed = _printed_equation(md)
+    assert value == printed == calc["kv_bytes"], line
+    assert f"**{fmt_both(calc['kv_bytes'])}**" in md  # the KV row shows that same result
+    if samples > 1:
+        assert f"({batch} batch × {samples} answers)" in line
+        assert ("tokens × 1 batch +" in line) is (sharing and batch == 1)
+
+
+def test_gemma_equation_is_the_one_the_result_comes_from():
+    calc = calculator.calculate("google/gemma-2-2b", 8192, 1, "fp16")
+    assert calc["kv_formula"] == ("2 × 4 KV heads × 256 head_dim × 2 B × 1 batch × (13 full layers × 8,192 "
+                                  "tokens + 13 sliding layers × 4,096 tokens) = 654,311,424 B")
+
+
+@pytest.mark.parametrize("weights", ["int4", "int8"])
+def test_quantized_weights_row_says_what_is_beyond_bits_times_parameters(weights):
+    """Qwen2.5-7B in int4 is 5.2 GB, not 0.5 B × 7.6 B = 3.8 GB: the row adds up the codes, the
+    scales and zeros, the int8 embedding and LM head and the norms, and those parts are the estimate."""
+    calc = calculator.calculate(QWEN, 2048, 1, "fp16", weights=weights)
+    parts = {p["name"]: p for p in calc["weights_parts"]}
+    spec = load_spec(QWEN)
+    assert sum(p["bytes"] for p in parts.values()) == calc["weights_bytes"] == \
+        quantized_weight_bytes(spec, weights, 2)
+    assert sum(p["params"] for p in parts.values()) == calc["params"] == spec.weight_count()
+    v, h = spec.vocab_size, spec.hidden_size
+    assert parts["tables"]["bytes"] == 2 * (v * h + 2 * v)  # untied: embedding and LM head, int8 + scales
+    per = 0.5 if weights == "int4" else 1
+    assert parts["codes"]["bytes"] == per * parts["codes"]["params"]
+    if weights == "int4":  # a bf16 scale and a bf16 zero per 32 weights: 4 B per 32
+        assert parts["scales"]["bytes"] == parts["codes"]["params"] // 32 * 4
+    row = next(ln for ln in calculator_table(calc).splitlines() if ln.startswith("| weights"))
+    assert f"{per:g} B × {calc['params']:,} parameters alone would be {fmt_bytes(per * calc['params'])}" in row
+    for p in parts.values():
+        assert f"{fmt_bytes(p['bytes'])} {p['how']}" in row
+    assert "scales and zeros" in row and "int8 embedding and LM head" in row
+    if weights == "int4":
+        assert "5.2 GB" in row and "3.8 GB" in row
+    assert calculator.calculate(QWEN, 2048, 1, "fp16")["weights_parts"] == []

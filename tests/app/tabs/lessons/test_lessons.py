@@ -252,8 +252,35 @@ def test_kv_live_streams_both_curves(engine):
     fig, status = frames[-1]
     on, off = fig.data
     assert len(on.y) == len(off.y) == 5
-    assert "Total time" in status and "the same tokens" in status
+    assert "Total time" in status and ("the same 6 tokens" in status or "part at output token" in status)
     assert len(frames) >= 2
+
+
+def test_kv_lesson_names_the_token_where_the_two_runs_part(engine):
+    """The status line is computed from the two real answers: "the same N tokens" only when the
+    ids are equal, otherwise the first differing output token with each run's choice."""
+    from engine import SamplingParams
+    from engine.experiments.common import first_mismatch
+    from app.tabs.lessons.kv_cache import TEXT, _kv_final, divergence_note
+
+    assert "same tokens" not in TEXT and "part" in TEXT
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    prompt = "Tell me a story about a robot who learns to paint."
+    on = engine.submit(prompt, params, use_kv_cache=True, source="lesson")
+    on.result(timeout=300)
+    off = engine.submit(prompt, params, use_kv_cache=False, source="lesson")
+    off.result(timeout=300)
+    (_, status), = list(_kv_final(on, off, 32, engine.detokenize))
+    a, b = on.output.token_ids, off.output.token_ids
+    i = first_mismatch(a, b)
+    if i is None:
+        assert "the same 32 tokens" in status
+    else:
+        assert f"agree for {i} tokens and part at output token <b>{i + 1}</b>" in status
+        assert engine.detokenize([a[i]]) in status or "&" in status
+    assert divergence_note([1, 2, 3], [1, 2, 3]) == "both runs produced the same 3 tokens."
+    note = divergence_note([1, 2, 3], [1, 5, 3], lambda ids: {2: "cat", 5: "dog"}[ids[0]])
+    assert "part at output token <b>2</b>" in note and "“cat”" in note and "“dog”" in note
 
 
 def test_kv_live_reports_a_bad_prompt(engine):
@@ -348,3 +375,15 @@ def test_quantization_lesson_figure_and_table():
     assert "| int4 weights, fp8 KV | 15.60 | 93.0% |" in table and "11,520 B" in table
     assert "3.50×" in table and "128 tokens" in table
     assert "quantize the weights" in lessons.TEXT and "KV cache" in lessons.TEXT
+
+
+def test_quantization_lesson_says_its_fp32_is_the_4_bit_file_dequantized():
+    from app.tabs.lessons.quantization import TEXT
+
+    assert "fp32 is that 4-bit file dequantized" in TEXT and "int4 agrees with it best" in TEXT
+
+
+def test_greedy_hint_names_the_default_repetition_penalty():
+    text = (REPO / "app" / "page.py").read_text(encoding="utf-8")
+    assert "0 = greedy: always the most likely token, after the repetition penalty" in text
+    assert "1.1 by default" in text and "value=1.1" in text
