@@ -52,13 +52,16 @@ def decode_rate(engine, batch: int, new_tokens: int) -> float:
 
 def step_profile(engine, steps: int = 12) -> dict:
     """ms per batch-1 decode step by kind of operator, from torch.profiler's self times."""
+    from torch._C._profiler import _ExperimentalConfig
     from torch.profiler import ProfilerActivity, profile
 
     from engine.params import SamplingParams
 
     engine.generate(STORY, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    # the steps run on the engine's own thread: record every thread's operators
+    with profile(activities=[ProfilerActivity.CPU],
+                 experimental_config=_ExperimentalConfig(profile_all_threads=True)) as prof:
         engine.generate(STORY, SamplingParams(temperature=0, max_tokens=steps + 1, ignore_eos=True))
     wall_ms = (time.perf_counter() - t0) * 1e3
     parts = {"matrix products": 0.0, "attention": 0.0, "other operators": 0.0}
