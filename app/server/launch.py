@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from app.server.asgi_body import read_body, replay
+
 MAX_UPLOAD_BYTES = 1 << 20  # 1 MiB
 _CALL = re.compile(r"/gradio_api/call/([^/]+)/?$")
 
@@ -70,17 +72,13 @@ class RestDefaults:
         defaults = self.defaults.get(m.group(1)) if m else None
         if defaults is None:
             return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
+        if body is None:  # the client went away
+            return
         body = _padded(body, defaults)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
-        await self.app({**scope, "headers": headers}, _replay(body, receive), send)
+        await self.app({**scope, "headers": headers}, replay(body, receive), send)
 
 
 def _padded(body: bytes, defaults: list) -> bytes:
@@ -96,20 +94,6 @@ def _padded(body: bytes, defaults: list) -> bytes:
     doc["data"] = data + defaults[len(data):]
     return json.dumps(doc).encode()
 
-
-def _replay(body: bytes, receive):
-    """A ``receive`` that gives the (rewritten) ``body`` once, then the client's own messages
-    (its disconnect, when it comes)."""
-    sent = False
-
-    async def replay():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool = False,

@@ -18,6 +18,7 @@ import json
 import re
 
 from engine.serve.limits import BodyLimit
+from app.server.asgi_body import read_body, replay
 
 MAX_TEXT_CHARS = 1 << 20
 """Longest text of one field (characters): the calculator's pasted ``config.json`` may be
@@ -49,13 +50,9 @@ class TextLimit:
         if scope["type"] != "http" or scope.get("method") != "POST" \
                 or not _EVENT.search(scope.get("path", "")):
             return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
+        if body is None:  # the client went away
+            return
         longest = _longest_text(body)
         if longest > self.max_chars:
             content_type, payload = _text_detail(longest, self.max_chars)
@@ -64,7 +61,7 @@ class TextLimit:
                 (b"content-length", str(len(payload)).encode())]})
             await send({"type": "http.response.body", "body": payload})
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay(body, receive), send)
 
 
 def _longest_text(body: bytes) -> int:
@@ -98,16 +95,3 @@ def _text_detail(chars: int, max_chars: int) -> tuple[str, bytes]:
         f"a field holds {chars} characters; this server accepts at most {max_chars} "
         "characters per field")}).encode()
 
-
-def _replay(body: bytes, receive):
-    """A ``receive`` that gives the read ``body`` once, then the client's own messages."""
-    sent = False
-
-    async def replay():
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

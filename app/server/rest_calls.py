@@ -29,6 +29,8 @@ from types import SimpleNamespace
 
 import anyio
 
+from app.server.asgi_body import read_body
+
 _CALL = re.compile(r"^/gradio_api/call/(?:v2/)?([^/]+)/?$")
 _GET = re.compile(r"^/gradio_api/call/(?:v2/)?([^/]+)/([^/]+)/?$")
 DIRECT = ("stop",)
@@ -79,13 +81,9 @@ class RestCalls:
         return await self.app(scope, receive, send)
 
     async def _call_direct(self, name: str, receive, send) -> None:
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await read_body(receive)
+        if body is None:  # the client went away
+            return
         try:
             doc = json.loads(body or b"{}")
         except ValueError:
