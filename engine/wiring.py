@@ -74,33 +74,12 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
                                 pool_cap_blocks(config, info.context_len)))
         pool = KVPool(spec.layers, spec.kv_heads, spec.head_dim, num_blocks, config.block_size,
                       kv_dtype, info.device, compute_dtype=model_dtype)
-        graphs = config.cuda_graphs
-        if graphs is None:
-            graphs = info.device.startswith("cuda")
-        compiled, note_c = compiled_decode(loaded.model, config, info.device)
+        static, note_c = static_decode(loaded.model, config, info.device)
         note = note or note_c
         # with static buckets, the pool's last block is the scratch block of their spare rows
-        static = graphs or compiled
         bm = BlockManager(num_blocks - 1 if static else num_blocks, config.block_size,
                           config.enable_prefix_caching)
-        max_blocks = -(-info.context_len // config.block_size)
-        if runner is None and compiled:
-            from engine.worker.compiled.compiled_runner import CompiledDecodeRunner
-
-            runner = CompiledDecodeRunner(loaded.model, pool, config.block_size, sampler,
-                                          scratch_block=num_blocks - 1,
-                                          max_blocks_per_seq=max_blocks,
-                                          decode_threads=decode_threads(config, info),
-                                          buckets=tuple(config.compile_batch_sizes))
-        if runner is None and graphs:
-            from engine.worker.cuda_graph_runner import CudaGraphRunner
-
-            runner = CudaGraphRunner(loaded.model, pool, config.block_size, sampler,
-                                     scratch_block=num_blocks - 1,
-                                     max_blocks_per_seq=max_blocks)
-        runner = runner or PagedModelRunner(loaded.model, pool, config.block_size, sampler,
-                                            config.weight_stationary,
-                                            decode_threads(config, info))
+        runner = runner or paged_runner(loaded, config, pool, sampler, static)
         if pool.fp8:
             calibrate_kv_scales(loaded.model, loaded.tokenizer, pool)
         scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,
@@ -123,6 +102,39 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         probe = MemoryProbe(loaded.model, info.device, spec, info.dtype_bytes, gpu=gpu)
     return EngineParts(paged, note, pool, bm, runner, scheduler, gpu, probe, RollingStats(),
                        kv_dtype)
+
+
+def static_decode(model, config: EngineConfig, device: str) -> tuple[str | None, str]:
+    """Which static-bucket decode path the engine takes: ``"compiled"``
+    (:func:`compiled_decode`), ``"graphs"`` (CUDA graphs, ``config.cuda_graphs``; on CUDA by
+    default) or ``None`` (the eager paged runner), and a note when ``compile`` was asked for
+    but can't apply."""
+    compiled, note = compiled_decode(model, config, device)
+    graphs = config.cuda_graphs if config.cuda_graphs is not None else device.startswith("cuda")
+    return ("compiled" if compiled else "graphs" if graphs else None), note
+
+
+def paged_runner(loaded: LoadedModel, config: EngineConfig, pool: KVPool, sampler: Sampler,
+                 static: str | None) -> ModelRunner:
+    """The runner of a paged engine: the compiled decode step, the CUDA-graph runner (both on
+    static buckets, with the pool's last block as their scratch block) or the eager one."""
+    info = loaded.info
+    max_blocks = -(-info.context_len // config.block_size)
+    scratch = pool.num_blocks - 1
+    if static == "compiled":
+        from engine.worker.compiled.compiled_runner import CompiledDecodeRunner
+
+        return CompiledDecodeRunner(loaded.model, pool, config.block_size, sampler,
+                                    scratch_block=scratch, max_blocks_per_seq=max_blocks,
+                                    decode_threads=decode_threads(config, info),
+                                    buckets=tuple(config.compile_batch_sizes))
+    if static == "graphs":
+        from engine.worker.cuda_graph_runner import CudaGraphRunner
+
+        return CudaGraphRunner(loaded.model, pool, config.block_size, sampler,
+                               scratch_block=scratch, max_blocks_per_seq=max_blocks)
+    return PagedModelRunner(loaded.model, pool, config.block_size, sampler,
+                            config.weight_stationary, decode_threads(config, info))
 
 
 def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str]:

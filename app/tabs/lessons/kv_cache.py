@@ -84,7 +84,7 @@ def kv_live(engine, prompt: str, new_tokens: int, poll_s: float = 0.25,
     finally:
         for h in runs:
             h.close()
-    yield from _kv_final(runs[0], runs[1], new_tokens, getattr(engine, "detokenize", None))
+    yield from _kv_final(runs[0], runs[1], new_tokens, engine.detokenize)
 
 
 def _curves(runs: list) -> tuple[list[float], list[float]]:
