@@ -63,10 +63,18 @@ class CompileState:
 
 
 def inductor_cache_dir() -> str:
-    """The folder of inductor's on-disk caches (set once, before the first compile)."""
+    """Point inductor's on-disk caches at ``<cache_dir()>/inductor`` (once, before compiling),
+    unless ``$TORCHINDUCTOR_CACHE_DIR`` names another folder. torch fills that variable with
+    its own default (a folder in ``/tmp``) as soon as inductor asks for it, so that default is
+    replaced too. Returns the folder in use."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     from engine.model.loader import cache_dir
 
-    path = os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor")
+    path = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     os.makedirs(path, exist_ok=True)
     return path
 

@@ -162,3 +162,18 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
         assert eng.compile_status()["steps_compiled"] > 0
     finally:
         eng.shutdown()
+
+
+def test_inductor_caches_go_to_the_playground_cache_unless_told_otherwise(monkeypatch, tmp_path):
+    """torch sets $TORCHINDUCTOR_CACHE_DIR to its /tmp default once inductor runs; that default
+    gives way to the playground's cache folder, a folder the user chose does not."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    from engine.worker.compiled.compiled_runner import inductor_cache_dir
+
+    monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    assert inductor_cache_dir() == str(tmp_path / "cache" / "inductor")
+    assert cache_dir() == str(tmp_path / "cache" / "inductor")   # what inductor itself reads
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert inductor_cache_dir() == str(tmp_path / "mine")
