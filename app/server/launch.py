@@ -106,7 +106,7 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
     from .limits import TextLimit, page_body_limit
     from .rest_calls import RestCalls
 
-    middleware = [Middleware(FileRoutes), Middleware(page_body_limit),  # outermost first
+    middleware = [Middleware(page_body_limit), Middleware(FileRoutes),  # outermost first
                   Middleware(TextLimit),
                   Middleware(RestCalls, demo=demo),
                   Middleware(RestDefaults, defaults=api_defaults(demo))]
