@@ -36,8 +36,8 @@ def _sidebar(pg) -> dict:
         gr.Markdown("### Sampling", elem_classes=["side-title"])
         s.update(
             temperature=gr.Slider(0, 2, value=0.7, step=0.05, label="temperature", elem_id="temperature",
-                                  info="0 = greedy: always the most likely token, after the repetition penalty below "
-                                       "(1.1 by default: set it to 1 for plain greedy)"),
+                                  info="0 = greedy: the most likely token after the repetition penalty "
+                                       "(1.1 by default; 1 = plain greedy)"),
             top_k=gr.Slider(0, 200, value=50, step=1, label="top-k",
                             info="keep only the k most likely tokens; 0 = off"),
             top_p=gr.Slider(0.05, 1.0, value=0.95, step=0.01, label="top-p (nucleus)",

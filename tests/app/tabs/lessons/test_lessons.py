@@ -385,5 +385,5 @@ def test_quantization_lesson_says_its_fp32_is_the_4_bit_file_dequantized():
 
 def test_greedy_hint_names_the_default_repetition_penalty():
     text = (REPO / "app" / "page.py").read_text(encoding="utf-8")
-    assert "0 = greedy: always the most likely token, after the repetition penalty" in text
-    assert "1.1 by default" in text and "value=1.1" in text
+    assert "0 = greedy: the most likely token after the repetition penalty" in text
+    assert "1.1 by default; 1 = plain greedy" in text and "value=1.1" in text
