@@ -84,9 +84,10 @@ def latency_formula_html(metrics: dict) -> str:
     check = ""
     if steps:
         rest = max(0.0, total - steps)
-        check = (f"<br>Measured apart: this request's steps (forward pass and sampling) add up to "
-                 f"<b>{fmt_seconds(steps)}</b>; the other {fmt_seconds(rest)} is time outside them: "
-                 "queueing, scheduling and streaming between steps")
+        check = (f"<br><span title=\"measured apart from the token timestamps: the request's own "
+                 "forward passes and sampling; the rest is queueing, scheduling and streaming "
+                 f"between steps\">its steps add up to <b>{fmt_seconds(steps)}</b> "
+                 f"(+{fmt_seconds(rest)} between them)</span>")
     return (f"<div class='latency-formula'>Latency = TTFT + TPOT × (N − 1) = {fmt_seconds(ttft)} + "
             f"{fmt_seconds(tpot)} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}{check}</div>")
 

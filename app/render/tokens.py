@@ -18,14 +18,14 @@ from app.render.structured import chip_extras
 PIECE = "\ufffd"  # what a lone byte of a multi-byte UTF-8 character decodes to
 
 LEGEND = (
-    '<div class="tok-legend">Each chip is one generated token, tinted by the probability the '
-    'sampler gave it: <span class="tok-swatch" style="background:{hi}">likely</span> '
+    '<div class="tok-legend">One chip per token, tinted by its probability: '
+    '<span class="tok-swatch" style="background:{hi}">likely</span> '
     '<span class="tok-swatch" style="background:{mid}">so-so</span> '
-    '<span class="tok-swatch" style="background:{lo}">surprising</span>. Hover or click a token '
-    'to see the top-5 candidates it was picked from. A <span class="tok-swatch tok-draft">dashed'
-    '</span> chip is a drafted token the model accepted (speculative decoding); an '
-    '<span class="tok-swatch tok-forced">underlined</span> one was forced by the structured '
-    'output\'s grammar (the only token it allowed).</div>'
+    '<span class="tok-swatch" style="background:{lo}">surprising</span>; hover or click one for '
+    'the top-5 candidates. <span class="tok-swatch tok-draft" title="a drafted token the model '
+    'accepted (speculative decoding)">dashed</span>: an accepted draft; '
+    '<span class="tok-swatch tok-forced" title="the only token the structured output\'s grammar '
+    'allowed">underlined</span>: forced by a grammar.</div>'
 )
 
 # Draws the chips (appending what the value gained since the last update) and shows the hovered

@@ -53,8 +53,8 @@ def test_latency_is_checked_against_the_sum_of_the_step_times(engine):
     to_last = m["ttft_s"] + m["tpot_s"] * (m["output_tokens"] - 1)
     assert 0 < steps <= to_last <= m["e2e_s"]
     html = cards.latency_formula_html(m)
-    assert "equal by definition" in html and f"add up to <b>{fmt_seconds(steps)}</b>" in html
-    assert f"the other {fmt_seconds(to_last - steps)} is time outside them" in html
+    assert "equal by definition" in html and f"its steps add up to <b>{fmt_seconds(steps)}</b>" in html
+    assert f"(+{fmt_seconds(to_last - steps)} between them)" in html
     # a step shared by several tokens (speculative decoding) counts once
     shared = RunState()
     for ev in handle.events[:1] * 3:
