@@ -10,7 +10,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from tests.support.servers import ROOT, free_port
+from tests.support.servers import ROOT, free_port, stop_child
 
 
 @contextmanager
@@ -42,12 +42,7 @@ def page_server(*args: str, log_path=None):
             raise TimeoutError("the page did not start:\n" + open(log_path).read())
         yield f"http://127.0.0.1:{port}", proc, log_path
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_child(proc)
         log.close()
 
 

@@ -74,12 +74,17 @@ def engine_server(*args: str):
         wait_healthy(url, proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_child(proc)
+
+
+def stop_child(proc) -> None:
+    """Stop a server child process: SIGTERM, then SIGKILL if it has not exited in 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 @contextmanager
 def app_in_thread(app):

@@ -9,18 +9,11 @@ import threading
 import time
 
 import httpx
-import pytest
 
-from tests.support.servers import app_in_thread, engine_server
+from tests.support.servers import app_in_thread
 
 MODEL = "smollm2-135m"
 HUGE = "word " * 1_000_000  # 5 MB, 1,000,001 tokens
-
-
-@pytest.fixture(scope="module")
-def server():
-    with engine_server("--dtype", "float32") as url:
-        yield url
 
 
 class Stream:

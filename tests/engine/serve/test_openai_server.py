@@ -12,21 +12,10 @@ import pytest
 openai = pytest.importorskip("openai")
 
 from engine import SamplingParams  # noqa: E402
-from tests.support.servers import engine_server, scrape, value
+from tests.support.servers import scrape, value
 
 MODEL = "smollm2-135m"
 CHAT = [{"role": "user", "content": "Name three colours of the rainbow."}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with engine_server("--dtype", "float32") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 def test_streamed_greedy_chat_equals_the_engines_own_greedy_run(client, engine):

@@ -14,14 +14,6 @@ from tests.support.servers import app_in_thread
 MODEL = "smollm2-135m"
 
 
-@pytest.fixture(scope="module")
-def api(engine):
-    app = create_server(engine)
-    with app_in_thread(app) as url:
-        yield url
-    app.state.metrics.detach()
-
-
 def error(r) -> dict:
     assert r.status_code == 400, r.text
     return r.json()["error"]

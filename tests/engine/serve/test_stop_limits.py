@@ -8,18 +8,8 @@ import pytest
 
 from engine import SamplingParams
 from engine.params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS
-from engine.serve.app import create_server
-from tests.support.servers import app_in_thread
 
 MODEL = "smollm2-135m"
-
-
-@pytest.fixture(scope="module")
-def api(engine):
-    app = create_server(engine)
-    with app_in_thread(app) as url:
-        yield url
-    app.state.metrics.detach()
 
 
 def test_stop_strings_up_to_the_limit_are_accepted():

@@ -15,7 +15,7 @@ import pytest
 openai = pytest.importorskip("openai")
 pydantic = pytest.importorskip("pydantic")
 
-from tests.support.servers import engine_server  # noqa: E402
+
 
 MODEL = "smollm2-135m"
 
@@ -23,17 +23,6 @@ MODEL = "smollm2-135m"
 class City(pydantic.BaseModel):
     name: str = pydantic.Field(max_length=16)
     country: Literal["France", "Italy", "Spain", "Japan"]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with engine_server("--dtype", "float32") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 def chat(server, content: str, **fields) -> httpx.Response:
