@@ -9,7 +9,9 @@ def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the model's parameters and buffers, each storage counted once.
 
     Storages are deduplicated by ``data_ptr`` so tied weights (an input embedding shared with
-    the LM head) count once, as docs/metrics.md ("Memory breakdown") defines.
+    the LM head) count once, as docs/metrics.md ("Memory breakdown") defines. A module's opaque
+    weight that is not a buffer (oneDNN's packed bf16 layout,
+    :class:`engine.model.quant.packed.PackedLinear`) counts through its ``packed_bytes``.
 
     Returns:
         Total bytes (int).
@@ -20,7 +22,8 @@ def weight_bytes(model: torch.nn.Module) -> int:
             continue
         storage = t.untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())
+    packed = sum(getattr(m, "packed_bytes", 0) for m in model.modules())
+    return sum(seen.values()) + packed
 
 
 def parameter_count(model: torch.nn.Module) -> int:

@@ -359,6 +359,11 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
         except ValueError as exc:
             raise ModelLoadError(f"model {name!r}: {exc}") from exc
         note = "; ".join([f"quantized as it loaded ({'int4 groups of 32, LM head int8' if choice.weights == 'int4' else 'int8 per output channel'})", *notes])
+    if choice.weights == "bf16" and dev == "cpu" and torch_dtype == torch.bfloat16:
+        from engine.model.quant.packed import pack_model
+
+        note = "; ".join([note, *pack_model(model)]) if note else "; ".join(
+            pack_model(model) or ["linear layers on oneDNN's pre-packed bf16 weights"])
     try:
         gen_cfg = GenerationConfig.from_pretrained(where)
     except Exception:  # noqa: BLE001 - many folders have no generation_config.json

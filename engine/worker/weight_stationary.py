@@ -17,7 +17,11 @@ call made on the current thread while it is active (a ``TorchFunctionMode``), so
 code stays transformers' own and other threads (Hugging Face ``generate`` on the same model,
 for instance) are untouched. The engine uses it only for decode-only steps of 2 or more
 sequences on CPU: a single sequence keeps the exact kernels of ``generate`` (bit-identical
-tokens), and prefill keeps them too.
+tokens), and prefill keeps them too. Only fp32 weights take it: bf16's oneDNN product reads
+a short left operand well already, and gives a row the same bits whatever the number of rows,
+which the other layout would break (a bf16 answer would then depend on whether 2-4 sequences
+shared its step: 4 of 6 greedy prompts differed from their solo tokens through the tied LM
+head before this rule).
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class WeightStationaryLinear(TorchFunctionMode):
             x, weight = args[0], args[1]
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             if (x.dim() >= 2 and weight.dim() == 2 and x.device.type == "cpu"
+                    and weight.dtype == torch.float32
                     and 2 <= x.numel() // x.shape[-1] <= self.max_rows):
                 self.calls += 1
                 return linear_weight_stationary(x, weight, bias)

@@ -1,0 +1,112 @@
+"""bf16 weights on oneDNN's pre-packed layout (CPU): the same bits as the dense ``F.linear``
+model, prefill and decode, alone and batched; the same measured weight bytes; rows that don't
+depend on how many rows share the product."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine import LLMEngine, SamplingParams
+from engine.model.loader import load_model
+from engine.model.quant import packed
+from engine.model.quant.packed import PackedLinear
+
+pytestmark = pytest.mark.skipif(not packed.packing_available(),
+                                reason="no oneDNN bf16 packed product on this CPU")
+
+GREEDY = SamplingParams(temperature=0, max_tokens=32)
+PROMPTS = [f"Tell me one fact about {t}." + " Please be brief." * i
+           for i, t in enumerate(["the ocean", "volcanoes", "GPUs", "bread", "chess", "owls"])]
+
+
+@pytest.fixture(scope="module")
+def both():
+    """The embedded model in bf16 twice: packed (the loader's default) and dense."""
+    packed_model = load_model("smollm2-135m", weights="bf16", progress=None)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(packed, "pack_model", lambda model: ["left dense"])
+    try:
+        dense_model = load_model("smollm2-135m", weights="bf16", progress=None)
+    finally:
+        mp.undo()
+    return packed_model, dense_model
+
+
+def test_the_loader_packs_the_decoder_and_counts_the_same_bytes(both):
+    p, d = both
+    kinds = {type(m).__name__ for m in p.model.modules()}
+    assert "PackedLinear" in kinds and "PackedLinear" not in {type(m).__name__ for m in d.model.modules()}
+    # 30 layers × (q/k/v, o, gate/up, down); the tied LM head stays dense
+    assert sum(isinstance(m, PackedLinear) for m in p.model.modules()) == 4 * 30
+    assert isinstance(p.model.lm_head, torch.nn.Linear)
+    assert p.info.weights_bytes == d.info.weights_bytes
+    assert 0 <= p.info.weights_bytes - 2 * p.info.num_params < 1024     # + the rotary buffers
+    assert "pre-packed" in p.info.weights_note and "pre-packed" not in d.info.weights_note
+
+
+def test_packed_prefill_logits_are_the_dense_bits(both):
+    p, d = both
+    ids = torch.tensor([p.tokenizer("The KV cache stores the keys and values of every "
+                                    "token seen so far, so decode reads them back.")["input_ids"]])
+    with torch.inference_mode():
+        assert torch.equal(p.model(ids).logits, d.model(ids).logits)
+
+
+def test_packed_decode_gives_dense_tokens_alone_and_batched(both):
+    """Alone and six at once, the packed model's greedy tokens are the dense model's."""
+    p, d = both
+    dense = LLMEngine(d, compile="off", telemetry=False)
+    pk = LLMEngine(p, compile="off", telemetry=False)
+    try:
+        for eng in (dense, pk):     # warm both, so the batched turns batch alike
+            eng.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=2))
+        alone = [dense.generate(q, GREEDY).token_ids for q in PROMPTS]
+        assert [pk.generate(q, GREEDY).token_ids for q in PROMPTS] == alone
+        runs = []
+        for eng in (dense, pk):
+            handles = [eng.submit(q, GREEDY) for q in PROMPTS]
+            runs.append([h.result(600).token_ids for h in handles])
+            assert max(max(e.batch_size for e in h.events) for h in handles) == len(PROMPTS)
+        assert runs[0] == runs[1]
+    finally:
+        dense.shutdown()
+        pk.shutdown()
+
+
+def test_compact_forward_runs_the_packed_layers_as_transformers_does(both, monkeypatch):
+    """The compiled step's compact forward (``torch.compile`` as the identity) over the packed
+    layers gives the eager path's tokens, alone and three at once."""
+    p, _ = both
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    eager = LLMEngine(p, compile="off", telemetry=False)
+    eng = LLMEngine(p, compile="on", compile_batch_sizes=(1, 4), telemetry=False)
+    try:
+        assert eng.wait_compiled(60)["status"] == "ready"
+        runs = []
+        for e in (eager, eng):
+            alone = [e.generate(q, GREEDY).token_ids for q in PROMPTS[:3]]
+            handles = [e.submit(q, GREEDY) for q in PROMPTS[:3]]
+            runs.append((alone, [h.result(600).token_ids for h in handles]))
+        assert runs[0] == runs[1]
+        assert eng.compile_status()["steps_compiled"] > 0
+    finally:
+        eager.shutdown()
+        eng.shutdown()
+
+
+def test_a_packed_row_does_not_depend_on_its_neighbours():
+    lin = torch.nn.Linear(576, 960, bias=False).to(torch.bfloat16)
+    layer = PackedLinear(lin)
+    x = torch.randn(32, 576).to(torch.bfloat16)
+    with torch.inference_mode():
+        first = layer(x[:1])
+        assert torch.equal(first, F.linear(x[:1], lin.weight))
+        for rows in (2, 3, 4, 8, 16, 32):
+            assert torch.equal(layer(x[:rows])[:1], first), rows
+
+
+def test_a_packed_layer_refuses_to_move_or_change_dtype():
+    layer = PackedLinear(torch.nn.Linear(64, 32).to(torch.bfloat16))
+    with pytest.raises(RuntimeError, match="CPU bf16 packed weight"):
+        layer.to(torch.float32)
+    assert layer.packed_bytes == 64 * 32 * 2 and layer.bias.dtype == torch.bfloat16
