@@ -12,6 +12,11 @@ tokens/s = sum over the turn's requests of (output tokens - 1) / (last token of 
 token of any request). The child process prints one line per finished request; nothing is added to
 the page or the API for the benchmark.
 
+``--pin`` runs the server on CPU 0 (started under ``taskset``, so its thread pools size
+themselves to that one core) and this driver, its API clients and the browsers it launches on
+CPU 1: the browsers can't take the server's core, as in a classroom where they run on the
+students' machines. Each turn also reports the server's CPU seconds (``psutil``, every thread).
+
 Needs Playwright and Debian's Chromium at ``/usr/bin/chromium`` (see docs/deploying.md).
 """
 
@@ -100,9 +105,10 @@ def _free_port() -> int:
 class Server:
     """The child process; :meth:`take` returns the records of requests finished since the last call."""
 
-    def __init__(self, timeout_s: float = 300.0) -> None:
+    def __init__(self, timeout_s: float = 300.0, cpu: int | None = None) -> None:
         port = _free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.bench.pages", "--serve", str(port)],
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        self.proc = subprocess.Popen([*pin, sys.executable, "-m", "app.bench.pages", "--serve", str(port)],
                                      stdout=subprocess.PIPE, text=True, bufsize=1,
                                      cwd=str(Path(__file__).resolve().parents[2]))
         self._records: queue.Queue = queue.Queue()
@@ -124,6 +130,13 @@ class Server:
             self.close()
             raise RuntimeError("the playground did not start") from None
         self.pid = int(pid)
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server process has used so far (user + system, every thread)."""
+        import psutil
+
+        t = psutil.Process(self.pid).cpu_times()
+        return t.user + t.system
 
     def wait(self, n: int, timeout_s: float = 600.0) -> list[dict]:
         """The next ``n`` finished requests' records."""
@@ -254,14 +267,21 @@ def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
     page.locator("#prompt textarea").fill(prompt)
 
 
-def run(pages: list[int], repeats: int, tokens: int, log=print, against: str = "api") -> dict:
+def run(pages: list[int], repeats: int, tokens: int, log=print, against: str = "api",
+        pin: bool = False) -> dict:
     """Warm up, then alternate API (or, with ``against="cli"``, CLI) and page turns for each N;
-    returns every turn and the medians (the other side's figures under the ``api`` keys)."""
+    returns every turn and the medians (the other side's figures under the ``api`` keys).
+    ``pin``: the server on CPU 0, this process and its browsers on CPU 1 (needs 2 CPUs)."""
     from playwright.sync_api import sync_playwright
 
-    server = Server()
+    if pin:
+        if len(os.sched_getaffinity(0)) < 2:
+            raise ValueError("--pin needs two CPUs")
+        os.sched_setaffinity(0, {1})   # inherited by the browsers launched below
+    server = Server(cpu=0 if pin else None)
     log(f"server at {server.url} (pid {server.pid})")
-    results: dict = {"tokens": tokens, "repeats": repeats, "cpus": os.cpu_count(), "against": against, "sizes": {}}
+    results: dict = {"tokens": tokens, "repeats": repeats, "cpus": os.cpu_count(), "against": against,
+                     "pinned": pin, "sizes": {}}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -272,18 +292,27 @@ def run(pages: list[int], repeats: int, tokens: int, log=print, against: str = "
                 turns = {"api": [], "pages": []}
                 for k in range(repeats):
                     for name, side in (("api", api), ("pages", web)):
+                        cpu0 = server.cpu_s()
                         got = rate(side.turn(server))
+                        got["server_cpu_s"] = server.cpu_s() - cpu0
                         turns[name].append(got)
                         log(f"N={n} turn {k + 1} {name if name == 'pages' else against:5s}: {got['decode_tok_s']:6.1f} tok/s total, "
-                            f"TPOT {got['tpot_ms']:.0f} ms, wall {got['wall_s']:.2f} s, tokens {got['tokens']}")
+                            f"TPOT {got['tpot_ms']:.0f} ms, wall {got['wall_s']:.2f} s, server CPU "
+                            f"{got['server_cpu_s']:.2f} s, tokens {got['tokens']}")
                 web.close()
                 a = statistics.median(t["decode_tok_s"] for t in turns["api"])
                 p = statistics.median(t["decode_tok_s"] for t in turns["pages"])
                 pairs = [q["decode_tok_s"] / r["decode_tok_s"] for q, r in zip(turns["pages"], turns["api"])]
+                wall = {k2: statistics.median(t["wall_s"] for t in turns[k2]) for k2 in turns}
+                cpu = {k2: statistics.median(t["server_cpu_s"] for t in turns[k2]) for k2 in turns}
                 results["sizes"][str(n)] = {"api_tok_s": a, "pages_tok_s": p, "ratio": p / a,
-                                            "pair_ratios": pairs, "turns": turns}
+                                            "pair_ratios": pairs, "wall_ratio": wall["api"] / wall["pages"],
+                                            "cpu_ratio": cpu["pages"] / cpu["api"] if cpu["api"] else None,
+                                            "turns": turns}
                 log(f"N={n}: {against} {a:.1f} tok/s, pages {p:.1f} tok/s, pages/{against} {p / a:.2f} "
-                    f"(pairs {', '.join(f'{x:.2f}' for x in pairs)})")
+                    f"(pairs {', '.join(f'{x:.2f}' for x in pairs)}); wall {against}/pages "
+                    f"{wall['api'] / wall['pages']:.2f}, server CPU pages/{against} "
+                    f"{results['sizes'][str(n)]['cpu_ratio'] or float('nan'):.2f}")
             browser.close()
     finally:
         server.close()
@@ -299,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", choices=("api", "cli"), default="api",
                     help="what the pages are compared with: API calls to the same server (default) or "
                          "`python -m engine generate` processes (one page only)")
+    ap.add_argument("--pin", action="store_true",
+                    help="server on CPU 0, browsers and clients on CPU 1 (as a classroom: the "
+                         "browsers on the students' machines)")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args(argv)
     if args.serve:
@@ -308,11 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"at most {len(PROMPTS)} pages")
     if args.against == "cli" and args.pages != [1]:
         ap.error("--against cli runs one request at a time: use --pages 1")
-    res = run(args.pages, args.repeats, args.tokens, against=args.against)
+    res = run(args.pages, args.repeats, args.tokens, against=args.against, pin=args.pin)
     side = args.against.upper()
-    print(f"\n| N | {side} tok/s | pages tok/s | pages / {side} |\n| --- | --- | --- | --- |")
+    print(f"\n| N | {side} tok/s | pages tok/s | pages / {side} | wall {side} / pages | server CPU "
+          f"pages / {side} |\n| --- | --- | --- | --- | --- | --- |")
     for n, r in res["sizes"].items():
-        print(f"| {n} | {r['api_tok_s']:.1f} | {r['pages_tok_s']:.1f} | {r['ratio']:.2f} |")
+        print(f"| {n} | {r['api_tok_s']:.1f} | {r['pages_tok_s']:.1f} | {r['ratio']:.2f} | "
+              f"{r['wall_ratio']:.2f} | {r['cpu_ratio'] or float('nan'):.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return 0
