@@ -18,6 +18,10 @@ Every figure is measured on this engine and this model, a few seconds each on 2 
 - :func:`block_sharing`: one request with ``n`` samples against ``n`` requests of the same
   prompt at once: distinct KV blocks their block tables hold at the end (paging shares the
   prompt's blocks between the samples).
+- :func:`chunked_prefill`: a running answer's gaps between tokens while a long prompt arrives
+  and is prefilled in chunks of ``max_num_batched_tokens``: its longest gap (one chunk's step)
+  against that prompt's whole prefill time (what the answer would wait unchunked).
+- :func:`sampling_examples`: one prompt greedy twice and sampled twice with two seeds.
 
 :func:`measure` runs them all and never raises for one part: a failed part has ``error``.
 Timed prompts are salted (:func:`engine.experiments.common.salted`) so no earlier request's
@@ -31,7 +35,8 @@ import time
 from engine.experiments.common import median, prompt_of_length, report, salted
 
 NAME = "remedies"
-PARTS = ("prefix_cache", "batch", "speculative", "kv_pools", "weights", "block_sharing")
+PARTS = ("prefix_cache", "chunked_prefill", "batch", "speculative", "kv_pools", "weights", "block_sharing",
+         "sampling")
 """The measurements of :func:`measure`, in run order."""
 PREFIX_TOKENS = 384
 SHORT_TOKENS = 48
@@ -235,7 +240,65 @@ def block_sharing(engine, n: int = 4, prompt_tokens: int = 128, new_tokens: int 
             "block_size": int(getattr(engine.config, "block_size", 16))}
 
 
-FUNCTIONS = {"prefix_cache": prefix_cache, "batch": batch_sizes, "speculative": speculative_ab,
+def chunked_prefill(engine, long_tokens: int = 1024, new_tokens: int = 24, before: int = 4) -> dict:
+    """A short answer decodes; after its ``before``-th token a ``long_tokens`` prompt arrives.
+
+    Returns:
+        ``max_gap_s`` (the answer's longest gap between two tokens, seconds), ``median_gap_s``,
+        ``long_prefill_s`` (the long prompt's prefill time: first token − scheduled),
+        ``long_prompt_tokens``, ``chunk_tokens`` (the engine's ``max_num_batched_tokens``: most
+        tokens one step feeds the model), ``answer_tokens``.
+    """
+    from engine.params import SamplingParams
+
+    tok = engine.experiment_model().tokenizer
+    params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
+    stream = engine.submit(salted("Count slowly from one to fifty, one number per line."), params)
+    seen = 0
+    for _ in stream:
+        seen += 1
+        if seen >= before:
+            break
+    text, _n = prompt_of_length(tok, long_tokens, unique=True)
+    long = engine.submit(text, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True), raw=True)
+    a, b = stream.result(), long.result()
+    for out in (a, b):
+        if not out.finished_ok:
+            raise RuntimeError(f"engine request ended with {out.finish_reason}: {out.error}")
+    gaps = list(a.metrics.itl_s)
+    return {"max_gap_s": max(gaps) if gaps else 0.0, "median_gap_s": median(gaps),
+            "long_prefill_s": b.metrics.prefill_time_s, "long_prompt_tokens": b.metrics.prompt_tokens,
+            "chunk_tokens": int(engine.config.max_num_batched_tokens), "answer_tokens": a.metrics.output_tokens}
+
+
+SAMPLING_PROMPT = "Give a name for a small grey cat."
+
+
+def sampling_examples(engine, prompt: str = SAMPLING_PROMPT, new_tokens: int = 12,
+                      temperature: float = 1.0, seeds: tuple[int, ...] = (1, 2)) -> dict:
+    """``prompt`` greedy twice, then sampled at ``temperature`` with each of ``seeds``.
+
+    Returns:
+        ``prompt``, ``greedy`` (the two texts), ``sampled`` (``[{"seed", "text"}]``),
+        ``greedy_equal`` (the greedy texts are the same), ``temperature``, ``new_tokens``.
+    """
+    from engine.params import SamplingParams
+
+    def text(params):
+        out = engine.submit(prompt, params).result()
+        if not out.finished_ok:
+            raise RuntimeError(f"engine request ended with {out.finish_reason}: {out.error}")
+        return out.text
+
+    greedy = [text(SamplingParams(temperature=0, max_tokens=new_tokens, repetition_penalty=1.0))
+              for _ in range(2)]
+    sampled = [{"seed": s, "text": text(SamplingParams(temperature=temperature, top_k=0, top_p=1.0,
+                                                       max_tokens=new_tokens, seed=s))} for s in seeds]
+    return {"prompt": prompt, "greedy": greedy, "sampled": sampled, "greedy_equal": greedy[0] == greedy[1],
+            "temperature": temperature, "new_tokens": new_tokens}
+
+
+FUNCTIONS = {"prefix_cache": prefix_cache, "chunked_prefill": chunked_prefill, "sampling": sampling_examples, "batch": batch_sizes, "speculative": speculative_ab,
              "kv_pools": kv_pools, "weights": weights, "block_sharing": block_sharing}
 
 
@@ -257,7 +320,7 @@ def measure(engine, parts: tuple[str, ...] = PARTS, progress=None) -> dict:
     for i, part in enumerate(parts):
         report(progress, i / len(parts), f"measuring {part.replace('_', ' ')}")
         t0 = time.perf_counter()
-        if part in ("speculative", "block_sharing") and not paged:
+        if part in ("speculative", "block_sharing", "chunked_prefill") and not paged:
             out[part] = {"error": "needs the paged KV cache (this engine serves one request at a time)"}
             continue
         try:
