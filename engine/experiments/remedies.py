@@ -30,6 +30,7 @@ cached blocks serve them, except where the prefix cache is what is measured.
 
 from __future__ import annotations
 
+import os
 import time
 
 from engine.experiments.common import median, prompt_of_length, report, salted
@@ -210,7 +211,8 @@ def _distinct_blocks(handles) -> tuple[int, int]:
 
 def block_sharing(engine, n: int = 4, prompt_tokens: int = 128, new_tokens: int = 8) -> dict:
     """One request with ``n`` samples against ``n`` requests of the same prompt, submitted at
-    once (sampling at temperature 1, seeded).
+    once (sampling at temperature 1, seeded); each of the ``n`` requests has its own cache salt,
+    so none reuses another's prompt blocks through the prefix cache.
 
     Returns:
         ``grouped_blocks`` and ``independent_blocks`` (distinct KV blocks held at the end),
@@ -227,9 +229,11 @@ def block_sharing(engine, n: int = 4, prompt_tokens: int = 128, new_tokens: int 
             handles = [engine.submit(text, SamplingParams(temperature=1.0, max_tokens=new_tokens,
                                                           ignore_eos=True, seed=7, n=n), raw=True)]
         else:
+            # each its own cache salt: the prefix cache cannot share the prompt's blocks either
+            own = os.urandom(3).hex()
             handles = [engine.submit(text, SamplingParams(temperature=1.0, max_tokens=new_tokens,
-                                                          ignore_eos=True, seed=7 + k), raw=True)
-                       for k in range(n)]
+                                                          ignore_eos=True, seed=7 + k), raw=True,
+                                     cache_salt=f"remedies-own-{own}-{k}") for k in range(n)]
         outs = [h.result() for h in handles]
         bad = [o for o in outs if not o.finished_ok]
         if bad:
