@@ -16,6 +16,8 @@ import dataclasses
 import html
 import time
 
+import gradio as gr
+
 from engine.experiments import remedies as measurements
 from engine.telemetry.estimator import load_spec
 
@@ -438,8 +440,6 @@ def build(ctx) -> dict:
     """The lesson inside an open ``gr.Tab``: the questions, the measure button, the remedies
     tables and Q4's examples, wired to ``ctx.engine``. Returns the components by name
     (``rem_questions``, ``rem_run``, ``rem_status``, ``rem_table``, ``rem_sampling``)."""
-    import gradio as gr
-
     from app.server.errors import guard
     from app.tabs.lessons.common import elem
 
