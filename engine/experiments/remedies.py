@@ -279,8 +279,9 @@ SAMPLING_PROMPT = "Give a name for a small grey cat."
 
 
 def sampling_examples(engine, prompt: str = SAMPLING_PROMPT, new_tokens: int = 12,
-                      temperature: float = 1.0, seeds: tuple[int, ...] = (1, 2)) -> dict:
-    """``prompt`` greedy twice, then sampled at ``temperature`` with each of ``seeds``.
+                      temperature: float = 1.0, seeds: tuple[int, ...] = (1, 2, 1)) -> dict:
+    """``prompt`` greedy twice, then sampled at ``temperature`` with each of ``seeds`` (a seed
+    given twice shows that a fixed seed repeats its answer).
 
     Returns:
         ``prompt``, ``greedy`` (the two texts), ``sampled`` (``[{"seed", "text"}]``),

@@ -61,8 +61,8 @@ QUESTIONS = (
 
 def questions_markdown() -> str:
     """The thinking questions as a table: question and the lesson that answers it."""
-    lines = ["| | thinking question | where the answer is |", "| --- | --- | --- |"]
-    lines += [f"| **{q}** | {text} | {where} |" for q, text, where in QUESTIONS]
+    lines = ["| thinking question | where the answer is |", "| --- | --- |"]
+    lines += [f"| **{q}** {text} | {where} |" for q, text, where in QUESTIONS]
     return "\n".join(lines)
 
 
@@ -176,9 +176,13 @@ def cell_speculative(m, facts) -> str:
 
 def cell_compiled(m, facts) -> str:
     run, status = facts.get("compile_run"), facts.get("compile") or {}
-    state = (f"this engine's decode step now: **{status.get('path', 'eager')}** ({status.get('status', 'off')}; "
-             f"{fmt_int(status.get('steps_compiled', 0))} compiled and {fmt_int(status.get('steps_eager', 0))} "
-             "eager steps so far)")
+    if status.get("status", "off") == "off":
+        state = "this engine's decode step now: **eager** (compiling is off on this server)"
+    else:
+        ready = ", ".join(str(b) for b in status.get("ready", [])) or "none yet"
+        state = (f"this engine's decode step now: **{status.get('path', 'eager')}** ({status['status']}; batch "
+                 f"buckets compiled: {ready}; {fmt_int(status.get('steps_compiled', 0))} compiled and "
+                 f"{fmt_int(status.get('steps_eager', 0))} eager decode steps so far)")
     if not run:
         return state + f"; for the speed, press “Time eager against compiled” in {lesson(roofline)} (about a minute)"
     a, b = round(run["eager_tokens_per_s"], 1), round(run["compiled_tokens_per_s"], 1)
@@ -411,8 +415,15 @@ def sampling_markdown(m: dict | None) -> str:
     for s in r["sampled"]:
         lines.append(f"| temperature {r['temperature']:g}, seed {s['seed']} | "
                      f"{html.escape(s['text']).replace('|', '&#124;').replace(chr(10), ' ')} |")
-    lines.append("\nGreedy gives the same answer every time" + ("" if r["greedy_equal"] else " (not here: a near-tie)")
-                 + "; sampling gives a different one per seed, and the same one again for the same seed.")
+    seeds = [x["seed"] for x in r["sampled"]]
+    again = len(seeds) > len(set(seeds))
+    same = [x["text"] for x in r["sampled"] if x["seed"] == seeds[0]]
+    lines.append("\nGreedy " + ("gave the same answer both times" if r["greedy_equal"] else
+                                 "parted between runs (a near-tie)")
+                 + f"; sampling at temperature {r['temperature']:g} gave "
+                 + ("different answers for different seeds" if len({x['text'] for x in r['sampled']}) > 1 else "one answer")
+                 + (("; seed " + str(seeds[0]) + (" repeated its answer" if len(set(same)) == 1 else " did not repeat"))
+                    if again else "") + ". Greedy suits facts, code and tests; sampling suits varied, creative text.")
     return "\n".join(lines)
 
 
@@ -448,7 +459,7 @@ def build(ctx) -> dict:
     gr.Markdown(TEXT)
     c["rem_questions"] = gr.Markdown(questions_markdown(), **elem("rem_questions"))
     with gr.Row():
-        c["rem_run"] = gr.Button("Measure on this engine", variant="primary", scale=0, min_width=220,
+        c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))
         c["rem_status"] = gr.HTML("", **elem("rem_status"))
     c["rem_table"] = gr.Markdown(remedies_markdown(None, engine_facts(engine)), **elem("rem_table"))

@@ -145,7 +145,7 @@ def roofline_figure(shape: intensity.DecodeShape, context: int, machine: dict | 
         fig.add_annotation(text="Press “Measure this machine” for its own ridge point", xref="paper", yref="paper",
                            x=0.02, y=0.02, xanchor="left", showarrow=False, font={"size": 12, "color": MACHINE})
     fig.update_xaxes(type="log", tickvals=BATCHES, ticktext=[str(b) for b in BATCHES], title_text="batch (sequences per decode step)")
-    fig.update_yaxes(type="log", title_text="FLOPs per byte read")
+    fig.update_yaxes(type="log", dtick=1, title_text="FLOPs per byte read")  # a label per decade
     fig.update_layout(template="plotly_white", height=460, margin={"l": 60, "r": 20, "t": 40, "b": 50},
                       title={"text": f"Decode: arithmetic intensity vs ridge points{': ' + name if name else ''}",
                              "x": 0.01, "font": {"size": 15}},
@@ -174,7 +174,7 @@ def prefill_figure(shape: intensity.DecodeShape, machine: dict | None, name: str
                                                    "prompt tokens<extra></extra>"))
     fig.update_xaxes(type="log", tickvals=PROMPTS, ticktext=[fmt_int(t) for t in PROMPTS],
                      title_text="prompt length (tokens, one prompt)")
-    fig.update_yaxes(type="log", title_text="FLOPs per byte")
+    fig.update_yaxes(type="log", dtick=1, title_text="FLOPs per byte")
     fig.update_layout(template="plotly_white", height=380, margin={"l": 60, "r": 20, "t": 40, "b": 50},
                       title={"text": f"Prefill: arithmetic intensity vs prompt length{': ' + name if name else ''}",
                              "x": 0.01, "font": {"size": 15}},

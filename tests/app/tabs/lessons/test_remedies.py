@@ -62,10 +62,14 @@ def test_sliding_window_and_fit_are_computed_from_configs():
 
 def test_last_runs_are_quoted_with_their_time():
     last_runs.clear()
-    assert "press “Time eager against compiled”" in remedies.cell_compiled(None, {"compile_run": None})
+    off = remedies.cell_compiled(None, {"compile_run": None})
+    assert "press “Time eager against compiled”" in off and "compiling is off" in off
+    on = remedies.cell_compiled(None, {"compile": {"path": "compiled", "status": "ready", "ready": [1, 2],
+                                                   "steps_compiled": 40, "steps_eager": 3}})
+    assert "**compiled**" in on and "buckets compiled: 1, 2" in on and "40 compiled and 3 eager" in on
     last_runs.record("compile", {"batch": 1, "eager_tokens_per_s": 20.0, "compiled_tokens_per_s": 50.0})
     run = last_runs.latest("compile")
-    cell = remedies.cell_compiled(None, {"compile_run": run, "compile": {"path": "compiled"}})
+    cell = remedies.cell_compiled(None, {"compile_run": run, "compile": {"path": "compiled", "status": "ready"}})
     assert "20.0 → 50.0 tok/s" in cell and "50.0 ÷ 20.0 = 2.5×" in cell and "UTC" in cell
     last_runs.clear()
     assert last_runs.latest("compile") is None
@@ -120,6 +124,7 @@ def test_batching_sharing_speculation_chunking_and_sampling(measured):
     assert c["long_prompt_tokens"] > c["chunk_tokens"] and c["max_gap_s"] < c["long_prefill_s"]
     g = measured["sampling"]
     assert g["greedy_equal"] and g["sampled"][0]["text"] != g["sampled"][1]["text"]
+    assert [x["seed"] for x in g["sampled"]] == [1, 2, 1] and g["sampled"][2]["text"] == g["sampled"][0]["text"]
 
 
 def test_printed_equations_are_their_own_arithmetic(measured, engine):
@@ -141,3 +146,4 @@ def test_printed_equations_are_their_own_arithmetic(measured, engine):
     assert f"{round(prefix['cold_ttft_s'] * 1000):,} ms → {round(prefix['warm_ttft_s'] * 1000):,} ms" in md
     examples = remedies.sampling_markdown(measured)
     assert measured["sampling"]["greedy"][0][:10] in examples and "seed 2" in examples
+    assert "gave the same answer both times" in examples and "seed 1 repeated its answer" in examples
