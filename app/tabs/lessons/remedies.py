@@ -99,6 +99,9 @@ def cell_prefix(m, facts) -> str:
     if why:
         return why
     cold, warm = _ms(r["cold_ttft_s"]), _ms(r["warm_ttft_s"])
+    if not r["prefix_caching"]:
+        return (f"prefix caching is off on this engine: TTFT {cold:,} ms for a {fmt_int(r['prompt_tokens'])}-token "
+                f"prompt, {warm:,} ms for a second one starting the same way")
     return (f"TTFT **{cold:,} ms → {warm:,} ms** ({cold:,} ÷ {warm:,} = {_times(cold, warm)}) for a "
             f"{fmt_int(r['prompt_tokens'])}-token prompt whose first {fmt_int(r['cached_tokens'])} tokens "
             "came from the cache")
