@@ -161,7 +161,8 @@ def cell_batching(m, facts) -> str:
     one, many, n = rows
     a, b = round(one["throughput_tokens_per_s"], 1), round(many["throughput_tokens_per_s"], 1)
     verdict = ("it grew: decode was memory-bound" if b / a >= 2 else
-               "under 2× for 8× the sequences counts as flat: the step is no longer memory-bound (see the roofline)")
+               "under 2× for 8× the sequences counts as flat: the step is compute- or overhead-bound "
+               "here (see the roofline), or the machine was busy (measure again)")
     return (f"throughput **{a:.1f} → {b:.1f} tok/s** from batch 1 to {many['batch']} "
             f"({b:.1f} ÷ {a:.1f} = {_times(b, a)}; {many['batch']}× if sequences were free), "
             f"{n} new tokens each, prefill included; {verdict}")
