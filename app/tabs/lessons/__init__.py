@@ -1,4 +1,5 @@
-"""The Lessons tab: nine small experiments for a classroom, on the page's own engine.
+"""The Lessons tab: nine small experiments for a classroom, on the page's own engine, and the
+remedies for each bottleneck with their figures on it.
 
 One module per lesson, each with the same shape: ``TITLE``, ``TEXT`` and ``build(ctx)`` (lays
 out and wires itself inside its ``gr.Tab``, returns its components by name), beside its own
@@ -18,7 +19,7 @@ from app.server.errors import log_internal
 from app.tabs.context import TabContext
 
 LESSONS = ("kv_cache", "prefill", "calculator", "sampling", "quantization", "batch", "roofline",
-           "speculative", "constrained")
+           "speculative", "constrained", "remedies")
 """The lessons' modules in this package, in the order of their tabs; adding one is one module
 and one entry here. They are imported when the tab is built: ``engine.experiments`` imports
 torch, which the page itself never does (a remote engine's page needs none)."""

@@ -13,6 +13,7 @@ from engine.experiments import quantization
 
 from app.render.fmt import fmt_bytes, fmt_int
 from app.server.errors import guard
+from app.tabs.lessons import last_runs
 from app.tabs.lessons.common import OFF, ON, elem, layout as _layout, progress_adapter
 
 TITLE = "Quantization"
@@ -66,6 +67,9 @@ def quant_table(res: dict) -> str:
 def run_quantization(engine, progress=None) -> tuple[go.Figure, str]:
     """The ``quantization`` experiment in quick mode on the page's model (its own engines)."""
     res = quantization.run(engine.experiment_model(), quick=True, progress=progress_adapter(progress))
+    last_runs.record("quantization", {r["label"]: {"decode_tokens_per_s": r["decode_tokens_per_s"],
+                                                  "weights_bytes": r["weights_bytes"]}
+                                      for r in res.get("rows", [])})
     return quant_figure(res), quant_table(res)
 
 

@@ -1,9 +1,10 @@
 """Lesson: memory-bound or compute-bound. The arithmetic intensity of a decode step against the
-batch size, beside the ridge points of this machine (its measured read bandwidth and matmul
-FLOP/s) and of common GPUs (their datasheets' figures).
+batch size, and of a prefill against the prompt length, beside the ridge points of this machine
+(its measured read bandwidth and matmul FLOP/s) and of common GPUs (their datasheets' figures),
+for the page's own model or any model of the calculator's list or a pasted ``config.json``.
 
-The formulas and the published figures are ``engine.experiments.intensity``; the measurements
-``engine.experiments.roofline``. Measuring runs no request through the engine (nothing to label
+The formulas and the published figures are ``engine.experiments.intensity`` and
+:mod:`app.tabs.lessons.roofline_models`; the measurements ``engine.experiments.roofline``. Measuring runs no request through the engine (nothing to label
 as a lesson run) but shares the machine with it. This module never imports torch.
 """
 
@@ -17,13 +18,22 @@ import plotly.graph_objects as go
 
 from engine.experiments import intensity, roofline
 
+from engine.model.model_spec import ModelSpec
+from engine.telemetry.estimator import known_models, load_spec
+
 from app.server import fields
 from app.server.errors import guard
 from app.render.fmt import fmt_bytes, fmt_int
-from app.tabs.lessons.common import progress_adapter
+from app.tabs.lessons import last_runs, roofline_models as rm
+from app.tabs.lessons.calculator import read_config
+from app.tabs.lessons.common import error_html, progress_adapter
 
 BATCHES = [2**i for i in range(11)]  # 1 ... 1024
-MACHINE, MODEL, GPU = "#E4572E", "#2E86AB", "#8a8a8a"
+PROMPTS = [2**i for i in range(4, 16)]  # 16 ... 32,768 tokens
+MACHINE, MODEL, GPU, PAGE_MODEL = "#E4572E", "#2E86AB", "#8a8a8a", "#7FB3D5"
+ENGINE_MODEL = "this page's model, as served"
+"""The model dropdown's first choice: the engine's own weights and KV cache as stored."""
+REFERENCE_GPU = "H100 SXM"  # the card the headline's answer names
 BANDWIDTH_BYTES = 256 * 10**6  # the read-bandwidth tensor: several times any CPU's last-level cache
 MATMUL_N = 1024
 
@@ -34,7 +44,33 @@ TEXT = (
     "waits for memory; batching reuses each weight for many sequences and raises the intensity. "
     "Look where the blue curves cross a device's **ridge point** (its FLOP/s ÷ its bandwidth): below "
     "it decode is memory-bound, above it compute-bound. The dotted curve is the weights alone; the "
-    "solid one adds each sequence's own KV cache, which keeps long contexts memory-bound at any batch.")
+    "solid one adds each sequence's own KV cache, which keeps long contexts memory-bound at any batch. "
+    "Pick a model (or paste its config.json) to see where a 7B model turns compute-bound on an H100; "
+    "the second plot is prefill, whose intensity grows with the prompt length instead.")
+
+
+def chosen_shape(engine_shape: intensity.DecodeShape, engine_name: str, model: str, weights: str,
+                 kv_dtype: str, pasted: str | None) -> tuple[str, intensity.DecodeShape, bool]:
+    """``(name, shape, served)`` of the model the user chose: a pasted ``config.json`` wins,
+    then a model of the calculator's list (weights and KV cache in the chosen dtypes), then
+    :data:`ENGINE_MODEL` (``engine_shape``, as served; ``served`` is True only then).
+
+    Raises:
+        ValueError: a bad config.json, an unknown model or dtype; the message names the field.
+    """
+    config = read_config(pasted, None)
+    if config is not None:
+        name = str(config.get("_name_or_path") or "your config.json")[:80]
+        try:
+            spec = ModelSpec.from_config(config, name=name, source="your config.json")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"config.json: {str(exc).splitlines()[0][:160]}") from None
+        return name, rm.spec_shape(spec, weights, kv_dtype), False
+    if model == ENGINE_MODEL or model in (None, ""):
+        return engine_name, engine_shape, True
+    if model not in known_models():
+        raise ValueError("model: pick one from the list, or paste its config.json")
+    return model, rm.spec_shape(load_spec(model), weights, kv_dtype), False
 
 
 def model_shape(engine) -> intensity.DecodeShape:
@@ -67,10 +103,20 @@ def _context(value) -> int:
     return n
 
 
-def roofline_figure(shape: intensity.DecodeShape, context: int, machine: dict | None) -> go.Figure:
+def _ridges(machine: dict | None) -> list[tuple[str, float, str, str]]:
+    """``(name, ridge, colour, dash)`` of the measured machine (when given) and each GPU."""
+    ridges = [(g["name"] + " (datasheet)", g["ridge"], GPU, "dash") for g in intensity.published_ridges()]
+    if machine:
+        ridges.insert(0, (f"this machine ({machine['device']}, measured)", machine["ridge"], MACHINE, "solid"))
+    return ridges
+
+
+def roofline_figure(shape: intensity.DecodeShape, context: int, machine: dict | None,
+                    name: str = "", reference: intensity.DecodeShape | None = None) -> go.Figure:
     """Intensity (FLOPs per byte, log) against the batch (log): the model's decode step at
     ``context`` tokens (and with no cache to read, dotted), the ridge of ``machine`` (measured;
-    ``None``: not yet) and of each published GPU, with the batch where the curve crosses it."""
+    ``None``: not yet) and of each published GPU, with the batch where the curve crosses it;
+    ``reference`` (the page's own model, when another one is shown) as a thin line."""
     fig = go.Figure()
     y = [shape.intensity(b, context) for b in BATCHES]
     fig.add_trace(go.Scatter(x=BATCHES, y=y, mode="lines+markers", name=f"decode step, {fmt_int(context)} tokens of context",
@@ -79,35 +125,88 @@ def roofline_figure(shape: intensity.DecodeShape, context: int, machine: dict | 
     fig.add_trace(go.Scatter(x=BATCHES, y=[shape.intensity(b, 0) for b in BATCHES], mode="lines",
                              name="weights only (no KV cache read)", line={"color": MODEL, "dash": "dot", "width": 1},
                              hovertemplate="batch %{x}: %{y:.1f} FLOPs per byte<extra></extra>"))
-    ridges = [(g["name"] + " (datasheet)", g["ridge"], GPU, "dash") for g in intensity.published_ridges()]
-    if machine:
-        ridges.insert(0, (f"this machine ({machine['device']}, measured)", machine["ridge"], MACHINE, "solid"))
-    for name, ridge, color, dash in ridges:  # one legend entry per ridge (labels on the lines would overlap)
+    if reference is not None:
+        fig.add_trace(go.Scatter(x=BATCHES, y=[reference.intensity(b, context) for b in BATCHES], mode="lines",
+                                 name=f"{ENGINE_MODEL}, {fmt_int(context)} tokens", line={"color": PAGE_MODEL, "width": 1},
+                                 hovertemplate="this page's model, batch %{x}: %{y:.1f} FLOPs per byte<extra></extra>"))
+    for label, ridge, color, dash in _ridges(machine):  # one legend entry per ridge (labels on the lines would overlap)
         fig.add_trace(go.Scatter(x=[BATCHES[0], BATCHES[-1]], y=[ridge, ridge], mode="lines",
-                                 name=f"ridge of {name}: {ridge:.0f}",
+                                 name=f"ridge of {label}: {ridge:.0f}",
                                  line={"color": color, "dash": dash, "width": 2 if color == MACHINE else 1},
-                                 hovertemplate=f"{html.escape(name)}: ridge {ridge:.1f} FLOPs per byte<extra></extra>"))
+                                 hovertemplate=f"{html.escape(label)}: ridge {ridge:.1f} FLOPs per byte<extra></extra>"))
         for ctx, what in ((context, "the whole step"), (0, "the weights alone")):
             b = shape.crossover_batch(ridge, ctx, largest=BATCHES[-1])
             if b is not None:
                 fig.add_trace(go.Scatter(x=[b], y=[shape.intensity(b, ctx)], mode="markers", showlegend=False,
                                          marker={"color": color, "size": 10, "symbol": "x"},
-                                         hovertemplate=f"{html.escape(name)}: {what} compute-bound from batch "
+                                         hovertemplate=f"{html.escape(label)}: {what} compute-bound from batch "
                                                        f"{b}<extra></extra>"))
     if not machine:
         fig.add_annotation(text="Press “Measure this machine” for its own ridge point", xref="paper", yref="paper",
                            x=0.02, y=0.02, xanchor="left", showarrow=False, font={"size": 12, "color": MACHINE})
     fig.update_xaxes(type="log", tickvals=BATCHES, ticktext=[str(b) for b in BATCHES], title_text="batch (sequences per decode step)")
-    fig.update_yaxes(type="log", title_text="FLOPs per byte read")
+    fig.update_yaxes(type="log", dtick=1, title_text="FLOPs per byte read")  # a label per decade
     fig.update_layout(template="plotly_white", height=460, margin={"l": 60, "r": 20, "t": 40, "b": 50},
-                      title={"text": "Arithmetic intensity of a decode step vs ridge points", "x": 0.01, "font": {"size": 15}},
+                      title={"text": f"Decode: arithmetic intensity vs ridge points{': ' + name if name else ''}",
+                             "x": 0.01, "font": {"size": 15}},
                       legend={"orientation": "v", "y": 1, "x": 1.01, "font": {"size": 11}})
     return fig
 
 
-def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | None) -> str:
-    """Markdown: per device its bandwidth, 16-bit FLOP/s, ridge point and the batch from which
-    this model's decode turns compute-bound at ``context`` tokens, with each figure's source."""
+def prefill_figure(shape: intensity.DecodeShape, machine: dict | None, name: str = "") -> go.Figure:
+    """Intensity (FLOPs per byte, log) of one prompt's prefill against its length (tokens, log),
+    :func:`app.tabs.lessons.roofline_models.prefill_intensity`, beside the same ridges, with the
+    prompt length where it crosses each."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=PROMPTS, y=[rm.prefill_intensity(shape, t) for t in PROMPTS], mode="lines+markers",
+                             name="prefill of one prompt", line={"color": MODEL, "width": 3},
+                             hovertemplate="%{x} prompt tokens: %{y:.1f} FLOPs per byte<extra></extra>"))
+    for label, ridge, color, dash in _ridges(machine):
+        fig.add_trace(go.Scatter(x=[PROMPTS[0], PROMPTS[-1]], y=[ridge, ridge], mode="lines",
+                                 name=f"ridge of {label}: {ridge:.0f}",
+                                 line={"color": color, "dash": dash, "width": 2 if color == MACHINE else 1},
+                                 hovertemplate=f"{html.escape(label)}: ridge {ridge:.1f} FLOPs per byte<extra></extra>"))
+        t = rm.prefill_crossover(shape, ridge, largest=PROMPTS[-1])
+        if t is not None:
+            fig.add_trace(go.Scatter(x=[t], y=[rm.prefill_intensity(shape, t)], mode="markers", showlegend=False,
+                                     marker={"color": color, "size": 10, "symbol": "x"},
+                                     hovertemplate=f"{html.escape(label)}: prefill compute-bound from {t} "
+                                                   "prompt tokens<extra></extra>"))
+    fig.update_xaxes(type="log", tickvals=PROMPTS, ticktext=[fmt_int(t) for t in PROMPTS],
+                     title_text="prompt length (tokens, one prompt)")
+    fig.update_yaxes(type="log", dtick=1, title_text="FLOPs per byte")
+    fig.update_layout(template="plotly_white", height=380, margin={"l": 60, "r": 20, "t": 40, "b": 50},
+                      title={"text": f"Prefill: arithmetic intensity vs prompt length{': ' + name if name else ''}",
+                             "x": 0.01, "font": {"size": 15}},
+                      legend={"orientation": "v", "y": 1, "x": 1.01, "font": {"size": 11}})
+    return fig
+
+
+def crossing_text(shape: intensity.DecodeShape, context: int, name: str) -> str:
+    """One sentence answering "when does it turn compute-bound?" for :data:`REFERENCE_GPU`:
+    the batch for the weights alone and for the whole step at ``context``, and the prompt
+    length for a prefill, with the products behind the weights-alone figure."""
+    g = next(g for g in intensity.published_ridges() if g["name"] == REFERENCE_GPU)
+    ridge = g["ridge"]
+    b0, bc = shape.crossover_batch(ridge, 0), shape.crossover_batch(ridge, context)
+    t = rm.prefill_crossover(shape, ridge)
+    per = int(round(shape.flops(1, 0)))
+    at512 = 512 * per / shape.weight_bytes
+    whole = (f"the whole step at {fmt_int(context)} tokens of context from batch {fmt_int(bc)}" if bc else
+             f"the whole step at {fmt_int(context)} tokens of context never (it levels off near "
+             f"{shape.intensity_limit(context):.0f})")
+    return (f"**When does {html.escape(name)} turn compute-bound on an {REFERENCE_GPU}** (ridge "
+            f"{g['tflops']:g} TFLOP/s ÷ {g['bandwidth_gb_per_s']:,.0f} GB/s = {ridge:.0f} FLOPs per byte)? "
+            f"Decode with the weights alone from **batch {fmt_int(b0) if b0 else 'never'}**; {whole}; a prefill "
+            f"from **{fmt_int(t) if t else 'no'} prompt tokens**. At batch 512 the weights alone do 512 × "
+            f"{fmt_int(per)} FLOPs ÷ {fmt_int(shape.weight_bytes)} B = **{at512:,.0f} FLOPs per byte**.")
+
+
+def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | None, name: str = "",
+                   served: bool = True) -> str:
+    """Markdown: per device its bandwidth, 16-bit FLOP/s, ridge point, the batch from which this model's decode turns
+    compute-bound at ``context`` tokens and the prompt length from which its prefill does, with
+    each figure's source."""
     b1 = shape.intensity(1, context)
     lines = [f"At batch 1 a decode step of this model reads **{fmt_bytes(shape.bytes_read(1, context))}** "
              f"(weights {fmt_bytes(shape.weight_bytes)} + {fmt_int(context)} cached tokens × "
@@ -117,15 +216,16 @@ def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | N
                  if math.isfinite(shape.intensity_limit(context)) else
                  "With no cache to read, the intensity grows with the batch without bound."), "",
              f"| device | bandwidth | TFLOP/s | ridge (FLOPs/byte) | weights alone compute-bound from batch | "
-             f"whole step at {fmt_int(context)} tokens | source |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             f"whole step at {fmt_int(context)} tokens | prefill compute-bound from (prompt tokens) | source |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def at(b):
         return fmt_int(b) if b is not None else "never"
 
     def line(name, bw_gb, flops, ridge, source):
         lines.append(f"| {name} | {bw_gb:,.1f} GB/s | {flops / 1e12:,.3g} | {ridge:,.1f} | "
-                     f"{at(shape.crossover_batch(ridge, 0))} | {at(shape.crossover_batch(ridge, context))} | {source} |")
+                     f"{at(shape.crossover_batch(ridge, 0))} | {at(shape.crossover_batch(ridge, context))} | "
+                     f"{at(rm.prefill_crossover(shape, ridge))} | {source} |")
 
     if machine:
         line(f"this machine ({machine['device']}, {machine['dtype']})", machine["bandwidth_gb_per_s"],
@@ -135,9 +235,14 @@ def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | N
         line(f"{g['name']} ({g['dtype']})", g["bandwidth_gb_per_s"], g["tflops"] * 1e12, g["ridge"], g["source"])
     lines.append("\n“Never”: each sequence brings its own KV cache to read, so past some batch the bytes grow "
                  "as fast as the FLOPs; attention over the cache stays memory-bound.")
-    lines.append("\nThe model's bytes are as stored here (its weights' precision and the engine's KV cache "
-                 "dtype); a GPU would run it in bf16, which doubles or quadruples the weight bytes and halves "
-                 "or quarters the intensity. Measured figures move with the machine's load.")
+    if served:
+        lines.append("\nThe model's bytes are as stored here (its weights' precision and the engine's KV cache "
+                     "dtype); a GPU would run it in bf16, which doubles or quadruples the weight bytes and halves "
+                     "or quarters the intensity. Measured figures move with the machine's load.")
+    else:
+        lines.append(f"\nThe weights: {fmt_int(shape.params)} parameters stored in {fmt_bytes(shape.weight_bytes)} "
+                     f"({fmt_int(shape.weight_bytes)} B); the KV cache {fmt_int(shape.kv_bytes_per_token)} B per token. "
+                     "Measured figures move with the machine's load.")
     return "\n".join(lines)
 
 
@@ -213,48 +318,92 @@ def _overhead_section(ctx, c: dict) -> None:
                              progress=progress_adapter(progress))
         if res.get("status") != "ok":
             raise gr.Error(f"the measurement failed: {res.get('error', 'unknown error')}", print_exception=False)
+        b = res["batch_sizes"][0]
+        last_runs.record("compile", {"batch": b, "eager_tokens_per_s": res["eager_tokens_per_s"][b],
+                                     "compiled_tokens_per_s": res["compiled_tokens_per_s"][b]})
         return overhead_figure(res), overhead_table(res)
 
     c["roof_overhead_run"].click(guard(on_time), None, [c["roof_overhead_plot"], c["roof_overhead_table"]],
                                  concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
 
 
+def engine_model_name(engine) -> str:
+    """The page's model as the dropdown's first choice describes it, e.g. ``"smollm2-135m (int4
+    weights, bfloat16 KV cache)"``."""
+    info = engine.info
+    kv = getattr(info, "kv_dtype", None) or info.dtype
+    return f"{info.name} ({info.weights} weights, {kv} KV cache)"
+
+
+def roofline_view(engine_shape, engine_name, model, weights, kv_dtype, pasted, context,
+                  measured) -> tuple:
+    """``(answer, decode figure, prefill figure, table, status html)`` for the chosen model
+    (the answer: :func:`crossing_text`); on a refused value ``None`` for each but the status,
+    an error line naming the field ("leave them as they are")."""
+    try:
+        n = _context(context)
+        name, shape, served = chosen_shape(engine_shape, engine_name, model, weights, kv_dtype, pasted)
+    except (ValueError, LookupError, TypeError, ArithmeticError) as exc:
+        return None, None, None, None, error_html(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+    reference = None if served else engine_shape
+    return (crossing_text(shape, n, name), roofline_figure(shape, n, measured, name, reference), prefill_figure(shape, measured, name),
+            roofline_table(shape, n, measured, name, served), "")
+
+
 def build(ctx) -> dict:
     """The lesson's tab content (call inside an open ``gr.Tab``; ``ctx``: the
-    :class:`app.tabs.context.TabContext`): words, the context slider, the measure button, the
-    figure and the table.
+    :class:`app.tabs.context.TabContext`): words, the model (the page's, one of the
+    calculator's list, or a pasted config.json) and its dtypes, the context slider, the
+    measure button, the decode and prefill figures and the table.
 
     Returns:
-        The components by name (``roof_context``, ``roof_run``, ``roof_plot``, ``roof_table``,
-        ``roof_overhead_run``, ``roof_overhead_plot``, ``roof_overhead_table``).
+        The components by name (``roof_model``, ``roof_weights``, ``roof_kv``, ``roof_json``,
+        ``roof_context``, ``roof_run``, ``roof_status``, ``roof_answer``, ``roof_plot``, ``roof_prefill_plot``,
+        ``roof_table``, ``roof_overhead_run``, ``roof_overhead_plot``, ``roof_overhead_table``).
     """
+    from app.tabs.lessons.common import keep
+
     engine = ctx.engine
     shape = model_shape(engine)
+    name = engine_model_name(engine)
     c: dict = {}
     gr.Markdown(TEXT)
+    with gr.Row():
+        c["roof_model"] = gr.Dropdown([ENGINE_MODEL, *known_models()], value=ENGINE_MODEL, label="model",
+                                      elem_id="lesson-roof-model", scale=3)
+        c["roof_weights"] = gr.Dropdown(list(rm.WEIGHT_DTYPES), value="fp16", label="weights dtype (a listed model)",
+                                        elem_id="lesson-roof-weights", scale=1)
+        c["roof_kv"] = gr.Dropdown(list(rm.KV_DTYPES), value="fp16", label="KV cache dtype (a listed model)",
+                                   elem_id="lesson-roof-kv", scale=1)
     with gr.Row():
         c["roof_context"] = gr.Slider(0, 8192, value=512, step=64, label="tokens of context per sequence",
                                       elem_id="lesson-roof-context", scale=3)
         c["roof_run"] = gr.Button("Measure this machine", variant="primary", elem_id="lesson-roof-run", scale=1)
+    with gr.Accordion("Or your own model: its config.json", open=False):
+        c["roof_json"] = gr.Textbox(label="paste config.json (wins over the list)", lines=3, max_lines=12,
+                                    placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
+                                    elem_id="lesson-roof-json")
+    c["roof_status"] = gr.HTML("", elem_id="lesson-roof-status")
+    c["roof_answer"] = gr.Markdown(crossing_text(shape, 512, name), elem_id="lesson-roof-answer")
     machine = gr.State(None)
-    c["roof_plot"] = gr.Plot(roofline_figure(shape, 512, None), show_label=False, elem_id="lesson-roof-plot")
-    c["roof_table"] = gr.Markdown(roofline_table(shape, 512, None), elem_id="lesson-roof-table")
+    c["roof_plot"] = gr.Plot(roofline_figure(shape, 512, None, name), show_label=False, elem_id="lesson-roof-plot")
+    c["roof_prefill_plot"] = gr.Plot(prefill_figure(shape, None, name), show_label=False,
+                                     elem_id="lesson-roof-prefill-plot")
+    c["roof_table"] = gr.Markdown(roofline_table(shape, 512, None, name), elem_id="lesson-roof-table")
+    inputs = [c["roof_model"], c["roof_weights"], c["roof_kv"], c["roof_json"], c["roof_context"]]
+    outputs = [c["roof_answer"], c["roof_plot"], c["roof_prefill_plot"], c["roof_table"], c["roof_status"]]
 
-    def view(context, measured):
-        try:
-            n = _context(context)
-        except ValueError as exc:
-            raise gr.Error(str(exc), print_exception=False) from None
-        return roofline_figure(shape, n, measured), roofline_table(shape, n, measured)
+    def view(model, weights, kv, pasted, context, measured):
+        return tuple(keep(v) for v in roofline_view(shape, name, model, weights, kv, pasted, context, measured))
 
-    def on_measure(context):
+    def on_measure(model, weights, kv, pasted, context):
         measured = measure_machine(engine)
-        return (measured, *view(context, measured))
+        return (measured, *view(model, weights, kv, pasted, context, measured))
 
     quiet = {"api_visibility": "private"}
-    c["roof_run"].click(guard(on_measure), c["roof_context"], [machine, c["roof_plot"], c["roof_table"]],
+    c["roof_run"].click(guard(on_measure), inputs, [machine, *outputs],
                         concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
-    c["roof_context"].change(guard(view), [c["roof_context"], machine], [c["roof_plot"], c["roof_table"]],
-                             show_progress="hidden", trigger_mode="always_last", **quiet)
+    gr.on([comp.change for comp in inputs], guard(view), [*inputs, machine], outputs,
+          show_progress="hidden", trigger_mode="always_last", **quiet)
     _overhead_section(ctx, c)
     return c

@@ -324,7 +324,8 @@ def test_build_lessons_inside_blocks(engine):
     for key in ("kv_run", "kv_plot", "sweep_run", "share_run", "sweep_status", "share_status", "calc_plot",
                 "calc_table", "calc_kv_dtype", "calc_overhead", "calc_samples", "ex_run", "ex_plot",
                 "ex_step", "ex_temp", "ex_topk", "ex_topp", "ex_minp", "ex_rep", "ex_answer", "cd_run",
-                "cd_plot", "cd_example"):
+                "cd_plot", "cd_example", "roof_model", "roof_json", "roof_answer", "roof_prefill_plot",
+                "rem_questions", "rem_run", "rem_table", "rem_sampling"):
         assert key in comps
     assert "H200" in comps["calc_table"].value
     assert demo.fns  # events are wired

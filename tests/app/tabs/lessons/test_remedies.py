@@ -1,0 +1,149 @@
+"""The Remedies lesson: the thinking questions and every remedy named with where it is shown, and
+its measurements on the real embedded model (one run through the shared fp32 engine): each
+figure comes from the engine and every printed equation's result is its own arithmetic."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from app.tabs import lessons
+from app.tabs.lessons import last_runs, remedies
+from engine.experiments import remedies as measurements
+from engine.telemetry.estimator import quantized_weight_bytes
+from tests.support.paths import REPO
+
+REMEDIES = ("prefix cache", "chunked prefill", "shorter prompts", "scheduling", "GQA", "fp8 KV",
+            "paging and block sharing", "sliding window", "smaller batch or context", "weight quantization",
+            "batching", "speculative decoding", "a compiled decode step")
+BOTTLENECKS = ("High TTFT", "High TPOT", "KV cache near full", "Weights don't fit", "Throughput flat with batch")
+
+
+def test_modules_do_not_import_torch():
+    for name in ("remedies.py", "roofline_models.py", "last_runs.py"):
+        tree = ast.parse((REPO / "app" / "tabs" / "lessons" / name).read_text(encoding="utf-8"))
+        mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not any(m == "torch" or m.startswith("torch.") for m in mods), name
+
+
+def test_questions_and_remedies_name_where_each_is_shown():
+    assert lessons.LESSONS[-1] == "remedies" and len(remedies.TITLE) <= 10
+    q = remedies.questions_markdown()
+    for i in range(1, 6):
+        assert f"**Q{i}**" in q
+    titles = {m.TITLE for m in lessons.lesson_modules()}
+    md = remedies.remedies_markdown(None, {})
+    for b in BOTTLENECKS:
+        assert f"#### {b}" in md
+    for name in REMEDIES:
+        assert f"**{name}" in md, name
+    for _, _, rs in remedies.BOTTLENECKS:
+        for r in rs:  # a lesson tab of this bar, a top tab, or a Playground control
+            named = re.findall(r"Lessons › \*\*(.+?)\*\*", r.where)
+            assert all(t in titles for t in named), r.where
+            assert named or "Playground" in r.where or "Beams and samples" in r.where, r.where
+    for _, text, where in remedies.QUESTIONS:
+        assert all(t in titles for t in re.findall(r"Lessons › \*\*(.+?)\*\*", where)), where
+    assert md.count(remedies.NOT_YET) >= 10  # nothing claimed before a measurement
+
+
+def test_sliding_window_and_fit_are_computed_from_configs():
+    s = remedies.sliding_window_bytes()
+    assert s["window"] == 4096 and s["per_token"] == 2 * 32 * 8 * 128 * 2
+    assert s["with_window"] == 4096 * s["per_token"] and s["without"] == 32768 * s["per_token"]
+    cell = remedies.cell_sliding(None, {})
+    assert "computed, not measured" in cell and "4,096 × 131,072 B" in cell
+    f = remedies.fit_large_model()
+    assert not f["fp16_fits"] and f["int4_fits"] and f["int4"] < f["fp16"]
+
+
+def test_last_runs_are_quoted_with_their_time():
+    last_runs.clear()
+    off = remedies.cell_compiled(None, {"compile_run": None})
+    assert "press “Time eager against compiled”" in off and "compiling is off" in off
+    on = remedies.cell_compiled(None, {"compile": {"path": "compiled", "status": "ready", "ready": [1, 2],
+                                                   "steps_compiled": 40, "steps_eager": 3}})
+    assert "**compiled**" in on and "buckets compiled: 1, 2" in on and "40 compiled and 3 eager" in on
+    last_runs.record("compile", {"batch": 1, "eager_tokens_per_s": 20.0, "compiled_tokens_per_s": 50.0})
+    run = last_runs.latest("compile")
+    cell = remedies.cell_compiled(None, {"compile_run": run, "compile": {"path": "compiled", "status": "ready"}})
+    assert "20.0 → 50.0 tok/s" in cell and "50.0 ÷ 20.0 = 2.5×" in cell and "UTC" in cell
+    last_runs.clear()
+    assert last_runs.latest("compile") is None
+
+
+@pytest.fixture(scope="module")
+def measured(engine):
+    return remedies.run_measurements(engine, {"cache_salt": "remedies-test"})
+
+
+def test_every_part_measured(measured):
+    assert [p for p in measurements.PARTS if "error" in measured[p]] == []
+
+
+def test_prefix_cache_cuts_ttft_on_the_engine(measured):
+    r = measured["prefix_cache"]
+    assert r["prefix_caching"] and r["cold_cached_tokens"] == 0
+    assert r["cached_tokens"] > 0 and r["cached_tokens"] % 16 == 0 and r["cached_tokens"] < r["prompt_tokens"]
+    assert r["warm_ttft_s"] < r["cold_ttft_s"]
+    assert r["short_prompt_tokens"] < r["prompt_tokens"] // 4
+
+
+def test_weight_bytes_are_the_engines_accounting(measured, engine):
+    rows = {r["weights"]: r for r in measured["weights"]["rows"]}
+    assert rows["fp32"]["served"] and rows["fp32"]["weights_bytes"] == engine.info.weights_bytes
+    int4 = rows["int4"]["weights_bytes"]
+    assert not rows["int4"]["served"] and int4 < rows["fp32"]["weights_bytes"] / 4
+    # the loaded int4 model's measured storage, against the layout's formula (rotary buffers aside)
+    formula = quantized_weight_bytes(engine.experiment_model().spec, "int4", 2)
+    assert formula <= int4 < formula * 1.01
+
+
+def test_kv_pool_bytes_per_token(measured, engine):
+    r = measured["kv_pools"]
+    spec = engine.experiment_model().spec
+    assert r["engine_bytes_per_token"] == engine.pool.bytes_per_token == spec.kv_bytes_per_token(4)
+    assert r["fp8_bytes_per_token"] == spec.kv_bytes_per_token(1)
+    assert r["mha_bytes_per_token"] * r["kv_heads"] == r["engine_bytes_per_token"] * r["heads"]
+    assert r["pool_bytes"] == engine.pool_bytes
+
+
+def test_batching_sharing_speculation_chunking_and_sampling(measured):
+    one, eight = sorted(measured["batch"]["rows"], key=lambda x: x["batch"])
+    assert (one["batch"], eight["batch"]) == (1, 8)
+    assert eight["throughput_tokens_per_s"] > one["throughput_tokens_per_s"]
+    s = measured["block_sharing"]
+    assert s["independent_blocks"] == s["logical_blocks"] and s["grouped_blocks"] < s["independent_blocks"]
+    assert s["grouped_blocks"] >= s["logical_blocks"] // s["n"]
+    sp = measured["speculative"]
+    assert sp["identical_tokens"] and sp["acceptance_rate"] > 0
+    c = measured["chunked_prefill"]
+    assert c["long_prompt_tokens"] > c["chunk_tokens"] and c["max_gap_s"] < c["long_prefill_s"]
+    g = measured["sampling"]
+    assert g["greedy_equal"] and g["sampled"][0]["text"] != g["sampled"][1]["text"]
+    assert [x["seed"] for x in g["sampled"]] == [1, 2, 1] and g["sampled"][2]["text"] == g["sampled"][0]["text"]
+
+
+def test_printed_equations_are_their_own_arithmetic(measured, engine):
+    md = remedies.remedies_markdown(measured, remedies.engine_facts(engine))
+    assert remedies.NOT_YET not in md
+    divisions = re.findall(r"([\d,.]+) (?:B )?÷ ([\d,.]+) (?:B )?= ([\d,.]+)(×?)", md)
+    assert len(divisions) >= 8
+    for a, b, c, times in divisions:
+        places = len(c.split(".")[1]) if "." in c else 0
+        a, b, c = (float(x.replace(",", "")) for x in (a, b, c))
+        if times:  # a ratio, printed to its places
+            assert round(a / b, places) == pytest.approx(c), (a, b, c)
+        else:  # a count of whole tokens
+            assert a // b == c, (a, b, c)
+    r = measured["kv_pools"]
+    per = r["engine_bytes_per_token"]
+    assert f"8 sequences × 2,048 tokens × {per:,} B" in md
+    prefix = measured["prefix_cache"]
+    assert f"{round(prefix['cold_ttft_s'] * 1000):,} ms → {round(prefix['warm_ttft_s'] * 1000):,} ms" in md
+    examples = remedies.sampling_markdown(measured)
+    assert measured["sampling"]["greedy"][0][:10] in examples and "seed 2" in examples
+    assert "gave the same answer both times" in examples and "seed 1 repeated its answer" in examples
