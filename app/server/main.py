@@ -85,7 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         return _serve_remote(args)
     args.model = args.model or "smollm2-135m"
     from engine import LLMEngine, load_model
-    from engine.model.loader import ModelLoadError
+    from engine.model.loader import ModelLoadError, check_model_name
+
+    if args.speculative == "draft" and not args.draft_model:
+        print("error: --speculative draft needs --draft-model (a smaller model with the same "
+              "tokenizer)", file=sys.stderr)
+        return 2
+    if args.draft_model:  # a bad name fails now, not after the target model has loaded
+        try:
+            check_model_name(args.draft_model, "--draft-model")
+        except ModelLoadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
     t0 = time.perf_counter()
     print(f"Loading {args.model} ...", flush=True)

@@ -88,6 +88,13 @@ def run(args) -> int:
     if args.speculative == "draft" and not args.draft_model:
         fail("--speculative draft needs --draft-model (a Hub id or a local folder of a smaller "
              "model with the same tokenizer)", 2)
+    if args.draft_model:  # a bad name fails now, not after the target model has loaded
+        from engine.model.loader import ModelLoadError, check_model_name
+
+        try:
+            check_model_name(args.draft_model, "--draft-model")
+        except ModelLoadError as exc:
+            fail(str(exc), 2)
     prompt = args.prompt
     if args.system:
         prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]
