@@ -13,6 +13,7 @@ are the knee, the figure, the words and the layout. Lesson requests carry lesson
 from __future__ import annotations
 
 import html
+import math
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -148,7 +149,8 @@ def batch_figure(rows: list[dict] | None, ridge_batch: int | None = None) -> go.
     batch × batch-1's end-to-end rate, and decode-only batch ÷ TPOT) against the batch size, each
     point a median over the rounds; the knee as a dotted line, and ``ridge_batch`` (where this
     machine's ridge point says decode turns compute-bound) as a dashed one when it is on the
-    axis. Traces: latency, end to end, ideal, decode-only."""
+    axis (a log axis places annotations by log10 of the batch). Traces: latency, end to end,
+    ideal, decode-only."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("latency per token of each sequence (TPOT, ms)",
                                                         "throughput, all sequences (tokens/s)"))
     rows = sorted(rows or [], key=lambda r: r["batch"])
@@ -174,12 +176,13 @@ def batch_figure(rows: list[dict] | None, ridge_batch: int | None = None) -> go.
         if k is not None:
             for col in (1, 2):
                 fig.add_vline(x=k, line_dash="dot", line_color="#555", row=1, col=col)
-            fig.add_annotation(x=k, y=1, yref="y2 domain", xref="x2", text=f"knee: batch {k}",
-                               showarrow=False, yanchor="bottom", font={"size": 12})
+            fig.add_annotation(x=math.log10(k), y=1, yref="y2 domain", xref="x2", text=f" knee: batch {k}",
+                               showarrow=False, xanchor="left", yanchor="top", font={"size": 12})
         if ridge_batch is not None and SIZES[0] <= ridge_batch <= SIZES[-1]:
             fig.add_vline(x=ridge_batch, line_dash="dash", line_color=RIDGE, row=1, col=1)
-            fig.add_annotation(x=ridge_batch, y=1, yref="y domain", xref="x", text=f"ridge: batch ≈ {ridge_batch}",
-                               showarrow=False, yanchor="bottom", font={"size": 12, "color": RIDGE})
+            fig.add_annotation(x=math.log10(ridge_batch), y=1, yref="y domain", xref="x",
+                               text=f" ridge: batch ≈ {ridge_batch}", showarrow=False, xanchor="left",
+                               yanchor="top", font={"size": 12, "color": RIDGE})
     else:
         fig.add_annotation(text="Press “Run the batch sweep”", xref="paper", yref="paper", x=0.5, y=0.5,
                            showarrow=False, font={"size": 14, "color": "#888"})

@@ -224,7 +224,8 @@ def latency_figure(res: dict | None) -> go.Figure:
     layout(fig, title, "", "")
     fig.update_xaxes(title_text="prompt tokens", rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
-    fig.update_layout(height=HEIGHT + 40, margin={"t": 80})
+    fig.update_layout(height=HEIGHT + 60, margin={"t": 80, "b": 90},  # the legend below, clear of the titles
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0.5, "xanchor": "center"})
     return fig
 
 
@@ -245,8 +246,11 @@ def latency_table(res: dict, kv_bytes_per_token: int, weight_bytes: int) -> str:
     for r in rows:
         ttft, tpot, total = _shown(r)
         n1 = r["output_tokens"] - 1
+        # in hundredths of a ms, so the sum is exact: no rounding between the figures and the result
+        exact = round(ttft * 100) + round(tpot * 100) * n1
         body.append(f"<tr><td>{fmt_int(r['prompt_tokens'])}</td><td>{ttft:,.1f} ms</td><td>{tpot:,.2f} ms</td>"
-                    f"<td>{total:,.1f} ms</td><td>{ttft:,.1f} + {tpot:,.2f} × {n1} = {ttft + tpot * n1:,.1f} ms</td>"
+                    f"<td>{total:,.1f} ms</td><td>{ttft:,.1f} + {tpot:,.2f} × {n1} = "
+                    f"{exact // 100:,}.{exact % 100:02d} ms</td>"
                     f"<td>{fmt_int(r['cached_prompt_tokens'])} tokens</td></tr>")
     first, last = rows[0], rows[-1]
     (t0, p0, _), (t1, p1, _) = _shown(first), _shown(last)
@@ -259,10 +263,12 @@ def latency_table(res: dict, kv_bytes_per_token: int, weight_bytes: int) -> str:
                  f"{prompt_latency.BUDGET_S:.0f} s on this busy machine)")
     text = (f"From {fmt_int(first['prompt_tokens'])} to {fmt_int(last['prompt_tokens'])} prompt tokens, "
             f"<b>TTFT</b> went from {t0:,.1f} ms to {t1:,.1f} ms ({t1 / t0 if t0 else 0:.1f}×) and "
-            f"<b>TPOT</b> from {p0:,.2f} ms to {p1:,.2f} ms ({p1 / p0 if p0 else 0:.2f}×): at "
-            f"{fmt_int(last['prompt_tokens'])} tokens each decode step reads "
-            f"{fmt_int(last['prompt_tokens'])} × {fmt_int(kv_bytes_per_token)} B = {fmt_bytes(kv)} of KV cache "
-            f"besides {fmt_bytes(weight_bytes)} of weights, and attends over every one of those tokens. "
+            f"<b>TPOT</b> from {p0:,.2f} ms to {p1:,.2f} ms ({p1 / p0 if p0 else 0:.2f}×). TPOT grows with the "
+            f"context because each decode step reads the whole KV cache: at {fmt_int(last['prompt_tokens'])} "
+            f"tokens {fmt_int(last['prompt_tokens'])} × {fmt_int(kv_bytes_per_token)} B = {fmt_bytes(kv)} of it "
+            f"besides {fmt_bytes(weight_bytes)} of weights, and attends over every one of those tokens"
+            + ("" if p1 > p0 else " (this run's noise hid the growth: a busy machine's steps vary more than "
+                                  "that; try again with 3 rounds)") + ". "
             "The last column is the latency formula on the printed figures; the measured total differs "
             "from it only by their rounding.")
     note = (f"<span class='lesson-note'>{res['new_tokens']} new tokens per request (greedy, the end-of-text "

@@ -173,3 +173,15 @@ def test_overhead_bars_and_table_come_from_one_compile_run():
     assert "= 322 tokens/s" in table and "61 s" in table and "1 of 2 prompts" in table
     assert "Not measured" in lesson_roofline.overhead_table(None)
     assert len(lesson_roofline.overhead_figure(None).layout.annotations) == 1
+
+
+def test_knee_and_ridge_labels_sit_on_their_lines():
+    """On the log batch axis a label goes at log10 of its batch (a shape at the batch itself),
+    so each label stands beside its own line."""
+    rows = [{"batch": b, "throughput_tokens_per_s": t, "per_token_latency_ms": ms}
+            for b, t, ms in ((1, 20, 50), (2, 38, 52), (4, 70, 55), (8, 90, 85), (16, 100, 150))]
+    fig = lesson_batch.batch_figure(rows, ridge_batch=6)
+    labels = {a.text.strip(): a.x for a in fig.layout.annotations if a.text.strip().startswith(("knee", "ridge"))}
+    assert labels == {"knee: batch 4": pytest.approx(math.log10(4)), "ridge: batch ≈ 6": pytest.approx(math.log10(6))}
+    assert sorted(s.x0 for s in fig.layout.shapes) == [4, 4, 6]
+    assert not [a for a in lesson_batch.batch_figure(rows, ridge_batch=64).layout.annotations if "ridge" in a.text]

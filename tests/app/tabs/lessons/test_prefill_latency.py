@@ -35,9 +35,9 @@ def test_table_equations_hold_on_the_printed_figures(engine, sweep):
     html = prefill.latency_table(sweep, shape.kv_bytes_per_token, shape.weight_bytes)
     eqs = re.findall(r"([\d,.]+) \+ ([\d,.]+) × (\d+) = ([\d,.]+) ms", html)
     assert len(eqs) == 3
-    for ttft, tpot, n1, total in eqs:
-        num = [float(v.replace(",", "")) for v in (ttft, tpot, n1, total)]
-        assert round(num[0] + num[1] * num[2], 1) == num[3]
+    for ttft, tpot, n1, total in eqs:  # exact in hundredths of a ms: nothing rounded
+        ttft_c, tpot_c, total_c = (round(float(v.replace(",", "")) * 100) for v in (ttft, tpot, total))
+        assert ttft_c + tpot_c * int(n1) == total_c and len(total.split(".")[1]) == 2
     last = sweep["rows"][-1]["prompt_tokens"]
     kv = re.search(rf"{last:,} × ([\d,]+) B = ([\d.]+) MB", html)
     assert kv and int(kv.group(1).replace(",", "")) == shape.kv_bytes_per_token
