@@ -1,5 +1,6 @@
 """Entry point: ``python -m app`` (or ``python app/__main__.py``, as a Space's app_file runs it)."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -24,5 +25,14 @@ def _main() -> int:
         return 1
 
 
+def exit_now(code: int) -> None:
+    """Exit with ``code`` once ``main`` has returned: every server resource is released by then
+    (page closed, engine stopped, temporary files removed), so the interpreter's own teardown of
+    torch and transformers, seconds on a small CPU, is skipped (``os._exit`` after flushing)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(_main())
+    exit_now(_main())

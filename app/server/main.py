@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -84,7 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         return _serve_remote(args)
     args.model = args.model or "smollm2-135m"
     from engine import LLMEngine, load_model
-    from engine.model.loader import ModelLoadError
+    from engine.model.loader import ModelLoadError, check_model_name
+
+    if args.speculative == "draft" and not args.draft_model:
+        print("error: --speculative draft needs --draft-model (a smaller model with the same "
+              "tokenizer)", file=sys.stderr)
+        return 2
+    if args.draft_model:  # a bad name fails now, not after the target model has loaded
+        try:
+            check_model_name(args.draft_model, "--draft-model")
+        except ModelLoadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
     t0 = time.perf_counter()
     print(f"Loading {args.model} ...", flush=True)
@@ -136,8 +148,10 @@ def serve(engine, args: argparse.Namespace) -> int:
 
     # Gradio's uploads and served copies go to a private folder; the traces live inside it,
     # so Gradio serves them where they are instead of copying them
-    with private_temp_dir() as gradio_tmp, _sigterm_as_interrupt():
+    stop = threading.Event()
+    with private_temp_dir() as gradio_tmp, _sigterm_sets(stop):
         pg = Playground(engine, trace_parent=gradio_tmp, shared_prefix_cache=args.shared_prefix_cache)
+        demo = None
         try:
             # Let every request reach the engine (running + waiting, with room to spare) so users
             # see the engine's own queue position and its "queue is full" message rather than
@@ -152,13 +166,33 @@ def serve(engine, args: argparse.Namespace) -> int:
                   flush=True)
             if not getattr(args, "no_api", True):  # serve() called without the flag: no API
                 _mount_api(demo, engine, args, shown)
-            demo.block_thread()
+            wait_for_stop(demo, stop)
         except KeyboardInterrupt:
             pass
         finally:
+            if demo is not None:
+                close_page(demo)
             pg.close()
             engine.shutdown()
     return 0
+
+
+def wait_for_stop(demo, stop: threading.Event) -> None:
+    """Block the main thread while the page serves, until ``stop`` is set (SIGTERM) or the page
+    stops; Ctrl-C raises ``KeyboardInterrupt`` out of it. Gradio's own ``block_thread`` would
+    print a "Keyboard interruption" line for either."""
+    while demo.is_running and not stop.wait(0.1):
+        pass
+
+
+def close_page(demo) -> None:
+    """Close the page's server (Gradio's ``close``, without its console line) and any
+    ``--share`` tunnel (Gradio kills those only in ``block_thread`` or at interpreter exit)."""
+    from gradio.tunneling import CURRENT_TUNNELS
+
+    demo.close(verbose=False)
+    for tunnel in list(CURRENT_TUNNELS):
+        tunnel.kill()
 
 
 def _mount_api(demo, engine, args, shown: str) -> None:
@@ -175,14 +209,15 @@ def _mount_api(demo, engine, args, shown: str) -> None:
 
 
 @contextmanager
-def _sigterm_as_interrupt():
-    """Handle SIGTERM (``docker stop``, a Space restart) like Ctrl-C, so the server shuts down
-    cleanly and its files are removed."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
+def _sigterm_sets(stop: threading.Event):
+    """While inside, SIGTERM (``docker stop``, a Space restart) sets ``stop``: the serving loop
+    then closes the page, stops the engine and removes the server's files, and the process exits
+    with status 0 (no exception is raised into whatever the main thread was doing)."""
+    def on_term(signum, frame):
+        stop.set()
 
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        previous = signal.signal(signal.SIGTERM, on_term)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return

@@ -34,7 +34,9 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int)
     p.add_argument("--stop", nargs="+", default=[], help="stop strings")
-    p.add_argument("--n", type=int, default=1, help="answers to return (samples, or beams with --beams)")
+    p.add_argument("--n", type=int, default=None,
+                   help="answers to return: samples (default 1), or beams with --beams (default: "
+                        "every beam, K)")
     p.add_argument("--best-of", type=int, help="samples to draw; the n with the highest "
                    "cumulative logprob are returned (default: n)")
     p.add_argument("--beams", type=int, default=1,
@@ -72,7 +74,8 @@ def run(args) -> int:
         params = SamplingParams(
             temperature=temperature, top_k=args.top_k, top_p=args.top_p,
             min_p=args.min_p, repetition_penalty=args.repetition_penalty,
-            max_tokens=args.max_tokens, seed=args.seed, stop=args.stop, n=args.n,
+            max_tokens=args.max_tokens, seed=args.seed, stop=args.stop,
+            n=args.n if args.n is not None else (args.beams if beams else 1),
             best_of=args.best_of, num_beams=args.beams, length_penalty=args.length_penalty,
             early_stopping={"true": True, "false": False}.get(args.early_stopping,
                                                               args.early_stopping))
@@ -88,6 +91,13 @@ def run(args) -> int:
     if args.speculative == "draft" and not args.draft_model:
         fail("--speculative draft needs --draft-model (a Hub id or a local folder of a smaller "
              "model with the same tokenizer)", 2)
+    if args.draft_model:  # a bad name fails now, not after the target model has loaded
+        from engine.model.loader import ModelLoadError, check_model_name
+
+        try:
+            check_model_name(args.draft_model, "--draft-model")
+        except ModelLoadError as exc:
+            fail(str(exc), 2)
     prompt = args.prompt
     if args.system:
         prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": prompt}]

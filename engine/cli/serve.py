@@ -3,6 +3,7 @@ uvicorn, no Gradio), with Prometheus metrics at ``/metrics``."""
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from engine.cli.common import fail
@@ -39,7 +40,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    """Load the model, start the engine and serve until interrupted; returns the exit code."""
+    """Load the model, start the engine and serve until interrupted; returns the exit code.
+
+    On SIGTERM uvicorn shuts down gracefully and then raises the signal again for the handler
+    it found, the default one of which would kill the process (status −15) before the engine
+    stops; the handler installed here only asks the server to exit, so the engine stops and the
+    command returns 0."""
     from engine.serve.auth import check_bind, resolve_key
 
     key = resolve_key(args.api_key)
@@ -76,9 +82,11 @@ def run(args) -> int:
     print(f"Serving {name} ({engine.info.weights} weights on {engine.info.device}) at "
           f"http://{args.host}:{args.port}/v1" + (" (API key required)" if key else ""),
           file=sys.stderr, flush=True)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: setattr(server, "should_exit", True))
     try:
-        server.run()
+        server.run()  # uvicorn: SIGTERM shuts down gracefully, then is raised again for the handler above
     finally:
+        signal.signal(signal.SIGTERM, previous)
         app.state.serve.closing = True
         engine.shutdown()
     return 0

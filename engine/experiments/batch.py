@@ -12,8 +12,11 @@ left-padded batch. Result fields beyond the common ones (see :mod:`.common`):
   sequences), ``e2e_s`` (first submit to last token), ``per_token_latency_ms`` (time between
   two tokens of one sequence, median), ``throughput_tokens_per_s`` (batch × new tokens / e2e)
   and ``decode_throughput_tokens_per_s`` (batch × (new tokens − 1) / time from the moment every
-  sequence had its first token to the last token), all from the run with the median
-  throughput; ``throughput_runs`` holds every run's throughput.
+  sequence had its first token to the last token), each the median of that field over the
+  runs (an odd number of runs keeps throughput = batch × new tokens ÷ e2e exact, since the
+  median of a decreasing function of e2e is that function of e2e's median);
+  ``cached_prompt_tokens`` (prompt tokens the prefix cache served, summed over the runs; every
+  request has its own cache salt, so 0); ``throughput_runs`` and ``per_token_latency_runs_ms`` hold every run's figures, in run order.
 - ``mixed`` (both backends run): the same requests with different answer lengths
   (:func:`mixed_lengths`): useful tokens/s of each backend, when each request finished, and
   the throughput ratio engine / padded generate (the run with the median ratio;
@@ -27,7 +30,8 @@ from __future__ import annotations
 
 import time
 
-from engine.experiments.common import engine_config, engine_for, greedy, median, report, result, row, salted
+from engine.experiments.common import (engine_config, engine_for, fresh_salt, greedy, median, report, result, row,
+                                       salted)
 from engine.experiments.hf import hf_generate
 
 NAME = "batch"
@@ -49,9 +53,10 @@ def _rate(n: float, seconds: float) -> float:
 
 
 def engine_batch(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
-    """Backend ``engine``: submit every prompt at once and wait for all (greedy, EOS ignored)."""
+    """Backend ``engine``: submit every prompt at once and wait for all (greedy, EOS ignored),
+    each with its own cache salt, so the prefix cache shares nothing between them."""
     t0 = time.perf_counter()
-    handles = [engine.submit(p, greedy(new_tokens), source="lesson") for p in prompts]
+    handles = [engine.submit(p, greedy(new_tokens), source="lesson", cache_salt=fresh_salt()) for p in prompts]
     outs = [h.result() for h in handles]
     end = time.perf_counter()
     bad = [o for o in outs if not o.finished_ok]
@@ -64,7 +69,8 @@ def engine_batch(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
             "ttft_s": median(o.metrics.ttft_s for o in outs), "e2e_s": end - t0,
             "per_token_latency_ms": median(o.metrics.tpot_s for o in outs) * 1000,
             "throughput_tokens_per_s": _rate(b * new_tokens, end - t0),
-            "decode_throughput_tokens_per_s": _rate(b * (new_tokens - 1), max(lasts) - max(firsts))}
+            "decode_throughput_tokens_per_s": _rate(b * (new_tokens - 1), max(lasts) - max(firsts)),
+            "cached_prompt_tokens": sum(o.metrics.cached_prompt_tokens for o in outs)}
 
 
 def hf_padded(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
@@ -76,7 +82,8 @@ def hf_padded(loaded, engine, prompts: list[str], new_tokens: int) -> dict:
     return {"batch": b, "prompt_tokens": r["padded_len"], "ttft_s": r["ttft_s"], "e2e_s": r["e2e_s"],
             "per_token_latency_ms": r["decode_time_s"] * 1000 / (steps - 1) if steps > 1 else 0.0,
             "throughput_tokens_per_s": _rate(b * steps, r["e2e_s"]),
-            "decode_throughput_tokens_per_s": _rate(b * (steps - 1), r["decode_time_s"])}
+            "decode_throughput_tokens_per_s": _rate(b * (steps - 1), r["decode_time_s"]),
+            "cached_prompt_tokens": 0}
 
 
 def mixed_lengths(loaded, engine, prompts: list[str], lengths: list[int]) -> dict:
@@ -128,14 +135,28 @@ def _median_run(runs: list[dict], key: str) -> dict:
     return sorted(runs, key=lambda r: r[key])[(len(runs) - 1) // 2]
 
 
+def median_fields(runs: list[dict]) -> dict:
+    """One row from several runs of one batch size: every number the median of that field over
+    the runs (``batch`` and ``prompt_tokens`` are the same in each run; ``cached_prompt_tokens``
+    is summed over them), plus ``throughput_runs`` (tokens/s) and ``per_token_latency_runs_ms``
+    (ms) of every run."""
+    out = {k: median(r[k] for r in runs) for k in runs[0]}
+    out.update(batch=runs[0]["batch"], prompt_tokens=runs[0]["prompt_tokens"],
+               cached_prompt_tokens=sum(int(r["cached_prompt_tokens"]) for r in runs))
+    out["throughput_runs"] = [r["throughput_tokens_per_s"] for r in runs]
+    out["per_token_latency_runs_ms"] = [r["per_token_latency_ms"] for r in runs]
+    return out
+
+
 def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: list[int] | None = None,
         new_tokens: int | None = None, backends: list[str] | None = None,
-        repeats: int | None = None) -> dict:
+        repeats: int | None = None, parallel_samples: bool = True) -> dict:
     """Run each batch size on every backend, alternating backends (after a warm-up of each).
 
-    Timings on a shared machine drift by ±15% over a minute, so each size is run ``repeats``
-    times with the backends taking turns, and each row is the run with the median throughput;
-    ``throughput_runs`` keeps every run's figure.
+    Timings on a shared machine drift by ±15% over a minute, so the sizes take turns: ``repeats``
+    rounds, each running every size once (1, 2, 4, ..., then 1, 2, 4, ... again), the backends
+    alternating within each size, so a slow minute touches every size alike; each row holds the
+    medians over its runs (:func:`median_fields`).
 
     Args:
         loaded: the :class:`engine.model.loader.LoadedModel`.
@@ -160,19 +181,15 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
         for name in names:
             report(progress, 0.0, f"{name}: warm-up")
             BACKENDS[name][0](loaded, eng, [salted(p) for p in PROMPTS[:2]], 4)
-        for b in sizes:
-            runs: dict[str, list[dict]] = {n: [] for n in names}
-            for i in range(repeats):
+        runs: dict[tuple[str, int], list[dict]] = {(n, b): [] for n in names for b in sizes}
+        for i in range(repeats):  # the sizes take turns, round after round
+            for b in sizes:
                 for name in names:
-                    report(progress, done / total, f"{name}: batch {b} ({i + 1}/{repeats})")
+                    report(progress, done / total, f"{name}: batch {b} (round {i + 1} of {repeats})")
                     prompts = [salted(PROMPTS[j % len(PROMPTS)]) for j in range(b)]
-                    runs[name].append(BACKENDS[name][0](loaded, eng, prompts, new_tokens))
+                    runs[(name, b)].append(BACKENDS[name][0](loaded, eng, prompts, new_tokens))
                     done += b
-            for name in names:
-                rows.append({"backend": name,
-                             **_median_run(runs[name], "throughput_tokens_per_s"),
-                             "throughput_runs": [r["throughput_tokens_per_s"] for r in runs[name]]})
-        rows.sort(key=lambda r: names.index(r["backend"]))  # stable: sizes stay in order
+        rows = [{"backend": name, **median_fields(runs[(name, b)])} for name in names for b in sizes]
         if set(names) == set(BACKENDS):
             n_mixed = 4 if quick else 16
             lengths = [(MIXED_LENGTHS[:3] if quick else MIXED_LENGTHS)[i % (3 if quick else 5)]
@@ -185,7 +202,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
                     lengths))
             res["mixed"] = {**_median_run(mixed_runs, "throughput_ratio"),
                             "ratio_runs": [m["throughput_ratio"] for m in mixed_runs]}
-        if "engine" in names:
+        if "engine" in names and parallel_samples:
             from engine.experiments.parallel_samples import compare
 
             res["parallel_samples"] = compare(eng, 4 if quick else 16, 4, 8 if quick else 32,
@@ -207,8 +224,8 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
             res["summary"].append(row(f"engine, batch {b} / batch 1 decode throughput",
                                       _rate(dec[b], dec[1]), "x"))
     if repeats > 1:
-        res["notes"].append(f"Each size ran {repeats} times with the backends taking turns; each "
-                            "row is the run with the median throughput.")
+        res["notes"].append(f"Each size ran {repeats} times, the sizes taking turns round after round "
+                            "and the backends alternating; each row holds the medians of its runs.")
     mixed = res.get("mixed")
     if mixed:
         n = len(mixed["lengths"])

@@ -51,6 +51,13 @@ def salted(text: str) -> str:
     return f"[run {next(_SALTS)}-{os.urandom(2).hex()}] {text}"
 
 
+def fresh_salt() -> str:
+    """A prefix-cache salt unique to this call (``engine.submit(..., cache_salt=...)``): a request
+    with it shares no cached block with any other, not even the chat template's system prompt
+    that every salted prompt still opens with."""
+    return f"run-{next(_SALTS)}-{os.urandom(4).hex()}"
+
+
 def report(progress: Progress | None, fraction: float, message: str) -> None:
     """Call ``progress(fraction, message)`` when a callback was given.
 

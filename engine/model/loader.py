@@ -249,23 +249,60 @@ def _locate(name: str, progress) -> tuple[str, str, dict]:
         if key == emb.hub_id.lower() and os.environ.get("HF_HUB_OFFLINE") == "1":
             folder, source = _embedded_folder(emb, progress)
             return str(folder), source, {}
+    kind, where = _outside(name)
+    if kind == "folder":
+        return where, f"local folder {where}", {}
+    if kind == "cache":
+        return where, f"Hugging Face Hub cache: {where}", {}
+    return where, f"Hugging Face Hub: {where}", {}
+
+
+def _outside(name: str, label: str = "model") -> tuple[str, str]:
+    """Where a model that is not embedded would load from, without loading anything:
+    ``("folder", path)``, ``("cache", hub id)`` (in the local Hub cache) or ``("hub", hub id)``
+    (the Hub answers a TCP connection).
+
+    Raises:
+        ModelLoadError: a folder without ``config.json``, a name of no such form, or a Hub id
+            neither cached nor reachable; the message starts with ``label`` and the name.
+    """
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
-            raise ModelLoadError(f"model {name!r}: folder has no config.json")
-        return str(path), f"local folder {path}", {}
+            raise ModelLoadError(f"{label} {name!r}: folder has no config.json")
+        return "folder", str(path)
     if name.count("/") != 1 or name.startswith(("/", ".")):
         raise ModelLoadError(
-            f"model {name!r}: not an embedded name ({', '.join(EMBEDDED)}), not a local folder, "
+            f"{label} {name!r}: not an embedded name ({', '.join(EMBEDDED)}), not a local folder, "
             "and not a Hub id of the form org/name")
     from engine.model.hub import cached_on_disk, hub_reachable
 
     if cached_on_disk(name):
-        return name, f"Hugging Face Hub cache: {name}", {}
+        return "cache", name
     ok, why = hub_reachable()
     if not ok:
-        raise ModelLoadError(f"model {name!r} is not in the local Hub cache and {why}")
-    return name, f"Hugging Face Hub: {name}", {}
+        raise ModelLoadError(f"{label} {name!r} is not in the local Hub cache and {why}")
+    return "hub", name
+
+
+def check_model_name(name: str, label: str = "model") -> None:
+    """Refuse, before anything loads, a model name that cannot load: the lookup of
+    :func:`load_model` (an embedded name or its Hub id, a local folder with ``config.json``, a
+    Hub id in the local cache or with the Hub reachable) without reading any weights, so a bad
+    ``--draft-model`` fails at once instead of after the target model has loaded. A Hub id
+    that the Hub does not have still fails when it loads.
+
+    Args:
+        name: the model as the user wrote it; label: how to name it in the message
+            (``"--draft-model"``).
+
+    Raises:
+        ModelLoadError: the name cannot load; the message starts with ``label`` and the name.
+    """
+    key = str(name).lower()
+    if key in EMBEDDED or any(key == emb.hub_id.lower() for emb in EMBEDDED.values()):
+        return
+    _outside(str(name), label)
 
 
 def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",

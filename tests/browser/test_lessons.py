@@ -94,3 +94,21 @@ def test_calculator_puts_a_refused_value_back(page):
     assert wait_until(lambda: "sequence length must be" in status.inner_text(), 30), status.inner_text()
     assert wait_until(lambda: box.input_value() == "5", 10), box.input_value()
     assert "at 5 tokens" in table.inner_text()  # the chart and table still show what the box says
+
+
+def test_latency_against_prompt_length_fills_the_plot_and_the_table(page):
+    """One round of whole requests at 64 to 1,024 prompt tokens: three curves of five points,
+    a table row per length with the formula, and no prefix-cache hits."""
+    page.get_by_role("tab", name="Prefill and decode").click()
+    page.locator("#lesson-lat-sweep-tokens input").click()
+    page.get_by_role("option", name="8", exact=True).click()
+    page.locator("#lesson-lat-sweep-rounds input").click()
+    page.get_by_role("option", name="1", exact=True).click()
+    page.locator("#lesson-lat-sweep-run").click()
+    status = page.locator("#lesson-lat-sweep-status")
+    assert wait_until(lambda: "prefix cache served" in status.inner_text(), 300, every=0.5), status.inner_text()
+    traces = page.evaluate(TRACES, "#lesson-lat-sweep-plot")
+    assert len(traces) == 3 and all(len(t) == 5 and all(v > 0 for v in t) for t in traces)
+    text = status.inner_text()
+    assert text.count("× 7 =") == 5 and "served 0 tokens" in text and "8 new tokens per request" in text
+    assert "one run per length" in text

@@ -1,14 +1,19 @@
 """Lesson: batch size. One click runs 1, 2, 4, 8 and 16 concurrent sequences through the page's
-engine and plots the latency per token and the total throughput against the batch size.
+engine, :data:`REPEATS` rounds in turns, and plots the medians of the latency per token and the
+total throughput against the batch size, beside the batch where this machine's measured ridge
+point says decode turns compute-bound.
 
 The measuring is ``engine.experiments.batch`` (its ``engine`` backend: every sequence submitted
-at once, continuous batching); here are the knee, the figure, the words and the layout. Lesson
-requests carry lesson ids (:mod:`app.tabs.lessons.runs`). This module never imports torch.
+at once, continuous batching); the ridge and the model's intensity are the roofline lesson's
+(:func:`app.tabs.lessons.roofline.measure_machine`, :mod:`engine.experiments.intensity`); here
+are the knee, the figure, the words and the layout. Lesson requests carry lesson ids
+(:mod:`app.tabs.lessons.runs`). This module never imports torch.
 """
 
 from __future__ import annotations
 
 import html
+import math
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -18,12 +23,14 @@ from engine.experiments import batch
 
 from app.server import fields
 from app.server.errors import guard
-from app.render.fmt import fmt_rate
+from app.render.fmt import fmt_int, fmt_rate
+from app.tabs.lessons.roofline import measure_machine, model_shape
 from app.tabs.lessons.runs import LessonEngine
 
 SIZES = (1, 2, 4, 8, 16)
+REPEATS = 3  # rounds of every size, in turns; odd, so each median is one run's figure
 KNEE_GAIN = 1.5  # a doubling of the batch that raises throughput less than this is past the knee
-LATENCY, THROUGHPUT, IDEAL = "#E4572E", "#2E86AB", "#999999"
+LATENCY, THROUGHPUT, IDEAL, RIDGE = "#E4572E", "#2E86AB", "#999999", "#6d28d9"
 
 TITLE = "Batch size"
 TEXT = (
@@ -36,26 +43,70 @@ TEXT = (
     "(TPOT is each sequence's time per output token after the first, median over the sequences), the "
     "rate of the decode steps alone; and **end-to-end = batch × new tokens ÷ wall time**, from the "
     "moment the requests go in to the last one finishing, so it includes the prefill of every prompt "
-    "and comes out lower. Each size runs once; the prompts and the answer length stay fixed.")
+    "and comes out lower.\n\n"
+    f"Every size runs **{REPEATS} times, in turns** (1, 2, 4, 8, 16, then again), and each point is "
+    "the **median** of its runs, so a slow moment of a shared machine touches every size alike. "
+    "Only the number of sequences changes: the prompts, the answer length, greedy decoding, the "
+    "weights and the KV cache's precision stay the same, and every request has a prefix-cache salt of "
+    "its own, so the cache shares nothing, not even the chat template's system prompt. The run also measures this machine's ridge point, as the next lesson "
+    "does, to say at which batch decode should turn compute-bound.")
 DECODE = "#1B998B"
 
 
 def decode_throughput(row: dict) -> float:
     """Decode-only throughput of one batch row, tokens/s: ``batch / TPOT`` with TPOT the row's
-    ``per_token_latency_ms`` (median over its sequences) in seconds; 0.0 when TPOT is 0."""
+    ``per_token_latency_ms`` (median over its sequences and runs) in seconds; 0.0 when TPOT is 0."""
     tpot_s = row["per_token_latency_ms"] / 1000
     return row["batch"] / tpot_s if tpot_s > 0 else 0.0
 
 
-def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None = None) -> dict:
-    """Run :data:`SIZES` concurrent sequences, ``new_tokens`` each, through ``engine`` (once per
-    size, after a short warm-up), as lesson requests.
+def mean_context(rows: list[dict], new_tokens: int) -> int:
+    """Tokens in a sequence's KV cache at the middle decode step: the longest prompt of the rows
+    plus half the answer, ``prompt + (new_tokens − 1) / 2`` rounded half up (the context the
+    ridge crossing is computed at)."""
+    prompt = max((int(r.get("prompt_tokens", 0)) for r in rows), default=0)
+    return prompt + int(new_tokens) // 2  # = floor(prompt + (new_tokens − 1) / 2 + 0.5)
+
+
+def ridge_crossing(shape, machine: dict, context: int) -> dict:
+    """Where this machine's ridge point meets the model's decode step, in the figures the page
+    prints: GFLOP/s and GB/s rounded to one decimal, the ridge their quotient (so the printed
+    division is exact), and the smallest batch whose step at ``context`` tokens reaches it.
+
+    Args:
+        shape: the model's :class:`engine.experiments.intensity.DecodeShape`.
+        machine: :func:`app.tabs.lessons.roofline.measure_machine`'s result (``flops_per_s``,
+            ``bandwidth_gb_per_s``, ``device``, ``dtype``).
+        context: tokens of context per sequence.
 
     Returns:
-        ``engine.experiments.batch.run``'s result; its ``rows`` hold, per batch size,
-        ``per_token_latency_ms`` (median TPOT of the sequences, ms) and
+        ``{"gflops", "bandwidth_gb_per_s", "ridge", "context", "batch", "intensity_at",
+        "intensity_before", "device", "dtype"}``: ``ridge`` in FLOPs per byte; ``batch`` the
+        crossing (``None`` when no batch up to 2²⁰ reaches the ridge); ``intensity_at`` and
+        ``intensity_before`` the step's FLOPs per byte at that batch and the one below it.
+    """
+    gflops = round(machine["flops_per_s"] / 1e9, 1)
+    bw = round(machine["bandwidth_gb_per_s"], 1)
+    ridge = gflops / bw if bw > 0 else float("inf")
+    b = shape.crossover_batch(ridge, context)
+    return {"gflops": gflops, "bandwidth_gb_per_s": bw, "ridge": ridge, "context": context, "batch": b,
+            "intensity_at": shape.intensity(b, context) if b else None,
+            "intensity_before": shape.intensity(b - 1, context) if b and b > 1 else None,
+            "device": machine.get("device", ""), "dtype": machine.get("dtype", "")}
+
+
+def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None = None) -> dict:
+    """Run :data:`SIZES` concurrent sequences, ``new_tokens`` each, through ``engine``
+    (:data:`REPEATS` rounds, the sizes in turns, after a short warm-up), as lesson requests;
+    then measure this machine's ridge point as the roofline lesson does.
+
+    Returns:
+        ``engine.experiments.batch.run``'s result; its ``rows`` hold, per batch size, the medians
+        over the rounds of ``per_token_latency_ms`` (TPOT of the sequences, ms) and
         ``throughput_tokens_per_s`` (end to end: batch × new tokens / wall time, prefill
-        included, tokens per second); :func:`decode_throughput` gives decode-only batch ÷ TPOT.
+        included, tokens per second), with every round's figures; :func:`decode_throughput`
+        gives decode-only batch ÷ TPOT. Added: ``ridge`` (:func:`ridge_crossing` at
+        :func:`mean_context`).
 
     Raises:
         ValueError: ``new_tokens`` outside [4, 128] (the message names it).
@@ -63,9 +114,13 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
     n = fields.whole("new_tokens", new_tokens)
     if not 4 <= n <= 128:
         raise ValueError(f"new_tokens must be in [4, 128], got {n}")
-    return batch.run(engine.experiment_model(), quick=True, progress=progress, backends=["engine"], repeats=1,
-                     engine=LessonEngine(engine, "batch", submit_kwargs), batch_sizes=list(SIZES),
-                     new_tokens=n)
+    res = batch.run(engine.experiment_model(), quick=True, progress=progress, backends=["engine"],
+                    repeats=REPEATS, engine=LessonEngine(engine, "batch", submit_kwargs),
+                    batch_sizes=list(SIZES), new_tokens=n)
+    if progress is not None:
+        progress(1.0, "measuring this machine's bandwidth and FLOP/s")
+    res["ridge"] = ridge_crossing(model_shape(engine), measure_machine(engine), mean_context(res["rows"], n))
+    return res
 
 
 def knee(rows: list[dict], gain: float = KNEE_GAIN) -> dict:
@@ -89,16 +144,19 @@ def knee(rows: list[dict], gain: float = KNEE_GAIN) -> dict:
     return {"batch": None, "next": None, "throughput_gain": None, "latency_growth": None}
 
 
-def batch_figure(rows: list[dict] | None) -> go.Figure:
+def batch_figure(rows: list[dict] | None, ridge_batch: int | None = None) -> go.Figure:
     """Latency per token (ms, left) and throughput (tokens/s, right: end to end, the ideal of
-    batch × batch-1's end-to-end rate, and decode-only batch ÷ TPOT) against the batch size;
-    the knee as a dotted line. Traces: latency, end to end, ideal, decode-only."""
+    batch × batch-1's end-to-end rate, and decode-only batch ÷ TPOT) against the batch size, each
+    point a median over the rounds; the knee as a dotted line, and ``ridge_batch`` (where this
+    machine's ridge point says decode turns compute-bound) as a dashed one when it is on the
+    axis (a log axis places annotations by log10 of the batch). Traces: latency, end to end,
+    ideal, decode-only."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("latency per token of each sequence (TPOT, ms)",
                                                         "throughput, all sequences (tokens/s)"))
     rows = sorted(rows or [], key=lambda r: r["batch"])
     b = [r["batch"] for r in rows]
     fig.add_trace(go.Scatter(x=b, y=[r["per_token_latency_ms"] for r in rows], mode="lines+markers",
-                             name="latency per token", line={"color": LATENCY, "width": 2},
+                             name="latency per token (median)", line={"color": LATENCY, "width": 2},
                              hovertemplate="batch %{x}: %{y:.1f} ms per token<extra></extra>"), row=1, col=1)
     fig.add_trace(go.Scatter(x=b, y=[r["throughput_tokens_per_s"] for r in rows], mode="lines+markers",
                              name="end to end: batch × new tokens ÷ wall time (prefill included)",
@@ -118,8 +176,13 @@ def batch_figure(rows: list[dict] | None) -> go.Figure:
         if k is not None:
             for col in (1, 2):
                 fig.add_vline(x=k, line_dash="dot", line_color="#555", row=1, col=col)
-            fig.add_annotation(x=k, y=1, yref="y2 domain", xref="x2", text=f"knee: batch {k}",
-                               showarrow=False, yanchor="bottom", font={"size": 12})
+            fig.add_annotation(x=math.log10(k), y=1, yref="y2 domain", xref="x2", text=f" knee: batch {k}",
+                               showarrow=False, xanchor="left", yanchor="top", font={"size": 12})
+        if ridge_batch is not None and SIZES[0] <= ridge_batch <= SIZES[-1]:
+            fig.add_vline(x=ridge_batch, line_dash="dash", line_color=RIDGE, row=1, col=1)
+            fig.add_annotation(x=math.log10(ridge_batch), y=1, yref="y domain", xref="x",
+                               text=f" ridge: batch ≈ {ridge_batch}", showarrow=False, xanchor="left",
+                               yanchor="top", font={"size": 12, "color": RIDGE})
     else:
         fig.add_annotation(text="Press “Run the batch sweep”", xref="paper", yref="paper", x=0.5, y=0.5,
                            showarrow=False, font={"size": 14, "color": "#888"})
@@ -131,25 +194,63 @@ def batch_figure(rows: list[dict] | None) -> go.Figure:
     return fig
 
 
+def _shown_rate(r: float) -> float:
+    """A rate as :func:`app.render.fmt.fmt_rate` prints it (one decimal below 100, none above)."""
+    return round(r, 1) if r < 100 else float(round(r))
+
+
 def _decode_line(row: dict) -> str:
-    """``"<b>55.4 tok/s</b> (16 ÷ 0.289 s)"``: decode-only throughput with the division it is."""
-    return (f"<b>{fmt_rate(decode_throughput(row))}</b> ({row['batch']} ÷ "
-            f"{row['per_token_latency_ms'] / 1000:.3f} s)")
+    """``"<b>55.3 tok/s</b> (16 ÷ 0.2894 s)"``: decode-only throughput as the division of the
+    printed figures (TPOT rounded to 0.1 ms, the rate that TPOT's quotient)."""
+    tpot = round(row["per_token_latency_ms"] / 1000, 4)
+    rate = row["batch"] / tpot if tpot > 0 else 0.0
+    return f"<b>{fmt_rate(rate)}</b> ({row['batch']} ÷ {tpot:.4f} s)"
+
+
+def ridge_html(r: dict | None, knee_batch: int | None) -> str:
+    """HTML: this machine's ridge point as a division of the printed figures, the batch where the
+    model's decode step reaches it, and the measured knee beside it (empty without ``r``)."""
+    if not r:
+        return ""
+    where = f"{html.escape(str(r['device']))}, {html.escape(str(r['dtype']))}"
+    text = (f"<br><b>This machine's ridge point</b> ({where}) is {r['gflops']:,.1f} GFLOP/s ÷ "
+            f"{r['bandwidth_gb_per_s']:,.1f} GB/s = <b>{r['ridge']:,.1f} FLOPs per byte</b> (a "
+            "matmul's speed over the memory read bandwidth, measured just now as in the next lesson). ")
+    ctx = fmt_int(r["context"])
+    if r["batch"] is None:
+        return text + (f"With {ctx} tokens of context per sequence no batch of this model's decode step "
+                       "reaches it: decode stays memory-bound at any batch.")
+    if r["batch"] == 1:
+        text += (f"This model's decode step at {ctx} tokens of context already does "
+                 f"{r['intensity_at']:.1f} FLOPs per byte at batch 1, so decode is compute-bound "
+                 "from the start. ")
+    else:
+        text += (f"This model's decode step at {ctx} tokens of context (the longest prompt plus half the "
+                 f"answer) does {r['intensity_before']:.1f} FLOPs per byte at batch {r['batch'] - 1} and "
+                 f"{r['intensity_at']:.1f} at batch {r['batch']}, so decode turns compute-bound at "
+                 f"<b>batch ≈ {r['batch']}</b> (the next lesson's formula). ")
+    if knee_batch is not None:
+        text += (f"The knee measured above is at batch {knee_batch}. The ridge is a bound, not a forecast: "
+                 "a step also pays for Python and small operators (the next lesson's third regime), and a "
+                 "CPU's matmul speed depends on the matrices' shapes.")
+    return text
 
 
 def batch_summary(res: dict) -> str:
-    """HTML: the knee in numbers and why it is there (or that no knee showed up to batch 16)."""
+    """HTML: the knee in numbers and why it is there (or that no knee showed up to batch 16),
+    the ridge point's batch beside it, and what the runs held fixed. Ratios are of the printed
+    figures."""
     rows = [r for r in res.get("rows", []) if r.get("backend", "engine") == "engine"]
     if not rows:
         return ""
     rows = sorted(rows, key=lambda r: r["batch"])
     first, last = rows[0], rows[-1]
+    t0, t1 = _shown_rate(first["throughput_tokens_per_s"]), _shown_rate(last["throughput_tokens_per_s"])
+    l0, l1 = round(first["per_token_latency_ms"]), round(last["per_token_latency_ms"])
     span = (f"From batch {first['batch']} to {last['batch']}, end-to-end throughput went from "
-            f"<b>{fmt_rate(first['throughput_tokens_per_s'])}</b> to <b>{fmt_rate(last['throughput_tokens_per_s'])}</b> "
-            f"({last['throughput_tokens_per_s'] / first['throughput_tokens_per_s']:.1f}×) and decode-only "
+            f"<b>{fmt_rate(t0)}</b> to <b>{fmt_rate(t1)}</b> ({t1 / t0 if t0 else 0:.1f}×) and decode-only "
             f"throughput from {_decode_line(first)} to {_decode_line(last)}, while the latency per token "
-            f"went from {first['per_token_latency_ms']:.0f} ms to {last['per_token_latency_ms']:.0f} ms "
-            f"({last['per_token_latency_ms'] / first['per_token_latency_ms']:.1f}×). ")
+            f"went from {l0:.0f} ms to {l1:.0f} ms ({l1 / l0 if l0 else 0:.1f}×). ")
     k = knee(rows)
     if k["batch"] is None:
         why = (f"Every doubling raised throughput by at least {KNEE_GAIN:g}×: up to batch {last['batch']} "
@@ -160,10 +261,17 @@ def batch_summary(res: dict) -> str:
                "the step mostly streams the weights, shared by every sequence; past it the arithmetic (and each "
                "sequence's own KV cache) grows with the batch, so extra sequences mostly wait.")
     n = res.get("new_tokens")
-    return (f"<div class='lesson-result'>{span}{why}<br><span class='lesson-note'>{html.escape(str(n))} new "
-            "tokens per sequence, greedy, one run per size on a shared machine (other users' requests may join "
-            "the steps); these requests are labelled as lesson runs.</span></div>")
-
+    runs = res.get("repeats", 1)
+    cached = sum(int(r.get("cached_prompt_tokens", 0)) for r in rows)
+    prompt = max(int(r.get("prompt_tokens", 0)) for r in rows)
+    each = (f"each point is the median of {runs} runs, the sizes taking turns" if runs > 1 else "one run per size")
+    held = (f"Held fixed: the same {len(batch.PROMPTS)} prompts (up to {fmt_int(prompt)} tokens, each "
+            f"with a cache salt of its own, so the prefix cache served {fmt_int(cached)} tokens), "
+            f"{html.escape(str(n))} new tokens per sequence, greedy with the end-of-text token ignored, "
+            "the page's weights and KV cache precision; only the number of sequences changes")
+    return (f"<div class='lesson-result'>{span}{why}{ridge_html(res.get('ridge'), k['batch'])}<br>"
+            f"<span class='lesson-note'>{held}. {each.capitalize()}, on a shared machine (other users' "
+            "requests may join the steps); these requests are labelled as lesson runs.</span></div>")
 
 
 def build(ctx) -> dict:
@@ -183,7 +291,7 @@ def build(ctx) -> dict:
     with gr.Row():
         c["batch_tokens"] = gr.Slider(8, 64, value=24, step=8, label="new tokens per sequence",
                                       elem_id="lesson-batch-tokens", scale=3)
-        c["batch_run"] = gr.Button("Run the batch sweep (1, 2, 4, 8, 16 sequences)", variant="primary",
+        c["batch_run"] = gr.Button(f"Run the batch sweep (1, 2, 4, 8, 16 sequences, {REPEATS} rounds)", variant="primary",
                                    elem_id="lesson-batch-run", scale=2)
     c["batch_plot"] = gr.Plot(batch_figure(None), show_label=False, elem_id="lesson-batch-plot")
     c["batch_status"] = gr.HTML("", elem_id="lesson-batch-status")
@@ -194,7 +302,7 @@ def build(ctx) -> dict:
             res = run_batch(engine, n, lambda f, m: progress(f, desc=m), kwargs)
         except ValueError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
-        return batch_figure(res["rows"]), batch_summary(res)
+        return batch_figure(res["rows"], (res.get("ridge") or {}).get("batch")), batch_summary(res)
 
     c["batch_run"].click(guard(on_run), c["batch_tokens"], [c["batch_plot"], c["batch_status"]],
                          concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")

@@ -1,8 +1,9 @@
-"""The prefill and decode lesson: the prompt-length sweep, the decode share, and why decode is
-memory-bound.
+"""The prefill and decode lesson: the prompt-length sweep, the decode share, why decode is
+memory-bound, and whole-request latency (TTFT, TPOT, total) against the prompt's length.
 
-The runs are :mod:`engine.experiments.prompt_length` and :mod:`engine.experiments.decode_share`
-on the page's engine (as lesson runs); here are their figures and conclusions. No torch here.
+The runs are :mod:`engine.experiments.prompt_length`, :mod:`engine.experiments.decode_share` and
+:mod:`engine.experiments.prompt_latency` on the page's engine (as lesson runs); here are their
+figures and conclusions. No torch here.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.experiments import decode_share, prompt_length
+from engine.experiments import decode_share, prompt_latency, prompt_length
 from engine.experiments.intensity import DecodeShape
 
 from app.render.fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
+from app.server import fields
 from app.tabs.lessons.common import DECODE, HEIGHT, PREFILL, layout, progress_adapter
+from app.tabs.lessons.runs import LessonEngine
 
 LENGTHS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -163,6 +166,150 @@ def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None)
 
 
 
+LATENCY_TEXT = (
+    "### Latency against prompt length\n\n"
+    "The same answer length N for every prompt, prompts of 64 to 1,024 tokens, each unique and with "
+    "a prefix-cache salt of its own (so nothing is shared: the run shows the cache hits, 0). "
+    "**TTFT** grows with the prompt, since prefill computes every prompt token. **TPOT** grows too, "
+    "more gently: every decode step reads the whole KV cache and attends over every cached token, "
+    "so a longer context makes each step slower. The **total** is TTFT + TPOT × (N − 1). "
+    f"A run stops adding rounds before it would pass {prompt_latency.BUDGET_S:.0f} s.")
+LATENCY_ROUNDS = (1, 3)
+LATENCY_TOKENS = (8, 16, 32)
+TTFT_COLOR, TOTAL_COLOR, TPOT_COLOR = PREFILL, "#555555", DECODE
+
+
+def run_latency(engine, new_tokens, rounds, progress=None, lengths=prompt_latency.LENGTHS,
+                budget_s: float = prompt_latency.BUDGET_S) -> dict:
+    """:func:`engine.experiments.prompt_latency.run` on the page's engine as lesson requests.
+
+    Args:
+        new_tokens: N, one of :data:`LATENCY_TOKENS`; rounds: one of :data:`LATENCY_ROUNDS`.
+        lengths: the prompt lengths (tokens); budget_s: no round starts that would likely end
+            past this many seconds (the first always runs).
+
+    Raises:
+        ValueError: N or the rounds not among the offered values (the message names the field).
+    """
+    n = fields.whole("new tokens", new_tokens)
+    if n not in LATENCY_TOKENS:
+        raise ValueError(f"new tokens must be one of {', '.join(map(str, LATENCY_TOKENS))}, got {n}")
+    r = fields.whole("rounds", rounds)
+    if r not in LATENCY_ROUNDS:
+        raise ValueError(f"rounds must be one of {', '.join(map(str, LATENCY_ROUNDS))}, got {r}")
+    return prompt_latency.run(LessonEngine(engine, "prefill"), engine.experiment_model().tokenizer,
+                              lengths, n, r, progress_adapter(progress), budget_s)
+
+
+def latency_figure(res: dict | None) -> go.Figure:
+    """TTFT and total time (ms, left) and TPOT (ms, right) against prompt tokens, linear axes;
+    an empty pair of axes with a hint before a run."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("TTFT and total time (ms)", "TPOT (ms per token after the first)"))
+    rows = (res or {}).get("rows", [])
+    x = [r["prompt_tokens"] for r in rows]
+    for key, name, color, col in (("ttft_s", "TTFT", TTFT_COLOR, 1), ("total_s", "total", TOTAL_COLOR, 1),
+                                  ("tpot_s", "TPOT", TPOT_COLOR, 2)):
+        fig.add_trace(go.Scatter(x=x, y=[r[key] * 1000 for r in rows], mode="lines+markers", name=name,
+                                 line={"color": color, "width": 2},
+                                 hovertemplate=f"%{{x}} prompt tokens: {name} %{{y:.1f}} ms<extra></extra>"),
+                      row=1, col=col)
+    title = "Latency vs prompt length"
+    if res:
+        title += f" ({res['new_tokens']} new tokens each; " + (
+            "one run per point)" if res["repeats"] == 1 else f"each point the run with the median total of {res['repeats']})")
+    else:
+        fig.add_annotation(text="Press “Run latency vs prompt length”", xref="paper", yref="paper", x=0.5, y=0.5,
+                           showarrow=False, font={"size": 14, "color": "#888"})
+    layout(fig, title, "", "")
+    fig.update_xaxes(title_text="prompt tokens", rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(height=HEIGHT + 60, margin={"t": 80, "b": 90},  # the legend below, clear of the titles
+                      legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0.5, "xanchor": "center"})
+    return fig
+
+
+def _shown(r: dict) -> tuple[float, float, float]:
+    """TTFT (ms, 1 decimal), TPOT (ms, 2 decimals) and total (ms, 1 decimal) as the table prints them."""
+    return round(r["ttft_s"] * 1000, 1), round(r["tpot_s"] * 1000, 2), round(r["total_s"] * 1000, 1)
+
+
+def latency_table(res: dict, kv_bytes_per_token: int, weight_bytes: int) -> str:
+    """HTML: per prompt length its TTFT, TPOT, measured total, the equation
+    TTFT + TPOT × (N − 1) on the printed figures, and the prefix cache's hits; then how TTFT and
+    TPOT grew and the KV cache bytes a decode step reads at the longest prompt
+    (``kv_bytes_per_token`` × prompt tokens, beside ``weight_bytes``)."""
+    rows = res["rows"]
+    head = ("<table class='lesson-table'><tr><th>prompt tokens</th><th>TTFT</th><th>TPOT</th>"
+            "<th>total (measured)</th><th>TTFT + TPOT × (N − 1)</th><th>prefix cache hits</th></tr>")
+    body = []
+    for r in rows:
+        ttft, tpot, total = _shown(r)
+        n1 = r["output_tokens"] - 1
+        # in hundredths of a ms, so the sum is exact: no rounding between the figures and the result
+        exact = round(ttft * 100) + round(tpot * 100) * n1
+        body.append(f"<tr><td>{fmt_int(r['prompt_tokens'])}</td><td>{ttft:,.1f} ms</td><td>{tpot:,.2f} ms</td>"
+                    f"<td>{total:,.1f} ms</td><td>{ttft:,.1f} + {tpot:,.2f} × {n1} = "
+                    f"{exact // 100:,}.{exact % 100:02d} ms</td>"
+                    f"<td>{fmt_int(r['cached_prompt_tokens'])} tokens</td></tr>")
+    first, last = rows[0], rows[-1]
+    (t0, p0, _), (t1, p1, _) = _shown(first), _shown(last)
+    kv = last["prompt_tokens"] * kv_bytes_per_token
+    each = ("one run per length" if res["repeats"] == 1 else
+            f"each row the run with the median total of {res['repeats']} rounds, the lengths taking turns")
+    asked = res.get("asked_repeats", res["repeats"])
+    if asked > res["repeats"]:
+        each += (f" ({asked} rounds asked; the rest would have run past "
+                 f"{prompt_latency.BUDGET_S:.0f} s on this busy machine)")
+    text = (f"From {fmt_int(first['prompt_tokens'])} to {fmt_int(last['prompt_tokens'])} prompt tokens, "
+            f"<b>TTFT</b> went from {t0:,.1f} ms to {t1:,.1f} ms ({t1 / t0 if t0 else 0:.1f}×) and "
+            f"<b>TPOT</b> from {p0:,.2f} ms to {p1:,.2f} ms ({p1 / p0 if p0 else 0:.2f}×). TPOT grows with the "
+            f"context because each decode step reads the whole KV cache: at {fmt_int(last['prompt_tokens'])} "
+            f"tokens {fmt_int(last['prompt_tokens'])} × {fmt_int(kv_bytes_per_token)} B = {fmt_bytes(kv)} of it "
+            f"besides {fmt_bytes(weight_bytes)} of weights, and attends over every one of those tokens"
+            + ("" if p1 > p0 else " (this run's noise hid the growth: a busy machine's steps vary more than "
+                                  "that; try again with 3 rounds)") + ". "
+            "The last column is the latency formula on the printed figures; the measured total differs "
+            "from it only by their rounding.")
+    note = (f"<span class='lesson-note'>{res['new_tokens']} new tokens per request (greedy, the end-of-text "
+            f"token ignored), raw prompts, {each}; the prefix cache served "
+            f"{fmt_int(sum(r['cached_prompt_tokens'] for r in rows))} tokens in all.</span>")
+    return f"<div class='lesson-result'>{head}{''.join(body)}</table>{text}<br>{note}</div>"
+
+
+def _latency_section(engine, c: dict) -> None:
+    """The latency-against-prompt-length section: words, settings, the button, figure and table."""
+    import gradio as gr
+
+    from app.server.errors import guard
+    from app.tabs.lessons.common import elem, running_html
+    from app.tabs.lessons.roofline import model_shape
+
+    gr.Markdown(LATENCY_TEXT)
+    with gr.Row():
+        c["lat_sweep_tokens"] = gr.Dropdown(list(LATENCY_TOKENS), value=16, label="new tokens N (every prompt)",
+                                            **elem("lat_sweep_tokens"))
+        c["lat_sweep_rounds"] = gr.Dropdown(list(LATENCY_ROUNDS), value=3, label="rounds (median)",
+                                            **elem("lat_sweep_rounds"))
+        c["lat_sweep_run"] = gr.Button("Run latency vs prompt length", variant="primary", **elem("lat_sweep_run"))
+    c["lat_sweep_plot"] = gr.Plot(latency_figure(None), show_label=False, **elem("lat_sweep_plot"))
+    c["lat_sweep_status"] = gr.HTML("", **elem("lat_sweep_status"))
+    shape = model_shape(engine)
+
+    def on_run(n, rounds, progress=gr.Progress()):
+        try:
+            res = run_latency(engine, n, rounds, progress)
+        except ValueError as exc:
+            raise gr.Error(str(exc), print_exception=False) from None
+        return latency_figure(res), latency_table(res, shape.kv_bytes_per_token, shape.weight_bytes)
+
+    c["lat_sweep_run"].click(guard(lambda: running_html("latency sweep")), None, c["lat_sweep_status"],
+                             queue=False, api_visibility="private").then(
+        guard(on_run), [c["lat_sweep_tokens"], c["lat_sweep_rounds"]], [c["lat_sweep_plot"], c["lat_sweep_status"]],
+        show_progress_on=[c["lat_sweep_plot"]], concurrency_limit=1, concurrency_id="lesson-runs",
+        api_visibility="private")
+
+
 def _latency_calculator(c: dict) -> None:
     """The latency calculator (:mod:`app.render.latency`): TTFT, TPOT and N in, the equation out,
     redrawn on every change. Starts at the seed article's example, 200 ms + 40 ms × 199."""
@@ -211,6 +358,7 @@ def build(ctx) -> dict:
             c["share_status"] = gr.HTML("", **elem("share_status"))
     c["sweep_result"] = gr.State(None)
     _latency_calculator(c)
+    _latency_section(engine, c)
 
     def on_sweep(largest, repeats, progress=gr.Progress()):
         return run_sweep(engine, largest, repeats, progress)

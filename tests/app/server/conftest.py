@@ -24,10 +24,8 @@ def served(tmp_path):
 @pytest.fixture
 def run_cli(monkeypatch, tmp_path):
     """Run ``app.server.main.main(argv)`` on a fake engine; ``probe(demo, engine)`` runs while it serves
-    (in place of blocking). Returns ``(exit code, fake engine)``."""
+    (in place of waiting for SIGTERM). Returns ``(exit code, fake engine)``."""
     import tempfile
-
-    import gradio as gr
 
     import engine as engine_pkg
     from tests.support.servers import free_port
@@ -39,15 +37,15 @@ def run_cli(monkeypatch, tmp_path):
     monkeypatch.setattr(engine_pkg, "LLMEngine", lambda loaded, **kw: fake)
 
     def run(probe, *argv):
-        from app.server.main import main
+        from app.server import main as server_main
 
-        def block_thread(demo):
+        def wait_for_stop(demo, stop):
             try:
                 probe(demo, fake)
             finally:
                 demo.close()
 
-        monkeypatch.setattr(gr.Blocks, "block_thread", block_thread)
-        return main(["--port", str(free_port()), *argv]), fake
+        monkeypatch.setattr(server_main, "wait_for_stop", wait_for_stop)
+        return server_main.main(["--port", str(free_port()), *argv]), fake
 
     return run

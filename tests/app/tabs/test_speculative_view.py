@@ -37,8 +37,15 @@ def test_accepted_drafts_are_marked_on_chips_and_the_latency_plot():
 
 
 def test_lesson_runs_both_prompts_on_the_engine(engine):
-    from app.tabs.lessons.speculative import PROMPTS, run_spec_lesson
+    """Three measured pairs per prompt: the bar is the median of the pairs' ratios, its error bar
+    their lowest and highest, and the table prints the median, the spread and every ratio."""
+    import statistics
 
+    import pytest
+
+    from app.tabs.lessons.speculative import PAIRS, PROMPTS, TEXT, run_spec_lesson
+
+    assert PAIRS >= 3 and "3 pairs of turns" in TEXT and "median" in TEXT
     fig, table = run_spec_lesson(engine, new_tokens=24)
     names = [b for b in fig.data[0].x]
     assert names == list(PROMPTS)
@@ -46,3 +53,25 @@ def test_lesson_runs_both_prompts_on_the_engine(engine):
     assert "plain" in list(fig.data[1].x) and "| summarise with quotes |" in table
     assert table.count("| yes |") == 2                     # greedy tokens identical both times
     assert "Median step time by drafts verified" in table
+    assert "3 pairs of turns per prompt" in table
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith(("| summarise", "| open"))]
+    bars = fig.data[0]
+    for i, cells in enumerate(rows):
+        ratios = [float(x) for x in cells[4].split("(")[1].rstrip(")").replace("×", "").split(" · ")]
+        assert len(ratios) == PAIRS
+        assert bars.y[i] == pytest.approx(statistics.median(ratios), abs=0.005)  # printed to 2 decimals
+        assert cells[3] == f"{bars.y[i]:.2f}×"
+        lo, hi = bars.y[i] - bars.error_y.arrayminus[i], bars.y[i] + bars.error_y.array[i]
+        assert cells[4].startswith(f"{lo:.2f}× to {hi:.2f}×")
+        assert min(ratios) == pytest.approx(lo, abs=0.005) and max(ratios) == pytest.approx(hi, abs=0.005)
+
+
+def test_lesson_refuses_a_bad_answer_length(engine):
+    import pytest
+
+    from app.tabs.lessons.speculative import run_spec_lesson
+
+    with pytest.raises(ValueError, match="new tokens"):
+        run_spec_lesson(engine, new_tokens=5000)
+    with pytest.raises(ValueError, match="new tokens"):
+        run_spec_lesson(engine, new_tokens="lots")

@@ -24,6 +24,9 @@ def run(*args, timeout=240):
     (["--prompt", "   \n"], "prompt is empty"),
     (["--prompt", "Hi", "--beams", "4", "--temperature", "0.9"], "temperature"),
     (["--prompt", "Hi", "--raw", "--system", "Be brief."], "--system"),
+    (["--prompt", "Hi", "--speculative", "draft", "--draft-model", "no-such-model"], "--draft-model 'no-such-model'"),
+    (["--prompt", "Hi", "--speculative", "draft", "--draft-model", "org/not-cached"], "--draft-model 'org/not-cached'"),
+    (["--prompt", "Hi", "--speculative", "draft", "--draft-model", "/"], "folder has no config.json"),
 ])
 def test_generate_refuses_before_loading_the_model(args, needle):
     r = run("generate", *args)
@@ -31,6 +34,18 @@ def test_generate_refuses_before_loading_the_model(args, needle):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
     assert "[load]" not in r.stderr  # refused before the model began to load
+
+
+def test_page_refuses_a_bad_draft_model_before_loading_the_target():
+    """``python -m app`` checks ``--draft-model`` (and that ``--speculative draft`` has one)
+    before it loads the model it serves."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    for args, needle in ((["--speculative", "draft", "--draft-model", "no-such-model"], "--draft-model 'no-such-model'"),
+                         (["--speculative", "draft"], "needs --draft-model")):
+        r = subprocess.run([sys.executable, "-m", "app", "--port", "1", *args], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=240)
+        assert r.returncode == 2 and needle in r.stderr and r.stderr.startswith("error:"), r.stderr
+        assert "Loading" not in r.stdout and "Traceback" not in r.stderr  # the target never began to load
 
 
 @pytest.fixture(scope="module")

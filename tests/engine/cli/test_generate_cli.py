@@ -119,3 +119,22 @@ def test_python_without_the_packages_gets_one_line():
     line = missing_package_message(ModuleNotFoundError("No module named 'torch'", name="torch"), "engine")
     assert "'torch' is not installed" in line and ".venv/bin/python -m engine" in line
     assert missing_package_message(ModuleNotFoundError("x", name="not_ours"), "engine") is None
+
+
+def test_beams_json_returns_every_beam_unless_n_says_fewer():
+    """``--beams 4 --json`` lists all four beams in ``outputs``, best first (the README's
+    example); ``--n 1`` asks for the best one alone."""
+    args = ("generate", "--prompt", "Translate into French: good morning.", "--beams", "4",
+            "--max-tokens", "8", "--weights", "fp32", "--json")
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [o["index"] for o in out["outputs"]] == [0, 1, 2, 3]
+    scores = [o["score"] for o in out["outputs"]]
+    assert scores == sorted(scores, reverse=True)
+    assert out["text"] == out["outputs"][0]["text"]
+    assert len({tuple(o["token_ids"]) for o in out["outputs"]}) == 4  # four different beams
+    one = run(*args, "--n", "1")
+    assert one.returncode == 0, one.stderr
+    best = json.loads(one.stdout)["outputs"]
+    assert len(best) == 1 and best[0]["text"] == out["text"]

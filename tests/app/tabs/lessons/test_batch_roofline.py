@@ -79,24 +79,61 @@ def test_knee_is_the_last_size_before_doubling_stops_paying():
 
 def test_batch_lesson_defines_and_computes_both_throughputs(engine):
     """Decode-only = batch ÷ TPOT and end-to-end = batch × new tokens ÷ wall time (prefill in),
-    on a real sweep: the page's numbers are those divisions of the run's own figures."""
+    on a real sweep of three rounds in turns: the page's numbers are medians of the rounds and
+    those divisions of the run's own figures, the ridge is the division it prints, and the
+    prefix cache served nothing."""
+    import statistics
+
     text = lesson_batch.TEXT
     assert "decode-only = batch ÷ TPOT" in text and "batch × new tokens ÷ wall time" in text
-    assert "prefill" in text
+    assert "prefill" in text and "3 times, in turns" in text and "median" in text
     res = lesson_batch.run_batch(engine, 4)
     rows = sorted(res["rows"], key=lambda r: r["batch"])
-    assert [r["batch"] for r in rows] == list(lesson_batch.SIZES)
+    assert [r["batch"] for r in rows] == list(lesson_batch.SIZES) and res["repeats"] == lesson_batch.REPEATS == 3
     for r in rows:
+        assert len(r["throughput_runs"]) == len(r["per_token_latency_runs_ms"]) == 3
+        assert r["throughput_tokens_per_s"] == statistics.median(r["throughput_runs"])
+        assert r["per_token_latency_ms"] == statistics.median(r["per_token_latency_runs_ms"])
+        assert r["cached_prompt_tokens"] == 0  # every prompt salted: nothing shared
         assert lesson_batch.decode_throughput(r) == pytest.approx(r["batch"] / (r["per_token_latency_ms"] / 1000))
-        assert r["throughput_tokens_per_s"] == pytest.approx(r["batch"] * 4 / r["e2e_s"])
+        assert r["throughput_tokens_per_s"] == pytest.approx(r["batch"] * 4 / r["e2e_s"])  # an odd count
     fig = lesson_batch.batch_figure(rows)
     assert "end to end" in fig.data[1].name and "prefill included" in fig.data[1].name
     assert fig.data[3].name == "decode only: batch ÷ TPOT"
     assert list(fig.data[3].y) == pytest.approx([lesson_batch.decode_throughput(r) for r in rows])
     summary = lesson_batch.batch_summary(res)
     last = rows[-1]
-    assert f"({last['batch']} ÷ {last['per_token_latency_ms'] / 1000:.3f} s)" in summary
+    tpot = round(last["per_token_latency_ms"] / 1000, 4)
+    assert f"({last['batch']} ÷ {tpot:.4f} s)" in summary
     assert "end-to-end throughput went from" in summary and "decode-only" in summary
+    assert "median of 3 runs" in summary and "prefix cache served 0 tokens" in summary
+    # the ridge: this machine's measured FLOP/s over its bandwidth, crossed by the model's intensity
+    r = res["ridge"]
+    assert r["ridge"] == r["gflops"] / r["bandwidth_gb_per_s"] > 0
+    shape = lesson_roofline.model_shape(engine)
+    assert r["context"] == max(x["prompt_tokens"] for x in rows) + 2  # prompt + (4 − 1) / 2, rounded
+    if r["batch"] is not None:
+        assert shape.intensity(r["batch"], r["context"]) >= r["ridge"]
+        assert r["batch"] == 1 or shape.intensity(r["batch"] - 1, r["context"]) < r["ridge"]
+        assert f"batch ≈ {r['batch']}" in summary or r["batch"] == 1
+    assert f"{r['gflops']:,.1f} GFLOP/s ÷ {r['bandwidth_gb_per_s']:,.1f} GB/s = <b>{r['ridge']:,.1f} FLOPs per byte</b>" \
+        in summary
+
+
+def test_ridge_crossing_prints_an_exact_division():
+    """The ridge is the quotient of the rounded figures the page prints, and the batch is the
+    first whose intensity reaches it (the roofline lesson's formula)."""
+    machine = {"flops_per_s": 123.456e9, "bandwidth_gb_per_s": 9.87, "device": "cpu", "dtype": "float32"}
+    r = lesson_batch.ridge_crossing(SMOL, machine, 40)
+    assert (r["gflops"], r["bandwidth_gb_per_s"]) == (123.5, 9.9) and r["ridge"] == 123.5 / 9.9
+    assert r["batch"] == SMOL.crossover_batch(123.5 / 9.9, 40) and r["batch"] > 1
+    assert r["intensity_before"] < r["ridge"] <= r["intensity_at"]
+    html_ = lesson_batch.ridge_html(r, 4)
+    assert "123.5 GFLOP/s ÷ 9.9 GB/s = <b>12.5 FLOPs per byte</b>" in html_ and f"batch ≈ {r['batch']}" in html_
+    assert "knee measured above is at batch 4" in html_
+    never = lesson_batch.ridge_crossing(SMOL, {**machine, "flops_per_s": 1e15}, 4096)
+    assert never["batch"] is None and "memory-bound at any batch" in lesson_batch.ridge_html(never, None)
+    assert lesson_batch.mean_context([{"prompt_tokens": 30}, {"prompt_tokens": 33}], 24) == 45  # 33 + 11.5
 
 
 def test_batch_lesson_refuses_a_bad_answer_length(engine):
@@ -136,3 +173,15 @@ def test_overhead_bars_and_table_come_from_one_compile_run():
     assert "= 322 tokens/s" in table and "61 s" in table and "1 of 2 prompts" in table
     assert "Not measured" in lesson_roofline.overhead_table(None)
     assert len(lesson_roofline.overhead_figure(None).layout.annotations) == 1
+
+
+def test_knee_and_ridge_labels_sit_on_their_lines():
+    """On the log batch axis a label goes at log10 of its batch (a shape at the batch itself),
+    so each label stands beside its own line."""
+    rows = [{"batch": b, "throughput_tokens_per_s": t, "per_token_latency_ms": ms}
+            for b, t, ms in ((1, 20, 50), (2, 38, 52), (4, 70, 55), (8, 90, 85), (16, 100, 150))]
+    fig = lesson_batch.batch_figure(rows, ridge_batch=6)
+    labels = {a.text.strip(): a.x for a in fig.layout.annotations if a.text.strip().startswith(("knee", "ridge"))}
+    assert labels == {"knee: batch 4": pytest.approx(math.log10(4)), "ridge: batch ≈ 6": pytest.approx(math.log10(6))}
+    assert sorted(s.x0 for s in fig.layout.shapes) == [4, 4, 6]
+    assert not [a for a in lesson_batch.batch_figure(rows, ridge_batch=64).layout.annotations if "ridge" in a.text]
