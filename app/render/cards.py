@@ -66,7 +66,7 @@ def latency_formula_html(metrics: dict) -> str:
 
     Returns:
         One ``<div class='latency-formula'>``, or ``""`` before the first token. The formula
-        (seed article 002, §6.1) holds by the metric definitions: TTFT ends at the first token and
+        (docs/metrics.md) holds by the metric definitions: TTFT ends at the first token and
         the N − 1 later tokens take TPOT each on average, all from the same token timestamps as
         end-to-end, which adds only the finishing bookkeeping after the last token. The line says
         so, and checks it against something measured apart: the sum of the step times.

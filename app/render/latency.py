@@ -2,7 +2,7 @@
 length, written out as the equation they come from. Pure functions, no Gradio, no torch.
 
 Formula (docs/metrics.md): latency = TTFT + TPOT × (N − 1); the first token costs TTFT (queue
-and prefill), each of the N − 1 later tokens one TPOT. The article's worked example:
+and prefill), each of the N − 1 later tokens one TPOT. A worked example:
 200 ms + 40 ms × 199 = 8.16 s, and 1 / 40 ms = 25 tok/s while decoding.
 """
 

@@ -1,7 +1,7 @@
 """Experiment ``decode-share``: how a request's time splits between prefill and decode.
 
-One greedy request with a fixed prompt and a fixed number of new tokens (EOS ignored). The
-seed article measured decode at over 99% of the time for 500 new tokens. Result fields beyond
+One greedy request with a fixed prompt and a fixed number of new tokens (EOS ignored): for
+500 new tokens decode is expected to take over 99% of the time. Result fields beyond
 the common ones (see :mod:`.common`):
 
 - ``prompt_tokens``, ``new_tokens``.

@@ -312,7 +312,7 @@ def _latency_section(engine, c: dict) -> None:
 
 def _latency_calculator(c: dict) -> None:
     """The latency calculator (:mod:`app.render.latency`): TTFT, TPOT and N in, the equation out,
-    redrawn on every change. Starts at the seed article's example, 200 ms + 40 ms × 199."""
+    redrawn on every change. Starts at a worked example, 200 ms + 40 ms × 199."""
     import gradio as gr
 
     from app.render.latency import latency_calc_html

@@ -10,7 +10,7 @@ FINAL = {"ttft_s": 0.2, "tpot_s": 0.04, "decode_tokens_per_s": 25.0, "prefill_to
 
 def test_latency_formula_uses_the_runs_numbers_and_shows_n():
     html = cards.stat_cards_html(FINAL)
-    # the seed article's example: 200 ms + 40 ms × 199 = 8.16 s
+    # a worked example: 200 ms + 40 ms × 199 = 8.16 s
     assert "Latency = TTFT + TPOT × (N − 1) = 200.0 ms + 40.0 ms × (200 − 1) = <b>8.16 s</b>" in html
     assert "measured end-to-end 8.17 s, equal by definition" in html and "N = 200 output tokens" in html
     live = cards.latency_formula_html({**FINAL, "final": False, "output_tokens": 1, "tpot_s": None})

@@ -1,4 +1,4 @@
-"""The latency calculator reproduces the seed article's worked example and refuses bad fields."""
+"""The latency calculator reproduces a worked example and refuses bad fields."""
 
 import gradio as gr
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from app.render.latency import latency_calc, latency_calc_html
 
 
-def test_the_articles_example_200_ms_plus_40_ms_times_199():
+def test_the_worked_example_200_ms_plus_40_ms_times_199():
     r = latency_calc(200, 40, 200)
     assert r["latency_s"] == pytest.approx(0.2 + 0.04 * 199) == pytest.approx(8.16)
     assert r["decode_tokens_per_s"] == pytest.approx(25.0)
@@ -32,7 +32,7 @@ def test_bad_fields_are_named(ttft, tpot, n, field):
     assert "⚠" in latency_calc_html(ttft, tpot, n) and field in latency_calc_html(ttft, tpot, n)
 
 
-def test_the_prefill_lesson_shows_the_calculator_at_the_articles_example():
+def test_the_prefill_lesson_shows_the_calculator_at_the_worked_example():
     from app.tabs.lessons.prefill import _latency_calculator
 
     c: dict = {}

@@ -1,4 +1,4 @@
-"""The KV cache calculator lesson against the seed article's figures: separate weights and KV
+"""The KV cache calculator lesson against hand-worked figures: separate weights and KV
 dtypes, a framework-overhead row, chunked or unchunked activations, sequence lengths down to 1,
 MiB beside MB, answers per request with and without block sharing, and refused values that
 never stay in their box beside an old chart."""
@@ -18,12 +18,12 @@ QWEN, LLAMA = "Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-2-7b-hf"
 
 
 def test_mib_beside_mb():
-    assert fmt_both(469_762_048) == "469.8 MB (448.0 MiB)"  # the article's "448 MB"
+    assert fmt_both(469_762_048) == "469.8 MB (448.0 MiB)"  # "448 MB" in MiB
     assert fmt_both(2_621_440) == "2.6 MB (2.5 MiB)"
     assert fmt_both(512) == "512 B"
 
 
-def test_article_llama_5_tokens_can_be_entered():
+def test_llama_5_tokens_can_be_entered():
     _, md = calculator_view(LLAMA, "", None, 5, 1, "fp16", "fp16")
     assert "2,621,440 B" in md and "2.6 MB (2.5 MiB)" in md  # docs/metrics.md's Llama-2-7B check
     _, md = calculator_view(LLAMA, "", None, 1, 1, "fp16", "fp16")
