@@ -21,8 +21,7 @@ TITLE = "KV cache calculator"
 TEXT = ("The KV cache stores a key and a value vector per layer, per KV head and per token, so it "
         "grows linearly with context length and batch size while the weights stay fixed. Find the "
         "batch or context where the KV cache outgrows the weights, and which cards can still hold "
-        "it. Total memory ≈ weights + KV cache + activations + framework overhead (docs/metrics.md, "Memory "
-        "breakdown").")
+        "it. Total memory ≈ weights + KV cache + activations + framework overhead.")
 
 PARTS = (("weights_bytes", "weights", "#2E86AB"), ("kv_bytes", "KV cache", "#E4572E"),
          ("activation_bytes", "activations", "#F3A712"), ("overhead_bytes", "framework overhead", "#8E8E8E"))
