@@ -230,13 +230,48 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
     return "".join(lines)
 
 
+def _count(n: int, noun: str) -> str:
+    """``"1 recent request"``, ``"3 recent requests"``: ``n`` and ``noun``, plural past one."""
+    return f"{fmt_int(n)} {noun}{'' if n == 1 else 's'}"
+
+
+def rolling_counts(summary: dict) -> str:
+    """``"3 recent requests (all users): 2 finished · 1 stopped · 0 failed"`` of a rolling
+    summary (:func:`rolling_table_html`'s argument)."""
+    return (f"{_count(summary.get('count', 0), 'recent request')} (all users): "
+            f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
+            f"{fmt_int(summary.get('failed', 0))} failed")
+
+
+def rolling_coverage(summary: dict) -> str:
+    """Which requests the percentiles cover: the finished ones (a stopped or failed request has
+    no end-to-end time to rank), and for TPOT only those with two or more output tokens (TPOT is
+    undefined below two) when the summary's ``tpot_count`` says fewer."""
+    finished = summary.get("finished", 0)
+    if not finished:
+        return "No finished request yet, so no percentiles."
+    if finished == summary.get("count", 0):
+        who = "the one finished request" if finished == 1 else f"all {fmt_int(finished)} of them"
+    else:
+        who = ("the 1 finished request" if finished == 1
+               else f"the {fmt_int(finished)} finished requests")
+        who += " only"
+    line = f"The percentiles cover {who}"
+    tpot = summary.get("tpot_count")
+    if tpot is not None and tpot < finished:
+        line += (f"; TPOT only the {fmt_int(tpot)} with two or more output tokens" if tpot
+                 else "; TPOT none of them: it needs two or more output tokens")
+    return line + "."
+
+
 def rolling_table_html(summary: dict | None) -> str:
     """Recent requests: p50 / p90 / p99 of TTFT, TPOT and e2e, and finished/aborted/failed counts.
 
     Args:
         summary: ``engine.rolling.summary()``: ``{"count", "finished", "aborted", "failed",
-            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}`` of users'
-            requests, and ``"lessons"`` (the same for lesson runs, counted in a footnote only).
+            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}, "tpot_count"}`` of
+            users' requests (the percentiles cover the finished ones, as the footnote says),
+            and ``"lessons"`` (the same for lesson runs, counted in a footnote only).
     """
     summary = summary or {}
     rows = []
@@ -245,13 +280,11 @@ def rolling_table_html(summary: dict | None) -> str:
         cells = "".join(f"<td>{fmt_seconds(pct.get(p)) if pct.get(p) is not None else '–'}</td>"
                         for p in ("p50", "p90", "p99"))
         rows.append(f"<tr><th>{label}</th>{cells}</tr>")
-    counts = (f"{fmt_int(summary.get('count', 0))} recent requests (all users): "
-              f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
-              f"{fmt_int(summary.get('failed', 0))} failed")
+    counts = f"{rolling_counts(summary)}<br>{rolling_coverage(summary)}"
     lessons = summary.get("lessons") or {}
     if lessons.get("count"):
         e2e = (lessons.get("e2e_s") or {}).get("p50")
-        counts += (f"<br>{fmt_int(lessons['count'])} lesson runs kept apart, not in these percentiles"
+        counts += (f"<br>{_count(lessons['count'], 'lesson run')} kept apart, not in these percentiles"
                    + (f" (their median end-to-end: {fmt_seconds(e2e)})" if e2e is not None else ""))
     return ("<table class='rolling'><tr><th></th><th>p50</th><th>p90</th><th>p99</th></tr>"
             f"{''.join(rows)}</table><div class='rolling-foot'>{counts}</div>")
