@@ -12,14 +12,22 @@ from engine.model.model_spec import kv_bytes_per_token  # the one KV formula (no
 from app.render.fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
 
 CARDS = (
-    ("ttft_s", "TTFT", "time to first token: first token − arrival", fmt_seconds),
-    ("tpot_s", "TPOT", "time per output token after the first", fmt_seconds),
-    ("decode_tokens_per_s", "decode speed", "(output tokens − 1) / decode time", fmt_rate),
-    ("prefill_tokens_per_s", "prefill speed", "computed prompt tokens / prefill time (prefix-cache "
-     "hits cost no compute, so they are not counted)", fmt_rate),
-    ("e2e_s", "end-to-end", "finish − arrival", fmt_seconds),
-    ("queue_time_s", "queue time", "waiting before the engine started it", fmt_seconds),
+    ("ttft_s", "TTFT", "first token − arrival", "time to first token: first token − arrival",
+     fmt_seconds),
+    ("tpot_s", "TPOT", "decode time / (N − 1)",
+     "time per output token after the first: decode time / (N − 1)", fmt_seconds),
+    ("decode_tokens_per_s", "decode speed", "(N − 1) / decode time",
+     "(output tokens − 1) / decode time", fmt_rate),
+    ("prefill_tokens_per_s", "prefill speed", "computed / prefill",
+     "computed prompt tokens / prefill time (prefix-cache hits cost no compute, so they are not "
+     "counted)", fmt_rate),
+    ("e2e_s", "end-to-end", "finish − arrival", "finish − arrival", fmt_seconds),
+    ("queue_time_s", "queue time", "start − arrival",
+     "waiting before the engine started it: start − arrival", fmt_seconds),
 )
+"""Each card: metrics key, label, the short definition printed under the value (one line on the
+first screen at 1280 px, with N the output tokens of the line below the cards), the full one
+shown as its tooltip, and the value's format."""
 
 
 def stat_cards_html(metrics: dict | None) -> str:
@@ -31,11 +39,11 @@ def stat_cards_html(metrics: dict | None) -> str:
     """
     metrics = metrics or {}
     cards = []
-    for key, label, definition, fmt in CARDS:
+    for key, label, short, definition, fmt in CARDS:
         value = fmt(metrics.get(key)) if metrics.get(key) is not None else "–"
         cards.append(
             f"<div class='stat-card' title='{html.escape(definition)}'><div class='stat-label'>{label}</div>"
-            f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(definition)}</div></div>")
+            f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(short)}</div></div>")
     tokens = ""
     if metrics:
         state = "final (engine metrics)" if metrics.get("final") else "live estimate"
