@@ -6,6 +6,7 @@ Pure functions of plain numbers and dicts (no Gradio, no torch).
 from __future__ import annotations
 
 import html
+from decimal import ROUND_HALF_UP, Decimal
 
 from engine.model.model_spec import kv_bytes_per_token  # the one KV formula (no torch)
 
@@ -84,20 +85,48 @@ def latency_formula_html(metrics: dict) -> str:
     if not n or ttft is None:
         return ""
     tpot = metrics.get("tpot_s") or 0.0
-    total = ttft + tpot * (n - 1)
+    exact = ttft + tpot * (n - 1)
+    tpot_text = _formula_tpot(tpot, n, exact)
+    # the printed numbers' own sum and product, so a student's arithmetic gives the printed total
+    total = _printed_total(ttft, tpot_text, n)
     e2e = metrics.get("e2e_s")
     measured = (f" · measured end-to-end {fmt_seconds(e2e)}, equal by definition: both come from the "
                 "same token timestamps" if metrics.get("final") and e2e is not None else "")
     steps = metrics.get("step_sum_s")
     check = ""
     if steps:
-        rest = max(0.0, total - steps)
+        rest = max(0.0, exact - steps)
         check = (f"<br><span title=\"measured apart from the token timestamps: the request's own "
                  "forward passes and sampling; the rest is queueing, scheduling and streaming "
                  f"between steps\">its steps add up to <b>{fmt_seconds(steps)}</b> "
                  f"(+{fmt_seconds(rest)} between them)</span>")
     return (f"<div class='latency-formula'>Latency = TTFT + TPOT × (N − 1) = {fmt_seconds(ttft)} + "
-            f"{fmt_seconds(tpot)} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}{check}</div>")
+            f"{tpot_text} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}{check}</div>")
+
+
+def _printed_total(ttft_s: float, tpot_text: str, n: int) -> float:
+    """Seconds of TTFT + TPOT × (N − 1) worked out from the printed numbers (TTFT as
+    :func:`fmt_seconds` prints it, TPOT as ``tpot_text``) in decimal, rounded half up to the
+    total's printed digit (0.1 ms below one second, else 10 ms)."""
+    ttft_ms = (Decimal(f"{ttft_s * 1000:.1f}") if ttft_s < 1.0
+               else Decimal(f"{ttft_s:.2f}") * 1000)
+    total_ms = ttft_ms + Decimal(tpot_text.split()[0]) * max(0, n - 1)
+    if total_ms < 1000:
+        return float(total_ms.quantize(Decimal("0.1"), ROUND_HALF_UP)) / 1000
+    return float((total_ms / 1000).quantize(Decimal("0.01"), ROUND_HALF_UP))
+
+
+def _formula_tpot(tpot_s: float, n: int, total_s: float) -> str:
+    """TPOT as the latency formula prints it, in ms: one decimal, or as many more (up to four;
+    trailing zeros left out) as it takes for the rounding, times N − 1, to stay under half of
+    the total's last printed digit (0.1 ms below one second, else 10 ms), so the total of the
+    printed numbers is, within that digit, the total of the exact ones."""
+    unit_s = 1e-4 if total_s < 1.0 else 1e-2
+    decimals = 1
+    while decimals < 4 and 0.5 * 10 ** -decimals * 1e-3 * max(0, n - 1) > unit_s / 2:
+        decimals += 1
+    text = f"{tpot_s * 1000:.{decimals}f}".rstrip("0")  # 40.00 is printed 40.0: the same number
+    return f"{text}0 ms" if text.endswith(".") else f"{text} ms"
 
 
 def status_html(text: str, kind: str = "info") -> str:
