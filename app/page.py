@@ -15,7 +15,7 @@ from app.tabs.context import TabContext
 def _sidebar(pg) -> dict:
     """The request's settings, then the sampling controls, the structured output block and the
     model badge (the sidebar
-    itself closes on the Lessons tab).
+    itself closes on the Lessons and the Beams tab, which have settings of their own).
 
     Mode, max new tokens, seed and the KV cache switch come first, so a 720 px tall window shows
     them without scrolling the sidebar.
@@ -79,13 +79,15 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
                 playground.build(ctx)
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
                 lessons.build(ctx)
-            with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding"):
+            with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding") as beams_tab:
                 beams.build(ctx)
-        # the sidebar's sampling controls belong to the Playground: the Lessons have their own
+        # the sidebar's sampling controls belong to the Playground: the Lessons and the Beams tab
+        # have their own, so the sidebar closes there
         private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
         # the decode step switches from eager to compiled while the page serves
         gr.Timer(5.0).tick(guard(lambda: cards.decode_step_html(pg.engine.compile_status())),
                            None, decode_step, **private)
-        lessons_tab.select(guard(lambda: gr.Sidebar(open=False)), None, sidebar["sidebar"], **private)
+        for tab in (lessons_tab, beams_tab):
+            tab.select(guard(lambda: gr.Sidebar(open=False)), None, sidebar["sidebar"], **private)
         play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, sidebar["sidebar"], **private)
     return demo

@@ -155,6 +155,7 @@ class ClientRolling:
                 "aborted": sum(1 for it in items if it[0] == "abort"),
                 "failed": sum(1 for it in items if it[0] == "error"),
                 "ttft_s": pct([it[1] for it in ok]), "tpot_s": pct([it[2] for it in ok if it[4] > 1]),
+                "tpot_count": sum(1 for it in ok if it[4] > 1),
                 "e2e_s": pct([it[3] for it in ok])}
 
 

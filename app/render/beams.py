@@ -85,9 +85,13 @@ def beam_html(view: dict | None, decode, block_size: int, final: list[dict] | No
     live = view.get("live") or []
     rows = []
     for rank, b in enumerate(live):
-        cells = "".join(
-            f"<span class='blk{' blk-shared' if blk in refs else ''}' title='block {blk}'>"
-            f"{blk}{f'<sup>×{refs[blk]}</sup>' if blk in refs else ''}</span>" for blk in b["blocks"])
+        # one boxed chip per block, its reference count inside after a space and the chips
+        # apart, so "73 ×4" and "469" never run together into "73×469"
+        cells = " ".join(
+            f"<span class='blk{' blk-shared' if blk in refs else ''}' title='block {blk}"
+            f"{f', held by {refs[blk]} beams' if blk in refs else ''}'>"
+            f"{blk}{f' <span class=blk-ref>×{refs[blk]}</span>' if blk in refs else ''}</span>"
+            for blk in b["blocks"])
         rows.append(f"<tr class='beam-live'><td>#{rank + 1}</td><td>{b['logprob']:.3f}</td><td>–</td>"
                     f"<td>{_tokens(b['token_ids'], decode)}</td><td class='beam-blocks'>{cells}</td></tr>")
     pruned = "".join(
@@ -131,3 +135,32 @@ def _memory_summary(view: dict | None, block_size: int, ended: bool) -> str:
     return (f"<div class='beam-memory'>{when}{n} beams: {logical:,} tokens logically "
             f"({n} × {logical // n:,}), {physical:,} tokens of blocks physically "
             f"({view.get('physical_blocks', 0)} blocks of {block_size}); {shared} blocks shared.</div>")
+
+
+
+_ENDED = {"stop": "stopped (EOS)", "length": "hit the length limit", "abort": "stopped by you",
+          "error": "failed"}
+
+
+def finish_summary(reasons: list, noun: str = "answer") -> str:
+    """The status line once a request with one or more answers ends: how many ended for each
+    reason, e.g. ``"Finished: 2 stopped (EOS), 2 hit the length limit (of 4 samples)"``, or
+    ``"Finished: all 4 samples hit the length limit"`` when they agree.
+
+    Args:
+        reasons: each answer's finish reason (``stop``, ``length``, ``abort``, ``error``; any
+            other is named as it is), in the answers' order.
+        noun: what an answer is called (``"sample"``, ``"answer"``); ``s`` makes its plural.
+    """
+    if not reasons:
+        return "Finished"
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[str(reason)] = counts.get(str(reason), 0) + 1
+    n = len(reasons)
+    if len(counts) == 1:
+        (reason,) = counts
+        who = f"the {noun}" if n == 1 else f"all {n} {noun}s"
+        return f"Finished: {who} {_ENDED.get(reason, reason)}"
+    parts = ", ".join(f"{k} {_ENDED.get(reason, reason)}" for reason, k in counts.items())
+    return f"Finished: {parts} (of {n} {noun}s)"

@@ -6,20 +6,29 @@ Pure functions of plain numbers and dicts (no Gradio, no torch).
 from __future__ import annotations
 
 import html
+from decimal import ROUND_HALF_UP, Decimal
 
 from engine.model.model_spec import kv_bytes_per_token  # the one KV formula (no torch)
 
 from app.render.fmt import fmt_bytes, fmt_int, fmt_params, fmt_rate, fmt_seconds
 
 CARDS = (
-    ("ttft_s", "TTFT", "time to first token: first token − arrival", fmt_seconds),
-    ("tpot_s", "TPOT", "time per output token after the first", fmt_seconds),
-    ("decode_tokens_per_s", "decode speed", "(output tokens − 1) / decode time", fmt_rate),
-    ("prefill_tokens_per_s", "prefill speed", "computed prompt tokens / prefill time (prefix-cache "
-     "hits cost no compute, so they are not counted)", fmt_rate),
-    ("e2e_s", "end-to-end", "finish − arrival", fmt_seconds),
-    ("queue_time_s", "queue time", "waiting before the engine started it", fmt_seconds),
+    ("ttft_s", "TTFT", "first token − arrival", "time to first token: first token − arrival",
+     fmt_seconds),
+    ("tpot_s", "TPOT", "decode time / (N − 1)",
+     "time per output token after the first: decode time / (N − 1)", fmt_seconds),
+    ("decode_tokens_per_s", "decode speed", "(N − 1) / decode time",
+     "(output tokens − 1) / decode time", fmt_rate),
+    ("prefill_tokens_per_s", "prefill speed", "computed / prefill",
+     "computed prompt tokens / prefill time (prefix-cache hits cost no compute, so they are not "
+     "counted)", fmt_rate),
+    ("e2e_s", "end-to-end", "finish − arrival", "finish − arrival", fmt_seconds),
+    ("queue_time_s", "queue time", "start − arrival",
+     "waiting before the engine started it: start − arrival", fmt_seconds),
 )
+"""Each card: metrics key, label, the short definition printed under the value (one line on the
+first screen at 1280 px, with N the output tokens of the line below the cards), the full one
+shown as its tooltip, and the value's format."""
 
 
 def stat_cards_html(metrics: dict | None) -> str:
@@ -31,11 +40,11 @@ def stat_cards_html(metrics: dict | None) -> str:
     """
     metrics = metrics or {}
     cards = []
-    for key, label, definition, fmt in CARDS:
+    for key, label, short, definition, fmt in CARDS:
         value = fmt(metrics.get(key)) if metrics.get(key) is not None else "–"
         cards.append(
             f"<div class='stat-card' title='{html.escape(definition)}'><div class='stat-label'>{label}</div>"
-            f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(definition)}</div></div>")
+            f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(short)}</div></div>")
     tokens = ""
     if metrics:
         state = "final (engine metrics)" if metrics.get("final") else "live estimate"
@@ -76,20 +85,48 @@ def latency_formula_html(metrics: dict) -> str:
     if not n or ttft is None:
         return ""
     tpot = metrics.get("tpot_s") or 0.0
-    total = ttft + tpot * (n - 1)
+    exact = ttft + tpot * (n - 1)
+    tpot_text = _formula_tpot(tpot, n, exact)
+    # the printed numbers' own sum and product, so a student's arithmetic gives the printed total
+    total = _printed_total(ttft, tpot_text, n)
     e2e = metrics.get("e2e_s")
     measured = (f" · measured end-to-end {fmt_seconds(e2e)}, equal by definition: both come from the "
                 "same token timestamps" if metrics.get("final") and e2e is not None else "")
     steps = metrics.get("step_sum_s")
     check = ""
     if steps:
-        rest = max(0.0, total - steps)
+        rest = max(0.0, exact - steps)
         check = (f"<br><span title=\"measured apart from the token timestamps: the request's own "
                  "forward passes and sampling; the rest is queueing, scheduling and streaming "
                  f"between steps\">its steps add up to <b>{fmt_seconds(steps)}</b> "
                  f"(+{fmt_seconds(rest)} between them)</span>")
     return (f"<div class='latency-formula'>Latency = TTFT + TPOT × (N − 1) = {fmt_seconds(ttft)} + "
-            f"{fmt_seconds(tpot)} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}{check}</div>")
+            f"{tpot_text} × ({fmt_int(n)} − 1) = <b>{fmt_seconds(total)}</b>{measured}{check}</div>")
+
+
+def _printed_total(ttft_s: float, tpot_text: str, n: int) -> float:
+    """Seconds of TTFT + TPOT × (N − 1) worked out from the printed numbers (TTFT as
+    :func:`fmt_seconds` prints it, TPOT as ``tpot_text``) in decimal, rounded half up to the
+    total's printed digit (0.1 ms below one second, else 10 ms)."""
+    ttft_ms = (Decimal(f"{ttft_s * 1000:.1f}") if ttft_s < 1.0
+               else Decimal(f"{ttft_s:.2f}") * 1000)
+    total_ms = ttft_ms + Decimal(tpot_text.split()[0]) * max(0, n - 1)
+    if total_ms < 1000:
+        return float(total_ms.quantize(Decimal("0.1"), ROUND_HALF_UP)) / 1000
+    return float((total_ms / 1000).quantize(Decimal("0.01"), ROUND_HALF_UP))
+
+
+def _formula_tpot(tpot_s: float, n: int, total_s: float) -> str:
+    """TPOT as the latency formula prints it, in ms: one decimal, or as many more (up to four;
+    trailing zeros left out) as it takes for the rounding, times N − 1, to stay under half of
+    the total's last printed digit (0.1 ms below one second, else 10 ms), so the total of the
+    printed numbers is, within that digit, the total of the exact ones."""
+    unit_s = 1e-4 if total_s < 1.0 else 1e-2
+    decimals = 1
+    while decimals < 4 and 0.5 * 10 ** -decimals * 1e-3 * max(0, n - 1) > unit_s / 2:
+        decimals += 1
+    text = f"{tpot_s * 1000:.{decimals}f}".rstrip("0")  # 40.00 is printed 40.0: the same number
+    return f"{text}0 ms" if text.endswith(".") else f"{text} ms"
 
 
 def status_html(text: str, kind: str = "info") -> str:
@@ -230,13 +267,48 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
     return "".join(lines)
 
 
+def _count(n: int, noun: str) -> str:
+    """``"1 recent request"``, ``"3 recent requests"``: ``n`` and ``noun``, plural past one."""
+    return f"{fmt_int(n)} {noun}{'' if n == 1 else 's'}"
+
+
+def rolling_counts(summary: dict) -> str:
+    """``"3 recent requests (all users): 2 finished · 1 stopped · 0 failed"`` of a rolling
+    summary (:func:`rolling_table_html`'s argument)."""
+    return (f"{_count(summary.get('count', 0), 'recent request')} (all users): "
+            f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
+            f"{fmt_int(summary.get('failed', 0))} failed")
+
+
+def rolling_coverage(summary: dict) -> str:
+    """Which requests the percentiles cover: the finished ones (a stopped or failed request has
+    no end-to-end time to rank), and for TPOT only those with two or more output tokens (TPOT is
+    undefined below two) when the summary's ``tpot_count`` says fewer."""
+    finished = summary.get("finished", 0)
+    if not finished:
+        return "No finished request yet, so no percentiles."
+    if finished == summary.get("count", 0):
+        who = "the one finished request" if finished == 1 else f"all {fmt_int(finished)} of them"
+    else:
+        who = ("the 1 finished request" if finished == 1
+               else f"the {fmt_int(finished)} finished requests")
+        who += " only"
+    line = f"The percentiles cover {who}"
+    tpot = summary.get("tpot_count")
+    if tpot is not None and tpot < finished:
+        line += (f"; TPOT only the {fmt_int(tpot)} with two or more output tokens" if tpot
+                 else "; TPOT none of them: it needs two or more output tokens")
+    return line + "."
+
+
 def rolling_table_html(summary: dict | None) -> str:
     """Recent requests: p50 / p90 / p99 of TTFT, TPOT and e2e, and finished/aborted/failed counts.
 
     Args:
         summary: ``engine.rolling.summary()``: ``{"count", "finished", "aborted", "failed",
-            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}}`` of users'
-            requests, and ``"lessons"`` (the same for lesson runs, counted in a footnote only).
+            "ttft_s": {"p50", "p90", "p99"}, "tpot_s": {...}, "e2e_s": {...}, "tpot_count"}`` of
+            users' requests (the percentiles cover the finished ones, as the footnote says),
+            and ``"lessons"`` (the same for lesson runs, counted in a footnote only).
     """
     summary = summary or {}
     rows = []
@@ -245,13 +317,11 @@ def rolling_table_html(summary: dict | None) -> str:
         cells = "".join(f"<td>{fmt_seconds(pct.get(p)) if pct.get(p) is not None else '–'}</td>"
                         for p in ("p50", "p90", "p99"))
         rows.append(f"<tr><th>{label}</th>{cells}</tr>")
-    counts = (f"{fmt_int(summary.get('count', 0))} recent requests (all users): "
-              f"{fmt_int(summary.get('finished', 0))} finished · {fmt_int(summary.get('aborted', 0))} stopped · "
-              f"{fmt_int(summary.get('failed', 0))} failed")
+    counts = f"{rolling_counts(summary)}<br>{rolling_coverage(summary)}"
     lessons = summary.get("lessons") or {}
     if lessons.get("count"):
         e2e = (lessons.get("e2e_s") or {}).get("p50")
-        counts += (f"<br>{fmt_int(lessons['count'])} lesson runs kept apart, not in these percentiles"
+        counts += (f"<br>{_count(lessons['count'], 'lesson run')} kept apart, not in these percentiles"
                    + (f" (their median end-to-end: {fmt_seconds(e2e)})" if e2e is not None else ""))
     return ("<table class='rolling'><tr><th></th><th>p50</th><th>p90</th><th>p99</th></tr>"
             f"{''.join(rows)}</table><div class='rolling-foot'>{counts}</div>")

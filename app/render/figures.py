@@ -49,6 +49,25 @@ def _legend_inside(layout: dict, left: bool) -> dict:
     return layout
 
 
+LEGEND_ROW_CHARS = 72
+"""Characters that one legend row holds in the latency panel at 1280 px: its names in 11 px
+text plus about 7 characters' width of symbol per entry (the row runs from the figure's left
+edge to the plot area's right); past it the legend takes two rows."""
+
+
+def _legend_above(layout: dict, names: list[str]) -> dict:
+    """The legend between the title and the plot area, so it covers no data point (inside the
+    plot it hid the prefill marker of a short answer and the peaks of slow decode steps): one
+    row when ``names`` are short enough, else two; the plot area gives up their height. It
+    starts left of the plot area (x < 0), where Plotly lets a row use the left margin too."""
+    rows = 1 if sum(len(n) + 7 for n in names) <= LEGEND_ROW_CHARS else 2
+    layout["legend"] = {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "left", "x": -0.12,
+                        "font": {"size": 11}, "traceorder": "normal", "bgcolor": "rgba(0,0,0,0)"}
+    layout["title"].update(y=0.985, yanchor="top", yref="container")
+    layout["margin"] = {"l": 60, "r": 16, "t": 38 + 18 * rows, "b": 40}
+    return layout
+
+
 def _hint(fig: go.Figure, text: str) -> go.Figure:
     """A grey note in the middle of a ``go.Figure`` (the Lessons' figures use it)."""
     fig.add_annotation(text=text, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False,
@@ -94,7 +113,7 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
         _scatter(_prefill_name(prompt_tokens, prefill_computed), pre[0], pre[1], "markers",
                  "prefill → token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
                  customdata=pre[2], marker={"color": PREFILL, "size": 13, "symbol": "diamond"}),
-        _scatter("decode (1 new token per step)" if use_kv_cache else "decode (no cache: whole sequence each step)",
+        _scatter("decode (1 token per step)" if use_kv_cache else "decode (no cache: all tokens each step)",
                  dec[0], dec[1], "lines+markers",
                  "token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
                  customdata=dec[2], line={"color": DECODE, "width": 2}, marker={"size": 4}),
@@ -102,7 +121,8 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
     if spec is not None:
         traces.append(spec)
     title = "Latency per token" + ("" if use_kv_cache else " — KV cache OFF")
-    layout = _legend_inside(base_layout(title, "output token #", "step time (ms)", LIVE_HEIGHT), left=False)
+    layout = _legend_above(base_layout(title, "output token #", "step time (ms)", LIVE_HEIGHT),
+                           [t["name"] for t in traces])
     layout["yaxis"]["rangemode"] = "tozero"
     if not token_index:
         add_hint(layout, "Press Generate: one point per token appears here")
@@ -113,9 +133,9 @@ def _prefill_name(prompt_tokens: int, computed: int | None) -> str:
     if not prompt_tokens:
         return "prefill"
     if computed is not None and 0 < computed < prompt_tokens:
-        return (f"prefill ({fmt_int(prompt_tokens)} prompt tokens; {fmt_int(computed)} computed, "
-                f"{fmt_int(prompt_tokens - computed)} already in the KV cache)")
-    return f"prefill ({fmt_int(prompt_tokens)} prompt tokens in one pass)"
+        return (f"prefill ({fmt_int(prompt_tokens)} tokens: {fmt_int(computed)} computed, "
+                f"{fmt_int(prompt_tokens - computed)} from the KV cache)")
+    return f"prefill ({fmt_int(prompt_tokens)} tokens in one pass)"
 
 
 def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
@@ -176,7 +196,8 @@ def memory_figure(memory: dict | None, request_kv_bytes: int | None = None,
             if name == "kv_cache" and request_kv_bytes is not None and part["bytes"] > request_kv_bytes:
                 mine = (f"your last request used {fmt_bytes(request_kv_bytes)}, now free again" if request_done
                         else f"your request uses {fmt_bytes(request_kv_bytes)}")
-                label = f"KV cache pool {fmt_bytes(part['bytes'])} (allocated up front; {mine})"
+                # two lines: a legend entry does not wrap, and one line overran the panel
+                label = f"KV cache pool {fmt_bytes(part['bytes'])} (allocated up front;<br>{mine})"
             note = part.get("note") or ("estimate from the formulas" if est else "measured")
             traces.append({
                 "type": "bar", "name": label, "y": [memory.get("device") or "memory"], "x": [part["bytes"]],

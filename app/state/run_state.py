@@ -246,13 +246,14 @@ class RunState:
         if self.error:
             return f"Error: {self.error}"
         if self.finish_reason:
+            # short enough for one line of the status bar at 1280 px, the token count first
             why = {
-                "stop": "the model ended its answer (EOS or a stop string)",
-                "length": "reached max new tokens (or the context window)",
+                "stop": "the model ended its answer (EOS)",
+                "length": "hit max new tokens (or the context)",
                 "abort": "stopped by you",
                 "error": "engine error",
             }.get(self.finish_reason, self.finish_reason)
-            return f"Finished: {why} · {len(self.token_times)} tokens"
+            return f"Finished: {len(self.token_times)} tokens · {why}"
         if self.queue_position:
             ahead = self.queue_position
             return f"Waiting in the engine queue: {ahead} request{'s' if ahead != 1 else ''} ahead of yours"

@@ -61,8 +61,10 @@ class RollingStats:
         """Counts and percentiles of the users' requests in the window, and the lessons' apart.
 
         Returns:
-            ``{"count", "finished", "aborted", "failed", "ttft_s", "tpot_s", "e2e_s"}`` of the
-            users' requests, each of the last three a :func:`percentiles` dict in seconds, and
+            ``{"count", "finished", "aborted", "failed", "ttft_s", "tpot_s", "e2e_s",
+            "tpot_count"}`` of the users' requests, the three times each a :func:`percentiles`
+            dict in seconds, ``tpot_count`` the finished requests TPOT covers (two or more
+            output tokens), and
             ``"lessons"``: the same dict for lesson runs (without a nested ``"lessons"``).
         """
         with self._lock:
@@ -79,5 +81,6 @@ def _summary(items: list) -> dict:
         "failed": sum(1 for it in items if it[0] == "error"),
         "ttft_s": percentiles([it[1] for it in ok]),
         "tpot_s": percentiles([it[2] for it in ok if it[4] > 1]),
+        "tpot_count": sum(1 for it in ok if it[4] > 1),
         "e2e_s": percentiles([it[3] for it in ok]),
     }

@@ -132,9 +132,16 @@ def test_throttle():
 def test_latency_figure_marks_prefill_apart():
     fig = figures.latency_figure([1, 2, 3], [200.0, 50.0, 52.0], ["prefill", "decode", "decode"], prompt_tokens=10)
     pre, dec = fig.data
-    assert list(pre.x) == [1] and list(pre.y) == [200.0] and "10 prompt tokens" in pre.name
+    assert list(pre.x) == [1] and list(pre.y) == [200.0] and "10 tokens in one pass" in pre.name
     assert list(dec.x) == [2, 3] and list(dec.y) == [50.0, 52.0]
     assert pre.marker.color != dec.line.color
+    # the legend sits above the plot area (inside it, it covered the prefill marker), in one row
+    # for these two short names, two rows (a taller top margin) with a third, long one
+    legend = fig.layout.legend
+    assert legend.orientation == "h" and legend.yanchor == "bottom" and legend.y >= 1.0
+    spec = {"type": "scatter", "name": "speculative step (+tokens it produced)", "x": [], "y": []}
+    three = figures.latency_figure([1, 2], [200.0, 50.0], ["prefill", "decode"], 10, spec=spec)
+    assert three.layout.margin.t == fig.layout.margin.t + 18
     empty = figures.latency_figure([], [], [])
     assert "Press Generate" in empty.layout.annotations[0].text
 
@@ -451,7 +458,7 @@ def test_prefix_cache_hit_counts_the_whole_prompt():
     assert st.prompt_tokens == 41 and st.prefill_computed == 9
     fig = figures.latency_figure(st.token_index, st.step_ms, st.phases, st.prompt_tokens, True,
                                  st.batch_sizes, st.prefill_computed)
-    assert "41 prompt tokens; 9 computed, 32 already in the KV cache" in fig.data[0].name
+    assert "41 tokens: 9 computed, 32 from the KV cache" in fig.data[0].name
 
 
 def test_memory_figure_on_cuda_parts():

@@ -1,9 +1,9 @@
 """The playground's first screen in a real browser (Playwright driving Debian's Chromium).
 
-At 1280x720 (a projector) and at 1440x900, while an answer streams and without scrolling, the
-prompt box, Generate and Stop, the token chips, the six stat cards and the latency and KV cache
-plots are all inside the window, and so are the sidebar's max new tokens, seed and KV cache
-switch. A hovered token keeps its tooltip while new chips stream in, and the step strip's title
+At 1280x720 (a projector) and at 1440x900, while an answer streams (from its first tokens until
+the chips fill their box) and without scrolling, the prompt box, Generate and Stop, the token
+chips, the six stat cards and the latency and KV cache plots are all inside the window, and so
+are the sidebar's max new tokens, seed and KV cache switch. A hovered token keeps its tooltip while new chips stream in, and the step strip's title
 fits its panel. Skipped when /usr/bin/chromium is missing, unless CI is set.
 """
 
@@ -96,6 +96,11 @@ def test_first_screen_holds_the_answer_and_its_cost_while_tokens_stream(page_url
     open_page(page, page_url)
     assert outside(page, SIDEBAR) == {}  # as the page opens, with the sidebar unscrolled
     start_counting(page)  # (setting the sliders below them scrolls the sidebar)
+    assert page.locator("#status").inner_text().startswith("Decoding")
+    assert outside(page, FIRST_SCREEN) == {}
+    # and still once the chips fill their box (it scrolls from then on: the column grows no more)
+    full = "() => { const b = document.querySelector('#tokens .tok-body'); return b.scrollHeight > b.clientHeight + 1; }"
+    assert wait_until(lambda: page.evaluate(full), 120, every=0.1), "the chips never filled their box"
     assert page.locator("#status").inner_text().startswith("Decoding")
     assert outside(page, FIRST_SCREEN) == {}
     assert page.locator("#stat-cards .stat-card").count() == 6

@@ -14,7 +14,7 @@ from engine import QueueFullError, SamplingParams
 
 from app.render import cards
 from app.server import fields
-from app.render.beams import LESSON, beam_html, samples_html
+from app.render.beams import LESSON, beam_html, finish_summary, samples_html
 from app.server.errors import guard, log_internal
 
 MODES = [("Sampling", "sampling"), ("Beam search", "beam")]
@@ -94,7 +94,9 @@ def run(pg, session_id: str, mode, prompt, width, temperature, max_tokens, lengt
                                            "cumulative_logprob": o.cumulative_logprob}
                                  for o in out.outputs})
         kind = "ok" if out.finished_ok else "warn"
-        yield html, cards.status_html(f"Finished: {out.finish_reason}", kind)
+        line = finish_summary([o.finish_reason for o in out.outputs],
+                              "answer" if mode == "beam" else "sample")
+        yield html, cards.status_html(line, kind)
     except Exception as exc:  # noqa: BLE001
         yield gr.skip(), cards.status_html(log_internal("Decoding", exc), "error")
     finally:
@@ -106,6 +108,11 @@ def build(ctx) -> dict:
     :class:`app.tabs.context.TabContext`); returns its components by name."""
     c: dict = {}
     gr.Markdown(LESSON, elem_id="decoding-lesson")
+    # the prompt and Run first, so Run is on the first screen at 1280x720; the settings follow
+    with gr.Row():
+        c["prompt"] = gr.Textbox("Translate into French: The cat sleeps on the warm windowsill.",
+                                 label="Prompt", scale=4, elem_id="decoding-prompt")
+        c["run"] = gr.Button("Run", variant="primary", scale=1, elem_id="decoding-run")
     with gr.Row():
         c["mode"] = gr.Radio(MODES, value="beam", label="Decoding", elem_id="decoding-mode")
         c["width"] = gr.Slider(1, MAX_WIDTH, value=4, step=1, label="beams / samples (n)",
@@ -117,10 +124,6 @@ def build(ctx) -> dict:
         c["early_stopping"] = gr.Radio(["false", "true", "never"], value="false",
                                        label="early stopping (beams)")
         c["max_tokens"] = gr.Slider(1, 128, value=32, step=1, label="max new tokens")
-    with gr.Row():
-        c["prompt"] = gr.Textbox("Translate into French: The cat sleeps on the warm windowsill.",
-                                 label="Prompt", scale=4, elem_id="decoding-prompt")
-        c["run"] = gr.Button("Run", variant="primary", scale=1, elem_id="decoding-run")
     c["status"] = gr.HTML("", elem_id="decoding-status")
     c["view"] = gr.HTML(beam_html(None, None, 16), elem_id="decoding-view")
 

@@ -61,7 +61,9 @@ def build_lessons(engine, session_kwargs=None) -> dict:
     """
     ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}))
     c: dict = {}
-    with gr.Tabs():
+    # "wrap": with ten lessons the tab bar takes two rows at 1280 px instead of hiding tabs
+    # behind Gradio's "⋯" overflow menu
+    with gr.Tabs(elem_id="lesson-tabs", overflow_behavior="wrap"):
         for lesson in lesson_modules():
             with gr.Tab(lesson.TITLE):
                 c.update(lesson.build(ctx))

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 from engine.experiments import decode_share, prompt_latency, prompt_length
 from engine.experiments.intensity import DecodeShape
 
+from app.render.figures import _hint
 from app.render.fmt import fmt_bytes, fmt_int, fmt_rate, fmt_seconds
 from app.server import fields
 from app.tabs.lessons.common import DECODE, HEIGHT, PREFILL, layout, progress_adapter
@@ -36,12 +37,21 @@ TEXT = (
     "see the two speeds side by side.")
 
 
-def sweep_figure(res: dict) -> go.Figure:
+SWEEP_HINT = "Press “Run prompt length sweep” to measure prefill time against prompt length"
+SHARE_HINT = "Press “Run decode share” to split one request's time into prefill and decode"
+
+
+def sweep_figure(res: dict | None, largest: int = 1024) -> go.Figure:
     """Prefill time (ms, left) and time per prompt token (ms, right) against prompt tokens.
 
     Both axes are linear, so a linear rise looks linear; lines join the medians, dots are the
-    single runs. Hover shows prefill tokens/s.
+    single runs. Hover shows prefill tokens/s. Before a run (``res`` is ``None``) the same
+    panels and axes, empty, the x axes up to ``largest`` prompt tokens, with a note on what
+    to press.
     """
+    empty = not res
+    if empty:
+        res = {"prompt_tokens": [], "prefill_s": [], "prefill_tokens_per_s": []}
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=("prefill time (ms)", "time per prompt token (ms)"))
     x = list(res["prompt_tokens"])
@@ -67,6 +77,11 @@ def sweep_figure(res: dict) -> go.Figure:
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=HEIGHT + 40, margin={"t": 80}, showlegend=repeats > 1,
                       legend={"orientation": "h", "y": -0.3, "yanchor": "top", "x": 0.5, "xanchor": "center"})
+    if empty:  # real axes, not Plotly's -1..6 default: no numbers on the time axes before a run
+        fig.update_xaxes(range=[0, largest])
+        fig.update_yaxes(showticklabels=False)
+        fig.update_layout(title_text="Prefill vs prompt length (linear axes)")
+        _hint(fig, SWEEP_HINT)
     return fig
 
 
@@ -97,16 +112,22 @@ def run_sweep(engine, largest: int, repeats: int = 1, progress=None) -> tuple[go
     return sweep_figure(res), sweep_conclusion(res), res
 
 
-def share_figure(res: dict) -> go.Figure:
-    """One horizontal stacked bar: prefill and decode seconds, labelled with their shares."""
+def share_figure(res: dict | None) -> go.Figure:
+    """One horizontal stacked bar: prefill and decode seconds, labelled with their shares;
+    before a run (``res`` is ``None``) the empty bar's axes and a note on what to press."""
     fig = go.Figure()
     for key, share, name, color in (("prefill_s", "prefill_share", "prefill", PREFILL),
                                     ("decode_s", "decode_share", "decode", DECODE)):
-        fig.add_trace(go.Bar(y=["request"], x=[res[key]], orientation="h", marker_color=color,
-                             name=f"{name}: {fmt_seconds(res[key])} ({res[share] * 100:.1f}%)"))
-    layout(fig, f"{res['prompt_tokens']} prompt tokens, {res['new_tokens']} new tokens",
-           "seconds", "")
+        label = f"{name}: {fmt_seconds(res[key])} ({res[share] * 100:.1f}%)" if res else name
+        fig.add_trace(go.Bar(y=["request"], x=[res[key] if res else None], orientation="h",
+                             marker_color=color, name=label))
+    title = (f"{res['prompt_tokens']} prompt tokens, {res['new_tokens']} new tokens" if res
+             else "One request: prefill and decode time")
+    layout(fig, title, "seconds", "")
     fig.update_layout(barmode="stack", height=220)
+    if not res:
+        fig.update_xaxes(range=[0, 1], showticklabels=False)
+        _hint(fig, SHARE_HINT)
     return fig
 
 
@@ -351,10 +372,10 @@ def build(ctx) -> dict:
         c["share_run"] = gr.Button("Run decode share", variant="primary", **elem("share_run"))
     with gr.Row(equal_height=False):
         with gr.Column():
-            c["sweep_plot"] = gr.Plot(show_label=False, **elem("sweep_plot"))
+            c["sweep_plot"] = gr.Plot(sweep_figure(None), show_label=False, **elem("sweep_plot"))
             c["sweep_status"] = gr.HTML("", **elem("sweep_status"))
         with gr.Column():
-            c["share_plot"] = gr.Plot(show_label=False, **elem("share_plot"))
+            c["share_plot"] = gr.Plot(share_figure(None), show_label=False, **elem("share_plot"))
             c["share_status"] = gr.HTML("", **elem("share_status"))
     c["sweep_result"] = gr.State(None)
     _latency_calculator(c)

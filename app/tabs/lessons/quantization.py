@@ -11,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from engine.experiments import quantization
 
+from app.render.figures import _hint
 from app.render.fmt import fmt_bytes, fmt_int
 from app.server.errors import guard
 from app.tabs.lessons import last_runs
@@ -30,18 +31,33 @@ TEXT = (
     "them again. With a model published in full precision the order would differ.")
 
 
-def quant_figure(res: dict) -> go.Figure:
-    """Per variant: weight MB, decode tokens/s (× fp32) and top-1 agreement with fp32 (%)."""
-    rows = res.get("rows", [])
+HINT = "Press “Compare precisions” to measure each precision's memory, speed and agreement"
+
+
+def quant_figure(res: dict | None) -> go.Figure:
+    """Per variant: weight MB, decode tokens/s (× fp32) and top-1 agreement with fp32 (%).
+    Before a run (``res`` is ``None``) the three panels with the variants on their x axes and
+    no bars, and a note on what to press."""
+    rows = (res or {}).get("rows", [])
     names = [r["label"].replace(" weights", "") for r in rows]
+    if not res:
+        names = [quantization.label(w, kv).replace(" weights", "") for w, kv in quantization.VARIANTS]
+        rows = [dict.fromkeys(("weights_bytes", "decode_tokens_per_s_vs_fp32", "top1_agreement"))
+                for _ in names]
     fig = make_subplots(rows=1, cols=3, subplot_titles=("weights (MB)", "decode tok/s, × fp32",
                                                         "top-1 agreement with fp32 (%)"))
-    for col, (vals, color) in enumerate((([r["weights_bytes"] / 1e6 for r in rows], ON),
-                                         ([r["decode_tokens_per_s_vs_fp32"] for r in rows], OFF),
-                                         ([r["top1_agreement"] * 100 for r in rows], "#F3A712")), 1):
+    def scaled(key, factor):
+        return [r[key] * factor if r[key] is not None else None for r in rows]
+
+    for col, (vals, color) in enumerate(((scaled("weights_bytes", 1e-6), ON),
+                                         (scaled("decode_tokens_per_s_vs_fp32", 1), OFF),
+                                         (scaled("top1_agreement", 100), "#F3A712")), 1):
         fig.add_trace(go.Bar(x=names, y=vals, marker_color=color, showlegend=False), row=1, col=col)
     _layout(fig, "Precision: memory, speed and agreement with fp32", "", "")
     fig.update_yaxes(range=[80, 100], row=1, col=3)
+    if not res:
+        fig.update_yaxes(showticklabels=False)
+        _hint(fig, HINT)
     return fig
 
 
@@ -80,7 +96,7 @@ def build(ctx) -> dict:
     c: dict = {}
     gr.Markdown(TEXT)
     c["quant_run"] = gr.Button("Compare precisions", variant="primary", **elem("quant_run"))
-    c["quant_plot"] = gr.Plot(show_label=False, **elem("quant_plot"))
+    c["quant_plot"] = gr.Plot(quant_figure(None), show_label=False, **elem("quant_plot"))
     c["quant_table"] = gr.Markdown("", **elem("quant_table"))
 
     def on_quant(progress=gr.Progress()):

@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 from engine.experiments import speculative
 from engine.experiments.common import median
 
+from app.render.figures import _hint
 from app.server import fields
 from app.server.errors import guard
 
@@ -52,19 +53,28 @@ def spread(ratios: list[float]) -> tuple[float, float]:
     return (min(ratios), max(ratios)) if ratios else (0.0, 0.0)
 
 
-def spec_figure(res: dict) -> go.Figure:
+HINT = "Press “Run with and without speculation” to measure the speed-up on both prompts"
+
+
+def spec_figure(res: dict | None) -> go.Figure:
     """Median speed-up per prompt, with the pairs' lowest and highest as an error bar, and the
-    acceptance; the cost of a step by drafts verified."""
+    acceptance; the cost of a step by drafts verified. Before a run (``res`` is ``None``) both
+    panels empty, the prompts on the left one's x axis, and a note on what to press."""
+    if not res:
+        res = {"rows": [{"name": name, "ratio_median": None, "acceptance_rate": None, "ratios": []}
+                        for name in PROMPTS], "empty": True}
     rows = res.get("rows", [])
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
-        f"decode tokens/s, speculative ÷ plain (median of {res.get('pairs')} pairs)",
+        "decode tokens/s, speculative ÷ plain" + (f" (median of {res['pairs']} pairs)"
+                                                   if res.get("pairs") else ""),
         "step time ÷ one-token step"))
-    lo = [r["ratio_median"] - spread(r["ratios"])[0] for r in rows]
-    hi = [spread(r["ratios"])[1] - r["ratio_median"] for r in rows]
+    lo = [r["ratio_median"] - spread(r["ratios"])[0] if r["ratios"] else 0 for r in rows]
+    hi = [spread(r["ratios"])[1] - r["ratio_median"] if r["ratios"] else 0 for r in rows]
     fig.add_trace(go.Bar(x=[r["name"] for r in rows], y=[r["ratio_median"] for r in rows],
                          error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo},
                          text=[f"{r['ratio_median']:.2f}× · accepted {r['acceptance_rate']:.0%}"
-                               for r in rows], marker_color="#6d28d9", showlegend=False),
+                               if r["ratio_median"] is not None else "" for r in rows],
+                         marker_color="#6d28d9", showlegend=False),
                   row=1, col=1)
     cost = res.get("verify_cost", {})
     fig.add_trace(go.Bar(x=[f"{k} drafts" if k != "0" else "plain" for k in cost],
@@ -72,6 +82,10 @@ def spec_figure(res: dict) -> go.Figure:
                          text=[f"{v:.2f}×" for v in cost.values()]), row=1, col=2)
     fig.update_layout(height=340, margin={"l": 50, "r": 20, "t": 60, "b": 40},
                       title="Speculative decoding on this machine")
+    if res.get("empty"):  # no numbers before a run (Plotly's default axis reads -1..6)
+        fig.update_yaxes(showticklabels=False)
+        fig.update_xaxes(showticklabels=False, row=1, col=2)
+        _hint(fig, HINT)
     return fig
 
 
@@ -129,7 +143,7 @@ def build(ctx) -> dict:
                                      elem_id="lesson-spec-tokens")
         c["spec_run"] = gr.Button("Run with and without speculation", variant="primary",
                                   elem_id="lesson-spec-run")
-    c["spec_plot"] = gr.Plot(show_label=False, elem_id="lesson-spec-plot")
+    c["spec_plot"] = gr.Plot(spec_figure(None), show_label=False, elem_id="lesson-spec-plot")
     c["spec_table"] = gr.Markdown("", elem_id="lesson-spec-table")
 
     def on_run(n, progress=gr.Progress()):

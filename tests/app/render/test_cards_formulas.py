@@ -60,3 +60,30 @@ def test_latency_is_checked_against_the_sum_of_the_step_times(engine):
     for ev in handle.events[:1] * 3:
         shared.add(ev)
     assert shared.step_sum_s() == handle.events[0].end_s - handle.events[0].start_s
+
+
+def test_the_latency_formula_adds_up_as_printed():
+    """A student multiplying the printed TTFT and TPOT gets the printed total: 306.2 ms +
+    43.6 ms × 89 = 4186.6 ms prints 4.19 s (the exact 43.56 ms gave 4.18 s beside it); a long
+    answer prints TPOT with more decimals, so the total stays the exact one's."""
+    import random
+    import re
+    from decimal import ROUND_HALF_UP, Decimal
+
+    html = cards.latency_formula_html({"ttft_s": 0.3062, "tpot_s": 0.04356, "output_tokens": 90})
+    assert "306.2 ms + 43.6 ms × (90 − 1) = <b>4.19 s</b>" in html
+    rng = random.Random(3)
+    for _ in range(500):
+        m = {"ttft_s": rng.uniform(0.01, 3.0), "tpot_s": rng.uniform(0.005, 0.3),
+             "output_tokens": rng.choice([2, 9, 90, 777, 2048, 8000])}
+        line = cards.latency_formula_html(m)
+        a, a_unit, b, n, total, t_unit = re.search(
+            r"= ([\d.]+) (ms|s) \+ ([\d.]+) ms × \(([\d,]+) − 1\) = <b>([\d.,]+) (ms|s)</b>", line).groups()
+        ms = Decimal(a) * (1000 if a_unit == "s" else 1) + Decimal(b) * (int(n.replace(",", "")) - 1)
+        mine = (ms.quantize(Decimal("0.1"), ROUND_HALF_UP) if ms < 1000
+                else (ms / 1000).quantize(Decimal("0.01"), ROUND_HALF_UP))
+        assert (mine, "ms" if ms < 1000 else "s") == (Decimal(total.replace(",", "")), t_unit), line
+        printed = float(total.replace(",", "")) * (1000 if t_unit == "s" else 1)
+        exact = m["ttft_s"] + m["tpot_s"] * (m["output_tokens"] - 1)
+        # and it stays within the rounding of its three printed numbers of the exact total
+        assert abs(printed / 1000 - exact) <= 1.5 * (0.0001 if exact < 1 else 0.01), line

@@ -18,7 +18,7 @@ def test_beam_view_marks_shared_blocks_and_pruned_beams(engine):
     mid = events[len(events) // 2].beams
     page = beam_html(mid, engine.tokenizer.decode, bs)
     assert page.count("class='beam-live'") == 4
-    assert "<sup>×4</sup>" in page  # the prompt's blocks are held by all four beams
+    assert "<span class=blk-ref>×4</span>" in page  # the prompt's blocks are held by all four beams
     n_tok = mid["logical_tokens"] // 4
     assert f"4 beams: {mid['logical_tokens']:,} tokens logically (4 × {n_tok:,})" in page
     assert f"{mid['physical_tokens']:,} tokens of blocks physically" in page
@@ -102,3 +102,34 @@ def test_the_explorer_and_the_beams_tab_point_to_each_other():
     assert "k times the KV cache" in USE_CASES and "**Beams and samples** tab" in USE_CASES
     assert "sampling explorer" in LESSON and "k times the KV cache" in LESSON
     assert 'gr.Tab("Beams and samples"' in (REPO / "app" / "page.py").read_text(encoding="utf-8")
+
+
+def test_the_status_counts_each_finish_reason():
+    from app.render.beams import finish_summary
+
+    assert finish_summary(["stop", "length", "length", "stop"], "sample") == \
+        "Finished: 2 stopped (EOS), 2 hit the length limit (of 4 samples)"
+    assert finish_summary(["length"] * 4, "sample") == "Finished: all 4 samples hit the length limit"
+    assert finish_summary(["stop"]) == "Finished: the answer stopped (EOS)"
+
+
+def test_four_samples_cut_by_the_length_limit_say_so(engine):
+    pg = Playground(engine, monitor=False)
+    # 3 new tokens: the embedded model does not finish a count in three, so every sample hits
+    # the length limit, and the status says so of all four (not "Finished: length")
+    *_, (html, status) = run(pg, "s2", "sampling", "Count from 1 to 20: 1, 2,", 4, 0.8, 3, 1.0,
+                             "false", 5)
+    assert "all 4 samples hit the length limit" in status, status
+    assert html.count("class='decoding-col'") == 4 and html.count("length · cumulative") == 4
+
+
+def test_block_ids_and_reference_counts_stay_apart(engine):
+    view = {"step": 3, "live": [{"logprob": -1.0, "token_ids": [], "blocks": [73, 469, 474]}],
+            "ref_counts": {"73": 4, "469": 4}, "logical_tokens": 40, "physical_tokens": 48,
+            "physical_blocks": 3}
+    page = beam_html(view, engine.tokenizer.decode, 16)
+    cell = page.split("<td class='beam-blocks'>")[1].split("</td>")[0]
+    import re
+
+    text = re.sub("<[^>]+>", "", cell)
+    assert text == "73 ×4 469 ×4 474"  # never "73×469×474"
