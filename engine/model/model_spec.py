@@ -33,6 +33,32 @@ def _get(d: dict, *names, default=None):
     return default
 
 
+LIMITS = {"layers": 100_000, "heads": 100_000, "kv_heads": 100_000, "head_dim": 10_000_000,
+          "hidden": 10_000_000, "intermediate": 100_000_000, "vocab": 100_000_000,
+          "positions": 1_000_000_000}
+"""Largest value each field of a config may hold: far beyond any published model, small enough
+that the formulas' products stay exact integers (a pasted 1e300 would overflow them)."""
+
+
+def _count(d: dict, names: tuple[str, ...], what: str, default=None, minimum: int = 1) -> int:
+    """The first of ``names`` in ``d`` as a whole number in ``[minimum, LIMITS[what]]``.
+
+    Raises:
+        ValueError: the value is not a whole number or out of range; the message names the key.
+    """
+    key = next((n for n in names if d.get(n) is not None), None)
+    value = d[key] if key else default
+    key = key or names[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or (isinstance(value, float) and (value in (float("inf"), float("-inf"))
+                                              or not value.is_integer())):
+        raise ValueError(f"{key} must be a whole number, got {value!r}")
+    if not minimum <= value <= LIMITS[what]:
+        shown = f"{value:,}" if abs(value) < 1e15 else f"{value:.3g}"
+        raise ValueError(f"{key} must be between {minimum} and {LIMITS[what]:,}, got {shown}")
+    return int(value)
+
+
 def _as_dict(config) -> dict:
     """A plain dict of config fields from a dict or a transformers ``PretrainedConfig``."""
     if isinstance(config, dict):
@@ -55,6 +81,8 @@ def _sliding(d: dict, model_type: str, layers: int) -> tuple[int | None, int]:
     window = d.get("sliding_window")
     if model_type == "qwen2" and not d.get("use_sliding_window", False):
         window = None
+    if window is not None:
+        window = _count(d, ("sliding_window",), "positions")
     types = d.get("layer_types")
     if types:
         n = sum(1 for t in types[:layers] if t in ("sliding_attention", "chunked_attention"))
@@ -128,17 +156,34 @@ class ModelSpec:
         ``n_head``, ``n_embd``, ``n_positions``, ``n_inner`` = None meaning 4 × n_embd).
 
         Raises:
-            ValueError: when layers, heads or hidden size are missing.
+            ValueError: a missing layers, heads or hidden size (the keys named); a field that is
+                not a whole number or outside :data:`LIMITS`; query heads not a multiple of the
+                KV heads, or a hidden size the heads don't divide when ``head_dim`` is absent.
         """
         d = _as_dict(config)
         mt = str(d.get("model_type") or "")
         gpt2 = mt == "gpt2" or "n_embd" in d
-        layers = _get(d, "num_hidden_layers", "n_layer")
-        heads = _get(d, "num_attention_heads", "n_head")
-        hidden = _get(d, "hidden_size", "n_embd")
-        if not (layers and heads and hidden):
-            raise ValueError(f"config of {name or 'model'} lacks layers, heads or hidden size")
-        layers, heads, hidden = int(layers), int(heads), int(hidden)
+        missing = [names[0] for names in (("num_hidden_layers", "n_layer"),
+                                          ("num_attention_heads", "n_head"),
+                                          ("hidden_size", "n_embd"))
+                   if _get(d, *names) is None]
+        if missing:
+            raise ValueError(f"{name or 'the config'} lacks {', '.join(missing)}")
+        layers = _count(d, ("num_hidden_layers", "n_layer"), "layers")
+        heads = _count(d, ("num_attention_heads", "n_head"), "heads")
+        hidden = _count(d, ("hidden_size", "n_embd"), "hidden")
+        kv_heads = _count(d, ("num_key_value_heads",), "kv_heads", default=heads)
+        if heads % kv_heads:
+            raise ValueError(f"num_attention_heads ({heads}) must be a multiple of "
+                             f"num_key_value_heads ({kv_heads})")
+        if _get(d, "head_dim") is None and hidden % heads:
+            raise ValueError(f"hidden_size ({hidden}) must be a multiple of num_attention_heads "
+                             f"({heads}) when head_dim is not given")
+        head_dim = _count(d, ("head_dim",), "head_dim", default=hidden // heads)
+        inter = _count(d, ("intermediate_size", "n_inner"), "intermediate", default=4 * hidden)
+        vocab = _count(d, ("vocab_size",), "vocab", default=0, minimum=0)
+        positions = _count(d, ("max_position_embeddings", "n_positions"), "positions", default=0,
+                           minimum=0)
         window, n_sliding = _sliding(d, mt, layers)
         archs = d.get("architectures") or [mt or "unknown"]
         return cls(
@@ -146,12 +191,12 @@ class ModelSpec:
             architecture=str(archs[0]),
             layers=layers,
             heads=heads,
-            kv_heads=int(_get(d, "num_key_value_heads", default=heads)),
-            head_dim=int(_get(d, "head_dim", default=hidden // heads)),
+            kv_heads=kv_heads,
+            head_dim=head_dim,
             hidden_size=hidden,
-            intermediate_size=int(_get(d, "intermediate_size", "n_inner", default=4 * hidden)),
-            vocab_size=int(_get(d, "vocab_size", default=0)),
-            max_positions=int(_get(d, "max_position_embeddings", "n_positions", default=0)),
+            intermediate_size=inter,
+            vocab_size=vocab,
+            max_positions=positions,
             tie_word_embeddings=bool(d.get("tie_word_embeddings", True if gpt2 else False)),
             sliding_window=window,
             sliding_layers=n_sliding,

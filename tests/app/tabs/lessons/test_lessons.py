@@ -108,7 +108,7 @@ def test_calculator_takes_a_pasted_or_uploaded_config(tmp_path):
     ("x", "[1, 2]", "must be a JSON object"),
     ("x", "[" * 100_000, "nested too deeply"),
     ("x", "{" + " " * (1 << 20) + "}", "larger than 1024 KiB"),
-    ("x", '{"hidden_size": 64}', "lacks layers"),
+    ("x", '{"hidden_size": 64}', "lacks num_hidden_layers, num_attention_heads"),
     ("x", "\ud800", "not valid Unicode"),
 ])
 def test_calculator_refuses_paths_hub_ids_and_bad_configs(model, pasted, message):
