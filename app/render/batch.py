@@ -370,7 +370,9 @@ def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None
         ("running", fmt_int(running), "requests in the batch now"),
         ("waiting", fmt_int(stats.get("waiting", 0)), "requests queued for a free slot or KV blocks"),
         ("blocks used", f"{fmt_int(stats.get('blocks_used', 0))} / {fmt_int(stats.get('blocks_total', 0))}",
-         "KV blocks held by running requests"),
+         "KV blocks held by running requests / blocks the scheduler hands out (with the compiled "
+         "decode step on, the pool keeps one block more aside: the padding rows of a batch "
+         "bucket write there, so the total is one below the pool's)"),
         ("cached prefix", fmt_int(cached), "free blocks still holding a prompt prefix a new request can reuse"),
         ("empty", fmt_int(max(0, free - cached)), "free blocks holding nothing"),
         ("KV utilization", f"{util:.0%}" if util is not None else "–",

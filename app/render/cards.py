@@ -42,6 +42,8 @@ def stat_cards_html(metrics: dict | None) -> str:
     cards = []
     for key, label, short, definition, fmt in CARDS:
         value = fmt(metrics.get(key)) if metrics.get(key) is not None else "–"
+        if key == "tpot_s" and metrics.get("final") and (metrics.get("output_tokens") or 0) < 2:
+            value = "–"         # decode time / (N − 1) has no value for one token
         cards.append(
             f"<div class='stat-card' title='{html.escape(definition)}'><div class='stat-label'>{label}</div>"
             f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(short)}</div></div>")
@@ -90,8 +92,12 @@ def latency_formula_html(metrics: dict) -> str:
     # the printed numbers' own sum and product, so a student's arithmetic gives the printed total
     total = _printed_total(ttft, tpot_text, n)
     e2e = metrics.get("e2e_s")
-    measured = (f" · measured end-to-end {fmt_seconds(e2e)}, equal by definition: both come from the "
-                "same token timestamps" if metrics.get("final") and e2e is not None else "")
+    measured = ""
+    if metrics.get("final") and e2e is not None:
+        after = e2e - exact      # the request's finishing bookkeeping after its last token
+        measured = (f" · measured end-to-end {fmt_seconds(e2e)}: the same token timestamps, plus "
+                    f"{fmt_seconds(max(0.0, after))} of finishing after the last token")
+    
     steps = metrics.get("step_sum_s")
     check = ""
     if steps:

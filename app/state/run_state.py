@@ -253,7 +253,8 @@ class RunState:
                 "abort": "stopped by you",
                 "error": "engine error",
             }.get(self.finish_reason, self.finish_reason)
-            return f"Finished: {len(self.token_times)} tokens · {why}"
+            n = len(self.token_times)
+            return f"Finished: {n} token{'' if n == 1 else 's'} · {why}"
         if self.queue_position:
             ahead = self.queue_position
             return f"Waiting in the engine queue: {ahead} request{'s' if ahead != 1 else ''} ahead of yours"

@@ -44,7 +44,8 @@ def lesson(module) -> str:
 
 QUESTIONS = (
     ("Q1", "Why is decode memory-bound, and when does it become compute-bound?",
-     f"{lesson(roofline)}: pick a 7B model and read the H100 answer above the plot; "
+     "worked out for a 7B model on an H100 below this table; "
+     f"{lesson(roofline)}: the same for any model; "
      f"{lesson(prefill)}: the decode share"),
     ("Q2", "TTFT is high and TPOT low: what do you optimise first, and how?",
      f"{lesson(prefill)}: TTFT is prefill plus queueing; below: **High TTFT**"),
@@ -59,11 +60,31 @@ QUESTIONS = (
 )
 
 
+Q1_MODEL = "meta-llama/Llama-2-7b-hf"
+"""The model whose H100 crossing answers Q1 on this tab itself (the roofline lesson computes it
+for any model)."""
+
+
+def q1_answer(context: int = 512) -> str:
+    """Q1 in short, worked out by the roofline lesson's own formula for :data:`Q1_MODEL` in fp16
+    (:func:`app.tabs.lessons.roofline.crossing_text`): a decode step reads every weight once and
+    does about 2 FLOPs per weight per sequence, so its intensity grows with the batch."""
+    from app.tabs.lessons import roofline_models as rm
+    from engine.telemetry.estimator import load_spec
+
+    shape = rm.spec_shape(load_spec(Q1_MODEL), "fp16", "fp16")
+    return ("**Q1 in short:** a decode step reads every weight once and does about 2 FLOPs per "
+            "weight for each sequence in the batch, so at batch 1 it does about 1 FLOP per byte "
+            "of fp16 weights, far below any ridge: memory-bound. "
+            + roofline.crossing_text(shape, context, Q1_MODEL))
+
+
 def questions_markdown() -> str:
-    """The thinking questions as a table: question and the lesson that answers it."""
+    """The thinking questions as a table: question and the lesson that answers it; then Q1's
+    answer for a 7B model on an H100 (:func:`q1_answer`)."""
     lines = ["| thinking question | where the answer is |", "| --- | --- |"]
     lines += [f"| **{q}** {text} | {where} |" for q, text, where in QUESTIONS]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + q1_answer()
 
 
 def _ms(seconds: float) -> int:

@@ -12,7 +12,9 @@ def test_latency_formula_uses_the_runs_numbers_and_shows_n():
     html = cards.stat_cards_html(FINAL)
     # a worked example: 200 ms + 40 ms × 199 = 8.16 s
     assert "Latency = TTFT + TPOT × (N − 1) = 200.0 ms + 40.0 ms × (200 − 1) = <b>8.16 s</b>" in html
-    assert "measured end-to-end 8.17 s, equal by definition" in html and "N = 200 output tokens" in html
+    # end-to-end adds the finishing after the last token: 8.17 s − 8.16 s = 10.0 ms, said so
+    assert ("measured end-to-end 8.17 s: the same token timestamps, plus 10.0 ms of finishing after "
+            "the last token") in html and "N = 200 output tokens" in html
     live = cards.latency_formula_html({**FINAL, "final": False, "output_tokens": 1, "tpot_s": None})
     assert "× (1 − 1) = <b>200.0 ms</b>" in live and "measured" not in live
     assert cards.latency_formula_html({"ttft_s": None, "output_tokens": 0}) == ""
@@ -53,7 +55,8 @@ def test_latency_is_checked_against_the_sum_of_the_step_times(engine):
     to_last = m["ttft_s"] + m["tpot_s"] * (m["output_tokens"] - 1)
     assert 0 < steps <= to_last <= m["e2e_s"]
     html = cards.latency_formula_html(m)
-    assert "equal by definition" in html and f"its steps add up to <b>{fmt_seconds(steps)}</b>" in html
+    assert f"plus {fmt_seconds(m['e2e_s'] - to_last)} of finishing" in html
+    assert f"its steps add up to <b>{fmt_seconds(steps)}</b>" in html
     assert f"(+{fmt_seconds(to_last - steps)} between them)" in html
     # a step shared by several tokens (speculative decoding) counts once
     shared = RunState()
@@ -87,3 +90,9 @@ def test_the_latency_formula_adds_up_as_printed():
         exact = m["ttft_s"] + m["tpot_s"] * (m["output_tokens"] - 1)
         # and it stays within the rounding of its three printed numbers of the exact total
         assert abs(printed / 1000 - exact) <= 1.5 * (0.0001 if exact < 1 else 0.01), line
+
+
+def test_tpot_of_a_one_token_answer_is_undefined_not_zero():
+    html = cards.stat_cards_html({**FINAL, "output_tokens": 1, "tpot_s": 0.0, "decode_tokens_per_s": None})
+    tpot_card = html.split("TPOT", 1)[1].split("</div></div>", 1)[0]
+    assert "<div class='stat-value'>–</div>" in tpot_card and "0.0 ms" not in tpot_card

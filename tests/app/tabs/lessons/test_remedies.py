@@ -147,3 +147,14 @@ def test_printed_equations_are_their_own_arithmetic(measured, engine):
     examples = remedies.sampling_markdown(measured)
     assert measured["sampling"]["greedy"][0][:10] in examples and "seed 2" in examples
     assert "gave the same answer both times" in examples and "seed 1 repeated its answer" in examples
+
+
+def test_q1_is_answered_on_the_remedies_tab_itself():
+    """Q1 in one click: the 7B model's H100 crossing, by the roofline lesson's formula, sits
+    under the questions (13,476,831,232 FLOPs over as many bytes: 1 FLOP per byte per sequence,
+    so the weights alone reach the 295 FLOPs-per-byte ridge from batch 296)."""
+    from app.tabs.lessons.remedies import questions_markdown
+
+    md = questions_markdown()
+    assert "memory-bound" in md and "Llama-2-7b" in md
+    assert "from **batch 296**" in md and "295 FLOPs per byte" in md
