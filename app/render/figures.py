@@ -138,6 +138,10 @@ def _prefill_name(prompt_tokens: int, computed: int | None) -> str:
     return f"prefill ({fmt_int(prompt_tokens)} tokens in one pass)"
 
 
+EMPTY_KV_TOKENS = 256
+"""Tokens the formula line of an empty KV cache plot spans (its axes would read -1 to 1)."""
+
+
 def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
               use_kv_cache: bool = True, max_tokens_hint: int | None = None) -> PlainFigure:
     """KV cache growth: measured cache bytes against cached tokens, with the formula's line.
@@ -152,7 +156,8 @@ def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
     Returns:
         A figure with a ``formula`` line trace and a ``measured`` marker trace.
     """
-    top = max([0] + list(kv_tokens) + [max_tokens_hint or 0])
+    # before any token the formula line still spans a context, so the axes read bytes and tokens
+    top = max([0] + list(kv_tokens) + [max_tokens_hint or 0]) or EMPTY_KV_TOKENS
     traces = [
         _scatter(f"formula: {fmt_int(bytes_per_token)} B × tokens", [0, top], [0, bytes_per_token * top], "lines",
                  "%{x} tokens → %{y:,} B (formula)<extra></extra>",

@@ -471,3 +471,14 @@ def test_memory_figure_on_cuda_parts():
     assert "CUDA context + other 5.0 GB" in labels and "allocator cache 4.0 GB" in labels
     assert not any("(est.)" in label for label in labels)
     assert "21.0 GB" in fig.layout.title.text
+
+
+def test_kv_plot_before_a_run_spans_a_context_and_after_one_its_own_tokens():
+    """Empty, the formula line still runs to 256 tokens (the axes read bytes, not -1..1); a
+    finished request's plot ends at its own tokens, not at prompt + max new tokens."""
+    from app.render import figures
+
+    empty = figures.kv_figure([], [], 23_040)
+    assert empty.data[0]["x"] == [0, 256] and empty.data[0]["y"] == [0, 256 * 23_040]
+    done = figures.kv_figure([40, 41, 42], [40 * 23_040, 41 * 23_040, 42 * 23_040], 23_040)
+    assert done.data[0]["x"] == [0, 42]
