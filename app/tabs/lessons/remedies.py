@@ -205,7 +205,8 @@ def cell_compiled(m, facts) -> str:
         state = "this engine's decode step now: **eager** (compiling is off on this server)"
     else:
         ready = ", ".join(str(b) for b in status.get("ready", [])) or "none yet"
-        state = (f"this engine's decode step now: **{status.get('path', 'eager')}** ({status['status']}; batch "
+        state = (f"this engine's decode step {'now' if m else 'when the page loaded'}: "
+                 f"**{status.get('path', 'eager')}** ({status['status']}; batch "
                  f"buckets compiled: {ready}; {fmt_int(status.get('steps_compiled', 0))} compiled and "
                  f"{fmt_int(status.get('steps_eager', 0))} eager decode steps so far)")
     if not run:
@@ -487,7 +488,9 @@ def build(ctx) -> dict:
         c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))
         c["rem_status"] = gr.HTML("", **elem("rem_status"))
-    c["rem_table"] = gr.Markdown(remedies_markdown(None, engine_facts(engine)), **elem("rem_table"))
+    # a callable value: drawn again at every page load (the compile status moves after start)
+    c["rem_table"] = gr.Markdown(lambda: remedies_markdown(None, engine_facts(engine)),
+                                 **elem("rem_table"))
     c["rem_sampling"] = gr.Markdown(sampling_markdown(None), **elem("rem_sampling"))
 
     def on_run(request: gr.Request, progress=gr.Progress()):
