@@ -245,7 +245,7 @@ class PoolPicture:
         legend = "".join(f"<span title='{POOL_TIPS[c]}'><i class='bp-cell bp-{c}'></i>{POOL_LABELS[c]}"
                          f"{f' ({fmt_int(counts[c])})' if counts else ''}</span>" for c in POOL_CLASSES)
         scale = (f"each square is one block of {self.block_size} tokens' keys and values" if self.span == 1 else
-                 f"each square is {self.span} blocks of {self.block_size} tokens (pool too large to draw block by block)")
+                 f"each square is {self.span} blocks of {self.block_size} tokens: the pool is too large to draw block by block")
         return (f"<div class='bp'><div class='bp-title'>KV block pool: {fmt_int(self.num_blocks)} blocks "
                 f"({scale})</div><div class='bp-legend'>{legend}</div>"
                 f"<div class='bp-grid'>{''.join(cells)}</div></div>")

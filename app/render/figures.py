@@ -134,7 +134,7 @@ def _prefill_name(prompt_tokens: int, computed: int | None) -> str:
         return "prefill"
     if computed is not None and 0 < computed < prompt_tokens:
         return (f"prefill ({fmt_int(prompt_tokens)} tokens: {fmt_int(computed)} computed, "
-                f"{fmt_int(prompt_tokens - computed)} from the KV cache)")
+                f"{fmt_int(prompt_tokens - computed)} from the prefix cache)")
     return f"prefill ({fmt_int(prompt_tokens)} tokens in one pass)"
 
 

@@ -458,7 +458,7 @@ def test_prefix_cache_hit_counts_the_whole_prompt():
     assert st.prompt_tokens == 41 and st.prefill_computed == 9
     fig = figures.latency_figure(st.token_index, st.step_ms, st.phases, st.prompt_tokens, True,
                                  st.batch_sizes, st.prefill_computed)
-    assert "41 tokens: 9 computed, 32 from the KV cache" in fig.data[0].name
+    assert "41 tokens: 9 computed, 32 from the prefix cache" in fig.data[0].name
 
 
 def test_memory_figure_on_cuda_parts():

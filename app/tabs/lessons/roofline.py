@@ -248,7 +248,8 @@ def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | N
 
 OVERHEAD_TEXT = (
     "**The third regime: overhead-bound.** The ridge tells memory-bound from compute-bound, but a "
-    "small model on a fast machine is often neither: at batch 1 its 95 MB of int4 weights take "
+    "small model on a fast machine is often neither: at batch 1 this page's own model (its 95 MB "
+    "of int4 weights, whichever model the plots above show) takes "
     "about 3 ms to read here, while transformers' model code spends more than that on Python, "
     "module calls and hundreds of tiny operators per token. Then the step's time is overhead, and "
     "the roof is far away. Compiling the decode step (``torch.compile``: the small operators "
