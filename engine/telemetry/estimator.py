@@ -83,6 +83,8 @@ def load_spec(name_or_path: str, allow_hub: bool | None = None) -> ModelSpec:
 
     Raises:
         LookupError: one line naming the model and the ways to fix it, when nothing matched.
+        ValueError: a local file that is not a JSON object, or a config field out of range
+            (the message names the file or the field).
     """
     hit = _table_entry(name_or_path)
     if hit:
@@ -91,8 +93,13 @@ def load_spec(name_or_path: str, allow_hub: bool | None = None) -> ModelSpec:
     path = Path(name_or_path).expanduser()
     cfg = path / "config.json" if path.is_dir() else path
     if cfg.is_file():
-        with open(cfg, encoding="utf-8") as f:
-            data = json.load(f)
+        try:
+            with open(cfg, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"model: {cfg} is not a readable config.json ({exc})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"model: {cfg} holds no JSON object, so it is no config.json")
         name = path.name if path.is_dir() else path.parent.name or path.name
         return ModelSpec.from_config(data, name=name, source=f"local file {cfg}")
     hub = _hub_allowed() if allow_hub is None else allow_hub

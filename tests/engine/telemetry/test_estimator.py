@@ -156,3 +156,15 @@ def test_dtype_names():
     assert dtype_bytes("int8") == 1
     with pytest.raises(ValueError):
         dtype_bytes("fp12")
+
+
+def test_a_local_file_that_is_no_config_is_named(tmp_path):
+    from engine.telemetry.estimator import load_spec
+
+    bad = tmp_path / "notes.txt"
+    bad.write_text("root:x:0:0\n")
+    with pytest.raises(ValueError, match=r"model: .*notes.txt is not a readable config.json"):
+        load_spec(str(bad))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds no JSON object"):
+        load_spec(str(tmp_path / "list.json"))
