@@ -482,3 +482,15 @@ def test_kv_plot_before_a_run_spans_a_context_and_after_one_its_own_tokens():
     assert empty.data[0]["x"] == [0, 256] and empty.data[0]["y"] == [0, 256 * 23_040]
     done = figures.kv_figure([40, 41, 42], [40 * 23_040, 41 * 23_040, 42 * 23_040], 23_040)
     assert done.data[0]["x"] == [0, 42]
+
+
+def test_page_refusals_name_the_sidebar_label():
+    from app.tabs.playground.handlers import make_params, page_message
+
+    with pytest.raises(ValueError) as info:
+        make_params(0.7, 0.95, 50, 0.0, 1.1, 2.5, -1)
+    assert page_message(info.value).startswith("max new tokens (max_tokens) must be")
+    with pytest.raises(ValueError) as info:
+        make_params(0.7, 7.0, 50, 0.0, 1.1, 16, -1)
+    assert page_message(info.value).startswith("top-p (top_p) must be")
+    assert page_message(ValueError("prompt is empty")) == "prompt is empty"

@@ -50,6 +50,20 @@ def make_params(temperature: float, top_p: float, top_k: int, min_p: float,
                           seed=None if seed is None or seed < 0 else seed)
 
 
+PAGE_LABELS = {"max_tokens": "max new tokens", "temperature": "temperature", "top_p": "top-p",
+               "top_k": "top-k", "min_p": "min-p", "repetition_penalty": "repetition penalty",
+               "seed": "seed"}
+"""The sidebar's label of each sampling field, for refusals a student reads on the page."""
+
+
+def page_message(exc: Exception) -> str:
+    """A refusal with the field named as the sidebar labels it, the API name beside it:
+    ``"max_tokens must be an integer"`` → ``"max new tokens (max_tokens) must be an integer"``."""
+    msg = str(exc)
+    key = next((k for k in PAGE_LABELS if msg.startswith(k + " ")), None)
+    return f"{PAGE_LABELS[key]} ({key}){msg[len(key):]}" if key else msg
+
+
 def content_text(content) -> str:
     """Text of a chat message's content as Gradio gives it (a string, a dict or a list of parts)."""
     if content is None:
@@ -195,7 +209,7 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         yield from refuse(f"The engine is busy: {exc}")
         return
     except ValueError as exc:
-        yield from refuse(f"Request refused: {exc}")
+        yield from refuse(f"Request refused: {page_message(exc)}")
         return
     except Exception as exc:  # noqa: BLE001 - a server failure: logged, the client gets its id
         yield from refuse(log_internal("Generate", exc))
