@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 
-FULL_RATE_PAGES = 4     # pages streaming at once before the intervals stretch
+FULL_RATE_PAGES = 2     # pages streaming at once before the intervals stretch
 RATE_WINDOW_S = 5.0     # frames counted over the last this many seconds for the rate shown
 
 
