@@ -14,12 +14,12 @@ import time
 import pytest
 
 pytestmark = pytest.mark.browser
-from tests.support.browser import PLOT_POINTS, require_chromium
+from tests.support.browser import PLOT_POINTS, require_chromium, serve_page
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import wait_until
 
 FIRST_SCREEN = ("prompt", "generate-btn", "stop-btn", "tokens", "stat-cards", "latency-plot", "kv-plot")
 SIDEBAR = ("max-tokens", "seed", "use-kv")
@@ -39,20 +39,9 @@ BOXES = """(ids) => {
 }"""
 @pytest.fixture(scope="module")
 def page_url(engine, tmp_path_factory):
-    from app.state.playground import Playground
-
-    from app.server.assets import read_css
-    from app.server.main import theme
-    from app.server.launch import launch
-    from app.page import build_demo
-
-    pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"))
-    demo = build_demo(pg, max_concurrency=8)
-    demo.queue(default_concurrency_limit=8)
-    url, _ = launch(demo, "127.0.0.1", free_port(), css=read_css(), theme=theme())  # as python -m app serves it
+    url, close = serve_page(engine, tmp_path_factory.mktemp("traces"))   # as python -m app serves it
     yield url
-    demo.close()
-    pg.close()
+    close()
 
 
 def open_page(page, url: str) -> None:

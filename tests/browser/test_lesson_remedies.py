@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import ARGS, CHROMIUM, require_chromium
-from tests.support.servers import free_port, wait_until
+from tests.support.browser import ARGS, CHROMIUM, require_chromium, serve_lessons
+from tests.support.servers import wait_until
 
 pytestmark = pytest.mark.browser
 require_chromium()
@@ -32,15 +32,7 @@ TITLE_OF = """(sel) => {
 
 @pytest.fixture(scope="module")
 def lessons_url(engine):
-    import gradio as gr
-
-    from app.tabs.lessons import build_lessons
-
-    with gr.Blocks() as demo:
-        with gr.Tab("Lessons"):
-            build_lessons(engine)
-    demo.queue()
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+    url, demo = serve_lessons(engine)
     yield url
     demo.close()
 

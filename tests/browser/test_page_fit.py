@@ -15,12 +15,12 @@ import re
 import pytest
 
 pytestmark = pytest.mark.browser
-from tests.support.browser import raw_greedy, require_chromium
+from tests.support.browser import raw_greedy, require_chromium, serve_page
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
 
-from tests.support.servers import free_port, wait_until
+from tests.support.servers import wait_until
 
 VIEWPORTS = [(1280, 720), (1440, 900)]
 
@@ -79,19 +79,9 @@ SPLIT_WORDS = """(sel) => {
 
 @pytest.fixture(scope="module")
 def page_url(engine, tmp_path_factory):
-    from app.page import build_demo
-    from app.server.assets import read_css
-    from app.server.launch import launch
-    from app.server.main import theme
-    from app.state.playground import Playground
-
-    pg = Playground(engine, trace_dir=tmp_path_factory.mktemp("traces"))
-    demo = build_demo(pg, max_concurrency=8)
-    demo.queue(default_concurrency_limit=8)
-    url, _ = launch(demo, "127.0.0.1", free_port(), css=read_css(), theme=theme())  # as python -m app serves it
+    url, close = serve_page(engine, tmp_path_factory.mktemp("traces"))   # as python -m app serves it
     yield url
-    demo.close()
-    pg.close()
+    close()
 
 
 def short_answer(page, url: str, prompt: str = "1, 2, 3, 4, 5,", tokens: int = 16) -> None:

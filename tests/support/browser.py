@@ -39,3 +39,49 @@ def raw_greedy(page, url, prompt, max_tokens=None):
         page.locator(f"{slider} input[type=number]").fill(value)
         page.locator(f"{slider} input[type=number]").press("Tab")
     page.locator("#prompt textarea").fill(prompt)
+
+
+def serve_lessons(engine):
+    """A page holding only the Lessons tab on ``engine``, on a free loopback port.
+
+    Returns:
+        ``(url, demo)``: the page's address and the Blocks to ``close()`` afterwards.
+    """
+    import gradio as gr
+
+    from app.tabs.lessons import build_lessons
+    from tests.support.servers import free_port
+
+    with gr.Blocks() as demo:
+        with gr.Tab("Lessons"):
+            build_lessons(engine)
+    demo.queue()
+    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(),
+                            prevent_thread_lock=True, quiet=True)
+    return url, demo
+
+
+def serve_page(engine, trace_dir):
+    """The whole page as ``python -m app`` serves it (its CSS, theme and launch settings) on
+    ``engine``, on a free loopback port, traces written under ``trace_dir``.
+
+    Returns:
+        ``(url, close)``: the page's address and a function that stops it.
+    """
+    from app.page import build_demo
+    from app.server.assets import read_css
+    from app.server.launch import launch
+    from app.server.main import theme
+    from app.state.playground import Playground
+    from tests.support.servers import free_port
+
+    pg = Playground(engine, trace_dir=trace_dir)
+    demo = build_demo(pg, max_concurrency=8)
+    demo.queue(default_concurrency_limit=8)
+    url, _ = launch(demo, "127.0.0.1", free_port(), css=read_css(), theme=theme())
+
+    def close() -> None:
+        demo.close()
+        pg.close()
+
+    return url, close
