@@ -489,7 +489,7 @@ def build(ctx) -> dict:
                                  **elem("rem_run"))
         c["rem_status"] = gr.HTML("", **elem("rem_status"))
     # a callable value: drawn again at every page load (the compile status moves after start)
-    c["rem_table"] = gr.Markdown(lambda: remedies_markdown(None, engine_facts(engine)),
+    c["rem_table"] = gr.Markdown(guard(lambda: remedies_markdown(None, engine_facts(engine))),
                                  **elem("rem_table"))
     c["rem_sampling"] = gr.Markdown(sampling_markdown(None), **elem("rem_sampling"))
 

@@ -61,7 +61,9 @@ def page_message(exc: Exception) -> str:
     ``"max_tokens must be an integer"`` → ``"max new tokens (max_tokens) must be an integer"``."""
     msg = str(exc)
     key = next((k for k in PAGE_LABELS if msg.startswith(k + " ")), None)
-    return f"{PAGE_LABELS[key]} ({key}){msg[len(key):]}" if key else msg
+    if not key or PAGE_LABELS[key] == key:
+        return msg
+    return f"{PAGE_LABELS[key]} ({key}){msg[len(key):]}"
 
 
 def content_text(content) -> str:
