@@ -14,7 +14,7 @@ import time
 import pytest
 
 pytestmark = pytest.mark.browser
-from tests.support.browser import PLOT_POINTS, require_chromium, serve_page
+from tests.support.browser import PLOT_POINTS, require_chromium
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -37,13 +37,6 @@ BOXES = """(ids) => {
   }
   return out;
 }"""
-@pytest.fixture(scope="module")
-def page_url(engine, tmp_path_factory):
-    url, close = serve_page(engine, tmp_path_factory.mktemp("traces"))   # as python -m app serves it
-    yield url
-    close()
-
-
 def open_page(page, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("#generate-btn", timeout=60_000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import ARGS, CHROMIUM, require_chromium, serve_lessons
+from tests.support.browser import ARGS, CHROMIUM, require_chromium
 from tests.support.servers import wait_until
 
 pytestmark = pytest.mark.browser
@@ -21,13 +21,6 @@ TRACES = """(sel) => {
   const el = document.querySelector(sel + ' .js-plotly-plot');
   return el && el.data ? el.data.map(t => ({name: t.name || '', x: Array.from(t.x || []), y: Array.from(t.y || [])})) : null;
 }"""
-
-
-@pytest.fixture(scope="module")
-def lessons_url(engine):
-    url, demo = serve_lessons(engine)
-    yield url
-    demo.close()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import ARGS, CHROMIUM, require_chromium, serve_lessons
+from tests.support.browser import ARGS, CHROMIUM, require_chromium
 from tests.support.servers import wait_until
 
 pytestmark = pytest.mark.browser
@@ -28,13 +28,6 @@ TITLE_OF = """(sel) => {
   const el = document.querySelector(sel + ' .js-plotly-plot');
   return el && el.layout && el.layout.title ? el.layout.title.text : '';
 }"""
-
-
-@pytest.fixture(scope="module")
-def lessons_url(engine):
-    url, demo = serve_lessons(engine)
-    yield url
-    demo.close()
 
 
 @pytest.fixture(scope="module")

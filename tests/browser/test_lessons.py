@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.browser import ARGS, CHROMIUM, require_chromium, serve_lessons
+from tests.support.browser import ARGS, CHROMIUM, require_chromium
 from tests.support.servers import wait_until
 
 pytestmark = pytest.mark.browser
@@ -19,13 +19,6 @@ TRACES = """(sel) => {
   const el = document.querySelector(sel + ' .js-plotly-plot');
   return el && el.data ? el.data.map(t => Array.from(t.y || [])) : null;
 }"""
-
-
-@pytest.fixture(scope="module")
-def lessons_url(engine):
-    url, demo = serve_lessons(engine)
-    yield url
-    demo.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import re
 import pytest
 
 pytestmark = pytest.mark.browser
-from tests.support.browser import raw_greedy, require_chromium, serve_page
+from tests.support.browser import raw_greedy, require_chromium
 
 require_chromium()
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -75,13 +75,6 @@ SPLIT_WORDS = """(sel) => {
   }
   return split;
 }"""
-
-
-@pytest.fixture(scope="module")
-def page_url(engine, tmp_path_factory):
-    url, close = serve_page(engine, tmp_path_factory.mktemp("traces"))   # as python -m app serves it
-    yield url
-    close()
 
 
 def short_answer(page, url: str, prompt: str = "1, 2, 3, 4, 5,", tokens: int = 16) -> None:
