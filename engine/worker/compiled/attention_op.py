@@ -2,10 +2,11 @@
 
 The compiled decode graph calls ``torch.ops.playground.paged_decode_attention`` once per layer.
 The op writes the step's new keys and values into that layer's K and V pool tensors at their
-slots (it declares the mutation, so the compiler orders it and copies nothing), gathers each
-sequence's blocks and runs
+slots (it declares the mutation, so the compiler orders it and copies nothing) and attends with
+the C kernel :mod:`engine.worker.kernels.decode_attention` (bf16 / fp16 models: each sequence
+read through its block table, batch-invariant), or else gathers each sequence's blocks and runs
 :func:`engine.worker.paged_attention.decode_attention_per_sequence` (one SDPA call per sequence
-over exactly its own keys: batch-invariant). Because the op is opaque, the graph around it
+over exactly its own keys: batch-invariant too). Because the op is opaque, the graph around it
 traces once per batch bucket, whatever the lengths of the sequences or the width of their block
 tables (vLLM's CPU backend keeps its attention out of the graph the same way).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.worker.kernels import decode_attention as kernel
 from engine.worker.paged_attention import decode_attention_per_sequence, gather_blocks
 
 
@@ -55,6 +57,8 @@ def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     v_pool.index_copy_(0, slots, v.to(v_pool.dtype))
     b = blocks.shape[0]
     host = lens.tolist()
+    if kernel.applies(q, k_pool.dtype):
+        return kernel.paged_decode_attention(q, k_pool, v_pool, blocks, host, block_size, scale)
     width = -(-max(host) // block_size)
     kb = gather_blocks(k_pool, blocks[:, :width], block_size).view(b, -1, *k_pool.shape[1:])
     vb = gather_blocks(v_pool, blocks[:, :width], block_size).view(b, -1, *v_pool.shape[1:])

@@ -1,0 +1,5 @@
+"""Small C kernels of the engine's own, built on first use with the machine's C compiler.
+
+- ``paged_decode.c`` / :mod:`.decode_attention`: paged decode attention on the CPU, read
+  straight from the KV pool through block tables, batch-invariant by construction.
+"""

@@ -1,0 +1,169 @@
+"""Paged decode attention on the CPU: the C kernel in ``paged_decode.c``, built once and cached.
+
+Why a kernel of our own: a decode step attends one query per sequence to that sequence's keys.
+PyTorch's CPU SDPA gives a row other bits when it is padded or batched with other rows, so the
+engine called it once per sequence over exactly its own keys (batch-invariant), after gathering
+the sequence's blocks: 8 small operator calls per sequence per layer. At 32 sequences that was
+about 100 ms of a decode step (30 layers × 32 × 8 calls), more than the weights' products. The
+kernel reads keys and values where they lie in the pool, through the block table, and computes
+every (sequence, KV head) pair on one thread in a fixed order, so a sequence's output depends
+only on its own query, keys and length, as before, at a few milliseconds per step (vLLM's CPU
+backend also runs its own paged attention kernel).
+
+The source is compiled with the machine's C compiler (``$CC``, ``cc`` or ``gcc``; ``-O3
+-fopenmp`` and reassociation,, one build for any x86-64 CPU through ``target_clones``) into
+``<cache_dir()>/kernels/paged_decode-<hash>.so`` the first time it is needed (about a second)
+and loaded with ``ctypes``. Its OpenMP runtime is the one torch already loaded (same soname),
+so the two share one thread pool. Without a compiler the engine keeps PyTorch's SDPA per
+sequence (also batch-invariant, slower) and :func:`unavailable_reason` says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("engine")
+
+SOURCE = Path(__file__).with_name("paged_decode.c")
+FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math",
+         "-fassociative-math", "-fno-signed-zeros", "-Wno-psabi")
+"""Reassociation lets the compiler vectorize the softmax's maximum and sum: the order then
+depends on a row's own length only, so rows stay batch-invariant. Not ``-ffast-math``: with
+gcc 12 it links ``crtfastmath.o`` into a shared library, which flushes denormals for the whole
+process on load."""
+KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+"""Storage dtypes the kernel reads (fp8 pools, with their per-layer scales, stay on SDPA)."""
+
+_lock = threading.Lock()
+_state: dict = {}      # "lib": the loaded CDLL, or "error": why there is none
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _build(compiler: str) -> Path:
+    """Compile the source into the cache (if not there yet) and return the library's path."""
+    from engine.model.loader import cache_dir
+
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
+    folder = cache_dir() / "kernels"
+    target = folder / f"paged_decode-{key}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".paged_decode-", suffix=".so", dir=folder)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-400:]}")
+        os.replace(tmp, target)        # atomic: a parallel start sees all of it or nothing
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _load():
+    """The loaded library, building it on the first call; ``None`` (and the reason kept for
+    :func:`unavailable_reason`) when it can't be had. Thread-safe; tries once per process."""
+    with _lock:
+        if "lib" in _state or "error" in _state:
+            return _state.get("lib")
+        if os.environ.get("LLM_PLAYGROUND_ATTENTION_KERNEL", "1") == "0":
+            _state["error"] = "turned off by LLM_PLAYGROUND_ATTENTION_KERNEL=0"
+            return None
+        compiler = _compiler()
+        try:
+            if compiler is None:
+                raise RuntimeError("no C compiler (cc, gcc or $CC) on this machine")
+            lib = ctypes.CDLL(str(_build(compiler)))
+            fn = lib.paged_decode_attention
+            i64, ptr = ctypes.c_int64, ctypes.c_void_p
+            fn.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, i64, ctypes.c_int, ctypes.c_int,
+                           ctypes.c_int, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int, ptr]
+            fn.restype = ctypes.c_int
+            _state["lib"] = lib
+        except Exception as exc:  # noqa: BLE001 - any failure: stay on SDPA, say why
+            _state["error"] = f"{type(exc).__name__}: {exc}"[:400]
+            log.warning("paged decode attention kernel unavailable (%s); using SDPA per sequence",
+                        _state["error"])
+        return _state.get("lib")
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernel is not used (``None`` when it is built and loaded)."""
+    return None if _load() is not None else _state.get("error")
+
+
+def applies(q: torch.Tensor, pool_dtype: torch.dtype) -> bool:
+    """Whether decode attention for query ``q`` over a pool stored in ``pool_dtype`` runs in the
+    kernel: CPU, a bf16 or fp16 model whose pool has its own dtype, and the library loaded.
+    fp32 models keep PyTorch's SDPA (their decode is the exact reference for parity with
+    transformers' ``generate``); fp8 pools keep it for their scales."""
+    return (q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16)
+            and pool_dtype == q.dtype and _load() is not None)
+
+
+def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                           table: torch.Tensor, lens: list[int], block_size: int,
+                           scale: float) -> torch.Tensor:
+    """Each row's query against its own keys and values in one layer's pool.
+
+    Args:
+        q: ``[N, heads, d]`` queries (rotated), bf16 / fp16 / fp32 on the CPU.
+        k_pool, v_pool: the layer's ``[slots, kv_heads, d]`` pool tensors, ``q``'s dtype.
+        table: ``[N, W]`` int64 block ids per row, or ``[W]``: one table every row shares
+            (the queries of one sequence's verification pass). Blocks past a row's length are
+            not read.
+        lens: ``N`` ints, the keys each row attends to (its own token included), each
+            ``<= W × block_size``.
+        block_size: tokens per block; scale: the softmax scale (``d ** -0.5`` for Llama).
+
+    Returns:
+        ``[N, heads, d]`` in ``q``'s dtype: ``softmax(scale · q Kᵀ) V`` computed in fp32, the
+        cast to ``q``'s dtype rounding to nearest even as PyTorch's does.
+
+    Raises:
+        RuntimeError: the kernel is unavailable (check :func:`applies` first).
+        ValueError: a length beyond its table, a block id outside the pool, or sizes the kernel
+            does not take (head_dim over 256, more than 16 query heads per KV head).
+    """
+    lib = _load()
+    if lib is None:
+        raise RuntimeError(f"paged decode attention kernel unavailable: {_state.get('error')}")
+    rows, heads, d = q.shape
+    kv_heads = k_pool.shape[1]
+    table = table if table.dtype == torch.long and table.is_contiguous() else \
+        table.to(torch.long).contiguous()
+    width = table.shape[-1]
+    if len(lens) != rows or (rows and max(lens) > width * block_size):
+        raise ValueError(f"lens: {rows} lengths of at most {width * block_size} expected, "
+                         f"got {len(lens)} up to {max(lens, default=0)}")
+    q = q.contiguous()
+    lens_t = torch.tensor(lens, dtype=torch.long)
+    out = torch.empty((rows, heads, d), dtype=torch.float32)
+    rc = lib.paged_decode_attention(
+        q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), table.data_ptr(),
+        width if table.dim() == 2 else 0, lens_t.data_ptr(), rows, heads, kv_heads, d,
+        block_size, k_pool.shape[0], KINDS[q.dtype], scale, torch.get_num_threads(),
+        out.data_ptr())
+    if rc:
+        raise ValueError({-1: "sizes the kernel does not take (head_dim over 256, more than 16 "
+                                "query heads per KV head, or a length below 1)",
+                          -2: "out of memory for the attention scores",
+                          -3: "a block table points outside the KV pool"}.get(rc, f"error {rc}"))
+    return out if q.dtype == torch.float32 else out.to(q.dtype)
