@@ -167,22 +167,60 @@ class CompiledDecodeRunner(CudaGraphRunner):
         self.stopped.set()
 
     # ---- steps --------------------------------------------------------------------------------
+    @staticmethod
+    def is_decode_row(e: ScheduledSeq) -> bool:
+        """Whether ``e`` is a decode row the compiled graph computes: one new token that is an
+        output token (a prompt's last token left over by a prefix-cache hit is prefilled, as it
+        would be without the hit) and no drafts to verify."""
+        return e.num_new == 1 and not e.draft_ids and e.num_computed >= len(e.seq.prompt_ids)
+
     def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
-        """``(batch bucket, table width)`` for a decode-only step whose bucket is compiled,
-        ``None`` for any other step (it runs eagerly). A bucket not compiled yet is skipped for
-        the next larger one that is (padding costs less than the eager step)."""
-        if not entries or any(e.num_new != 1 or e.draft_ids for e in entries):
+        """``(batch bucket, table width)`` for decode rows that a compiled bucket holds,
+        ``None`` when ``entries`` hold anything else or no bucket is ready. A bucket not
+        compiled yet is skipped for the next larger one that is (padding costs less than the
+        eager step)."""
+        if not entries or not all(self.is_decode_row(e) for e in entries):
             return None
         rows = bucket_for(len(entries), sorted(self.state.ready))  # the smallest one compiled
         return None if rows is None else (rows, self.width)
 
     def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[B, V]`` logits: the bucket's compiled step, or the eager packed pass."""
-        key = self.bucket(entries)
-        if key is None:
+        """``[N, V]`` logits in ``entries`` order (as :meth:`PagedModelRunner.forward`).
+
+        Decode rows run in the compiled graph whenever a bucket is ready, also in a step that
+        prefills other sequences (those run in the eager packed pass, before) and in chunks of
+        the largest ready bucket when there are more of them: so every output token of a
+        request is computed by the same graph, whoever else is in the step, and a greedy answer
+        does not change with the load. Until the first bucket is ready everything is eager.
+        """
+        ready = sorted(self.state.ready)
+        decode = [i for i, e in enumerate(entries) if self.is_decode_row(e)] if ready else []
+        if not decode:
             if entries and all(e.num_new == 1 for e in entries):
                 self.state.steps_eager += 1
             return super(CudaGraphRunner, self).forward(entries)
+        if len(decode) == len(entries) and len(entries) <= ready[-1]:
+            return self._compiled([entries[i] for i in decode])
+        rows: list = [None] * len(entries)     # logits per entry: None = no row this step
+        in_graph = set(decode)
+        others = [e for i, e in enumerate(entries) if i not in in_graph]
+        if others:
+            eager, at = super(CudaGraphRunner, self).forward(others), 0
+            for i, e in enumerate(entries):
+                if i not in in_graph and e.samples:
+                    rows[i] = eager[at:at + 1 + len(e.draft_ids)]
+                    at += 1 + len(e.draft_ids)
+        for lo in range(0, len(decode), ready[-1]):
+            part = decode[lo:lo + ready[-1]]
+            logits = self._compiled([entries[i] for i in part]).clone()  # buffers are reused
+            for j, i in enumerate(part):
+                rows[i] = logits[j:j + 1]
+        return torch.cat([r for r in rows if r is not None])
+
+    def _compiled(self, entries: list[ScheduledSeq]) -> torch.Tensor:
+        """``[B, V]`` logits of ``B`` decode rows (B ≤ the largest ready bucket) through the
+        smallest ready bucket that holds them."""
+        key = self.bucket(entries)
         with self._lock:
             bufs = self.buffers.get(key)
             if bufs is None:  # the eager compact forward (compile=False) makes them on demand

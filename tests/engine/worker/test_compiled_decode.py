@@ -177,3 +177,49 @@ def test_inductor_caches_go_to_the_playground_cache_unless_told_otherwise(monkey
     assert cache_dir() == str(tmp_path / "cache" / "inductor")   # what inductor itself reads
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert inductor_cache_dir() == str(tmp_path / "mine")
+
+
+def test_a_prefix_cache_hit_gives_the_same_logits(int4):
+    """The second run of a prompt finds all but its last token in the prefix cache, so that
+    token is computed alone instead of inside the prefill: the attention kernel gives it the
+    same bits, so the probabilities and greedy tokens are the same (they were not with SDPA)."""
+    eng = LLMEngine(int4, compile="off", telemetry=False)
+    try:
+        first = eng.submit(PROMPTS[2], GREEDY)
+        first.result(600)
+        again = eng.submit(PROMPTS[2], GREEDY)
+        again.result(600)
+        assert again.events[0].cached_tokens > 0 and again.events[0].num_tokens == 1
+        assert again.output.token_ids == first.output.token_ids
+        assert [e.top_candidates[0].logprob for e in again.events] == \
+            [e.top_candidates[0].logprob for e in first.events]
+    finally:
+        eng.shutdown()
+
+
+def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler, monkeypatch):
+    """Staggered requests: while one is prefilled, the others' decode rows still go through
+    the bucket's graph (not transformers' code), so every output token of a request comes
+    from one path and the answers equal the solo ones."""
+    from engine.worker.paged_model_runner import PagedModelRunner
+
+    eng = LLMEngine(int4, compile="on", telemetry=False)
+    eager_decode_rows = []
+    plain = PagedModelRunner.forward
+
+    def spy(self, entries):
+        eager_decode_rows.extend(e for e in entries if type(self).is_decode_row(e))
+        return plain(self, entries)
+
+    try:
+        eng.wait_compiled(60)
+        solo = [eng.generate(p, GREEDY).token_ids for p in PROMPTS[:4]]
+        monkeypatch.setattr(PagedModelRunner, "forward", spy)
+        before = eng.compile_status()["steps_compiled"]
+        sizes = []
+        outs = together(eng, PROMPTS[:4], stagger_s=0.05, sizes=sizes)
+        assert [o.token_ids for o in outs] == solo
+        assert max(sizes) > 1 and eager_decode_rows == []
+        assert eng.compile_status()["steps_compiled"] > before
+    finally:
+        eng.shutdown()

@@ -1,0 +1,123 @@
+"""The paged decode attention kernel: SDPA's result, a row's bits independent of its batch, its
+thread count and of whether it is computed as a decode row or inside a prefill chunk; bad tables
+refused; a missing compiler leaves the engine on SDPA with the reason."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.worker.kernels import decode_attention as kernel
+
+BS, KV_HEADS, D, HEADS, BLOCKS = 16, 3, 64, 9, 64
+
+
+@pytest.fixture(scope="module")
+def pool():
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(BLOCKS * BS, KV_HEADS, D, generator=g).to(torch.bfloat16)
+    v = torch.randn(BLOCKS * BS, KV_HEADS, D, generator=g).to(torch.bfloat16)
+    return k, v
+
+
+def tables(rows: int, width: int = 12) -> torch.Tensor:
+    """Distinct, shuffled block ids per row (blocks 1.. of the pool)."""
+    g = torch.Generator().manual_seed(rows)
+    return torch.stack([torch.randperm(BLOCKS - 1, generator=g)[:width] + 1 for _ in range(rows)])
+
+
+def reference(q, k_pool, v_pool, table, lens):
+    """fp32 SDPA over each row's own keys, gathered slot by slot."""
+    out = []
+    for i, n in enumerate(lens):
+        slots = (table[i][:, None] * BS + torch.arange(BS)).reshape(-1)[:n]
+        k = k_pool[slots].float().permute(1, 0, 2)[None]
+        v = v_pool[slots].float().permute(1, 0, 2)[None]
+        o = F.scaled_dot_product_attention(q[i:i + 1, :, None].float(), k, v, scale=D ** -0.5,
+                                           enable_gqa=True)
+        out.append(o[0, :, 0])
+    return torch.stack(out)
+
+
+def test_kernel_is_built_and_matches_sdpa(pool):
+    assert kernel.unavailable_reason() is None
+    q = torch.randn(6, HEADS, D).to(torch.bfloat16)
+    table, lens = tables(6), [1, 17, 40, 100, 150, 192]
+    got = kernel.paged_decode_attention(q, *pool, table, lens, BS, D ** -0.5)
+    want = reference(q, *pool, table, lens)
+    assert got.dtype == torch.bfloat16 and got.shape == (6, HEADS, D)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=1e-2)
+    assert (got == want.to(torch.bfloat16)).float().mean() > 0.99   # bf16 roundings of fp32
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_has_the_same_bits_alone_and_in_any_batch(pool, threads, monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    q = torch.randn(32, HEADS, D).to(torch.bfloat16)
+    table, lens = tables(32), [5 + 6 * i for i in range(32)]
+    batch = kernel.paged_decode_attention(q, *pool, table, lens, BS, 0.125)
+    for i in (0, 7, 31):
+        alone = kernel.paged_decode_attention(q[i:i + 1], *pool, table[i:i + 1], lens[i:i + 1],
+                                              BS, 0.125)
+        assert torch.equal(alone, batch[i:i + 1])
+    part = kernel.paged_decode_attention(q[8:11], *pool, table[8:11], lens[8:11], BS, 0.125)
+    assert torch.equal(part, batch[8:11])
+
+
+def test_prefill_rows_equal_decode_rows_at_the_same_positions(pool):
+    """A chunk's query i (shared table, i + 1 keys) has the bits a decode step there has."""
+    q = torch.randn(70, HEADS, D).to(torch.bfloat16)
+    table = tables(1)[0]
+    chunk = kernel.paged_decode_attention(q, *pool, table, list(range(1, 71)), BS, 0.125)
+    later = kernel.paged_decode_attention(q[30:], *pool, table, list(range(31, 71)), BS, 0.125)
+    assert torch.equal(later, chunk[30:])                 # a second chunk after 30 cached
+    for i in (0, 15, 16, 69):
+        one = kernel.paged_decode_attention(q[i:i + 1], *pool, table[None], [i + 1], BS, 0.125)
+        assert torch.equal(one, chunk[i:i + 1])
+
+
+def test_fp16_and_fp32_storage(pool):
+    q = torch.randn(3, HEADS, D)
+    table, lens = tables(3), [9, 33, 64]
+    for dtype in (torch.float16, torch.float32):
+        k, v = (t.to(dtype) for t in pool)
+        got = kernel.paged_decode_attention(q.to(dtype), k, v, table, lens, BS, 0.125)
+        want = reference(q.to(dtype), k, v, table, lens)
+        torch.testing.assert_close(got.float(), want, atol=5e-3, rtol=5e-3)
+
+
+def test_bad_tables_and_lengths_are_refused(pool):
+    q = torch.randn(1, HEADS, D).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="outside the KV pool"):
+        kernel.paged_decode_attention(q, *pool, torch.tensor([[BLOCKS + 5]]), [3], BS, 0.125)
+    with pytest.raises(ValueError, match="lens"):
+        kernel.paged_decode_attention(q, *pool, torch.tensor([[1]]), [BS + 1], BS, 0.125)
+    with pytest.raises(ValueError, match="sizes"):
+        kernel.paged_decode_attention(q, *pool, torch.tensor([[1]]), [0], BS, 0.125)
+
+
+def test_which_models_use_it():
+    bf16 = torch.zeros(1, dtype=torch.bfloat16)
+    assert kernel.applies(bf16, torch.bfloat16)
+    assert not kernel.applies(bf16, torch.uint8)                 # fp8 pool: SDPA, with scales
+    assert not kernel.applies(torch.zeros(1), torch.float32)     # fp32: the parity reference
+
+
+def test_without_a_compiler_the_reason_is_kept(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernel, "_state", {})
+    monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernel, "_compiler", lambda: None)
+    assert "no C compiler" in kernel.unavailable_reason()
+    assert not kernel.applies(torch.zeros(1, dtype=torch.bfloat16), torch.bfloat16)
+    with pytest.raises(RuntimeError, match="unavailable"):
+        kernel.paged_decode_attention(torch.zeros(1, HEADS, D, dtype=torch.bfloat16),
+                                      torch.zeros(BS, KV_HEADS, D, dtype=torch.bfloat16),
+                                      torch.zeros(BS, KV_HEADS, D, dtype=torch.bfloat16),
+                                      torch.zeros(1, 1, dtype=torch.long), [1], BS, 0.125)
+
+
+def test_a_build_goes_into_the_cache_once(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernel, "_state", {})
+    monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path))
+    assert kernel.unavailable_reason() is None
+    built = list((tmp_path / "kernels").glob("paged_decode-*.so"))
+    assert len(built) == 1 and not list((tmp_path / "kernels").glob(".*"))
