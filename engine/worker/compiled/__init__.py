@@ -1,7 +1,8 @@
 """The compiled decode step: a compact Llama-family decode forward over static batch buckets.
 
 - :mod:`.attention_op`: paged decode attention as one ``torch.library`` custom op, so tracing
-  never breaks on it (its body runs eagerly, batch-invariant, per sequence).
+  never breaks on it (its body runs eagerly: the C kernel of
+  :mod:`engine.worker.kernels`, batch-invariant).
 - :mod:`.llama_decode`: the decode forward of the Llama family (Llama, Mistral without a
   sliding window, Qwen2) on the loaded model's own modules and weights, checked against
   transformers' model code, which stays the reference and the path for everything else.

@@ -1,7 +1,7 @@
 """Decode steps through ``torch.compile``: one static graph per batch bucket, compiled in the
 background while the eager path serves.
 
-A decode-only step of ``B`` sequences (``B`` ≤ 32) is padded up to the smallest bucket of
+The decode rows of a step (``B`` ≤ 32 at a time) are padded up to the smallest bucket of
 :data:`engine.worker.cuda_graph_runner.BATCH_BUCKETS` (1, 2, 4, 8, 16, 32) that holds it and run
 by that bucket's compiled :class:`engine.worker.compiled.llama_decode.LlamaDecodeForward` on
 static buffers (the CUDA-graph runner's buffers, so both devices share one static path). The
@@ -11,8 +11,8 @@ context's width in every bucket: the attention op is opaque to the compiler and 
 blocks a step needs, so one graph serves every length.
 
 Start-up does not wait: a background thread compiles bucket 1 first, then the others; until a
-bucket is ready its steps run eagerly (transformers' model code), and prefill and mixed steps
-always do. Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
+bucket is ready its steps run eagerly (transformers' model code), and prompt tokens always do;
+the decode rows of a step that also prefills go through the graph (see :meth:`forward`). Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
 ``$LLM_PLAYGROUND_CACHE/inductor``), so a second start loads the compiled kernels instead of
 generating them. If compiling fails, the runner stays eager and :attr:`state` says why.
 """
