@@ -44,11 +44,13 @@ class EngineConfig:
         cuda_graphs: replay decode steps of up to 32 sequences from CUDA graphs
             (:mod:`engine.worker.cuda_graph_runner`): ``None`` = on CUDA only; True also on
             CPU, where the same static buffers run eagerly (for tests); False never.
-        decode_threads: intra-op threads for decode-only steps on CPU; 0 = auto: 1 with int8 or
-            int4 weights (their kernels take 20-60 µs each, about what waking a second thread
-            costs on a shared 2-core machine: batch-1 decode ran 1.47× faster on one thread
-            there, fp32 1.07×), else PyTorch's setting. Prefill steps keep PyTorch's setting;
-            the one-request-at-a-time runner (no batching) never changes it.
+        decode_threads: intra-op threads on CPU for steps of few rows (decode steps of up to
+            ``engine.worker.paged_model_runner.FEW_ROWS`` sequences); 0 = auto: 1 with int8 or
+            int4 weights (their kernels take 20-60 µs each at one row, about what waking a
+            second thread costs on a shared 2-core machine: batch-1 decode ran 1.47× faster on
+            one thread there, fp32 1.07×), else PyTorch's setting. Larger steps (prefill, more
+            sequences, where the kernels are compute-bound) keep PyTorch's setting; the
+            one-request-at-a-time runner (no batching) never changes it.
         kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
             formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but
             ``auto`` needs the paged cache (``batching`` on a paged family).

@@ -89,19 +89,39 @@ class EngineViews:
             ``buckets`` (all batch buckets), ``ready`` (those compiled), ``compile_s`` (seconds,
             tracing included, over the ready buckets), ``cache_hits`` (inductor cache hits:
             > 0 on a start that found its kernels on disk), ``error``, ``steps_compiled`` and
-            ``steps_eager`` (decode-only steps run each way).
+            ``steps_eager`` (decode-only steps run each way), ``attention`` (``"kernel"``: the
+            paged attention kernel of :mod:`engine.worker.kernels.decode_attention`; else
+            ``"sdpa"`` and ``attention_note`` says why).
         """
+        attention = self._attention_path()
         state = getattr(self.runner, "state", None)
         if state is None:
             return {"path": "eager", "status": "off", "buckets": [], "ready": [],
                     "compile_s": 0.0, "cache_hits": 0, "error": "", "steps_compiled": 0,
-                    "steps_eager": 0}
+                    "steps_eager": 0, **attention}
         compiled = state.status != "off" and bool(state.ready)
         return {"path": "compiled" if compiled else "eager", "status": state.status,
                 "buckets": list(self.runner.buckets), "ready": list(state.ready),
                 "compile_s": round(state.total_compile_s, 2), "cache_hits": state.cache_hits,
                 "error": state.error, "steps_compiled": state.steps_compiled,
-                "steps_eager": state.steps_eager}
+                "steps_eager": state.steps_eager, **attention}
+
+    def _attention_path(self) -> dict:
+        """``{"attention": "kernel" | "sdpa", "attention_note": why not the kernel}``."""
+        import torch
+
+        from engine.worker.kernels import decode_attention as kernel
+
+        pool = getattr(self.runner, "pool", None)
+        if pool is None:
+            return {"attention": "sdpa", "attention_note": "no paged KV cache"}
+        probe = torch.empty(0, dtype=pool.compute_dtype, device=pool.k[0].device)
+        if kernel.applies(probe, pool.k[0].dtype):
+            return {"attention": "kernel", "attention_note": ""}
+        why = kernel.unavailable_reason() or (
+            "fp32 keeps SDPA (the parity reference)" if pool.compute_dtype == torch.float32 else
+            "fp8 KV cache" if pool.fp8 else f"{pool.k[0].device.type} device")
+        return {"attention": "sdpa", "attention_note": why}
 
     def wait_compiled(self, timeout: float = 900.0) -> dict:
         """Block until the compiled decode step is ready for every bucket, failed, or is off

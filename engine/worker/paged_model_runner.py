@@ -15,7 +15,14 @@ from engine.worker.sampler import Sampler
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
 from engine.structured.masking import apply_structured_masks, drop_masked_candidates, jump_forward
 
-VERIFY_TOKENS_MAX = 17
+FEW_ROWS = 8
+"""Steps of at most this many rows (tokens) run on ``decode_threads`` (1 for int4/int8 on CPU);
+larger ones on all the engine thread's threads. A one-row int4 product takes 20-60 µs, about
+what waking a second thread costs; from a few rows the int4 and int8 kernels are compute-bound
+and a second core helps them, but beside the engine's own Python threads on 2 cores whole
+decode steps gained only from 16 rows: compiled int4 steps, 2 threads against 1 (separate
+processes in turns, 48 tokens): batch 8 68.7 against 71.1 tok/s (0.97×), batch 32 103 against
+75 tok/s (1.37×) (``scripts/bench_decode_ab.py``, docs/performance.md)."""
 
 
 def build_paged_context(entries, pool, block_size: int, device):
@@ -118,8 +125,9 @@ class PagedModelRunner(ModelRunner):
         block_size: tokens per block.
         sampler: the :class:`engine.worker.sampler.Sampler`.
         weight_stationary: allow that layout (False keeps ``F.linear`` for every step).
-        decode_threads: intra-op threads for decode-only steps on CPU (0: PyTorch's setting);
-            other steps run with the setting the engine thread started with.
+        decode_threads: intra-op threads on CPU for steps of at most :data:`FEW_ROWS` tokens
+            (0: PyTorch's setting); other steps run with the setting the engine thread
+            started with.
     """
 
     def __init__(self, model, pool, block_size: int, sampler: Sampler | None = None,
@@ -195,16 +203,17 @@ class PagedModelRunner(ModelRunner):
             out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
             out.spans[rid] = (start, end)
 
-    def _set_threads(self, decode_only: bool) -> None:
-        """Switch the engine thread's intra-op threads between decode-only steps
-        (``decode_threads``) and the rest (the thread's own setting), only when it changes."""
+    def _set_threads(self, few_rows: bool) -> None:
+        """Switch the engine thread's intra-op threads between steps of few rows
+        (``decode_threads``, see :data:`FEW_ROWS`) and the rest (the thread's own setting),
+        only when it changes."""
         if not self.decode_threads:
             return
         if self._threads is None:
             own = torch.get_num_threads()
             self._threads = (own, own)
         own = self._threads[0]
-        want = self.decode_threads if decode_only else own
+        want = self.decode_threads if few_rows else own
         if want != torch.get_num_threads():  # read back: another thread may have changed it
             torch.set_num_threads(want)
             self._threads = (own, want)
@@ -232,7 +241,7 @@ class PagedModelRunner(ModelRunner):
             drop = True
         else:
             drop = False
-        self._set_threads(ctx.decode_only or input_ids.shape[1] <= VERIFY_TOKENS_MAX)
+        self._set_threads(input_ids.shape[1] <= FEW_ROWS)
         layout = contextlib.nullcontext()
         if self.weight_stationary and use_weight_stationary(self.device, input_ids.shape[1],
                                                             ctx.decode_only):

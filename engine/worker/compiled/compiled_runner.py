@@ -31,6 +31,7 @@ from engine.core.scheduler_output import ScheduledSeq
 import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
 from engine.worker.cuda_graph_runner import BATCH_BUCKETS, CudaGraphRunner, DecodeBuffers, bucket_for
+from engine.worker.paged_model_runner import FEW_ROWS
 
 log = logging.getLogger("engine")
 
@@ -155,8 +156,10 @@ class CompiledDecodeRunner(CudaGraphRunner):
 
     def _run(self, bufs: DecodeBuffers) -> None:
         """The bucket's compiled step on its buffers, with the intra-op thread count the
-        graphs were compiled under (Dynamo guards on it: another count would recompile)."""
-        self._set_threads(True)
+        graph was compiled under (Dynamo guards on it: another count would recompile):
+        ``decode_threads`` for buckets of up to :data:`FEW_ROWS` rows, the engine thread's own
+        count above."""
+        self._set_threads(bufs.blocks.shape[0] <= FEW_ROWS)
         with torch.inference_mode():
             logits = self._fn(bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots,
                               bufs.blocks, bufs.lens)

@@ -12,8 +12,9 @@
  *
  * Arithmetic is fp32: keys, values and queries are widened from the pool's storage (bf16, fp16
  * or fp32), each key's dot product accumulates in its own vector lane in the order of head_dim,
- * the softmax subtracts the row's maximum, and the output is written as fp32. The compiler may vectorize the maximum and
- * the sum (reassociation is allowed); their order then depends on the row's length only.
+ * the softmax subtracts the row's maximum, and the output is written as fp32. The compiler may
+ * vectorize the maximum and the sum (reassociation is allowed); their order then depends on the
+ * row's length only. A prefill chunk's queries (one shared table) run the same arithmetic.
  *
  * Layouts (all contiguous, element strides):
  *   q       [rows, heads, D]                    storage type T

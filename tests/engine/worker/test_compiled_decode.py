@@ -223,3 +223,21 @@ def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler
         assert eng.compile_status()["steps_compiled"] > before
     finally:
         eng.shutdown()
+
+
+def test_the_status_says_which_attention_runs(int4, monkeypatch):
+    eng = LLMEngine(int4, compile="off", telemetry=False)
+    try:
+        assert eng.compile_status()["attention"] == "kernel"
+    finally:
+        eng.shutdown()
+    from engine.worker.kernels import decode_attention as kernel
+
+    monkeypatch.setattr(kernel, "_state", {"error": "no C compiler (cc, gcc or $CC)"})
+    eng = LLMEngine(int4, compile="off", telemetry=False)
+    try:
+        status = eng.compile_status()
+        assert status["attention"] == "sdpa" and "no C compiler" in status["attention_note"]
+        assert eng.generate(PROMPTS[0], GREEDY).token_ids   # still serves, on SDPA
+    finally:
+        eng.shutdown()
