@@ -14,6 +14,12 @@ of each is reported with its ratio to the first:
 - ``sdpa, 1 thread``: attention as one SDPA call per sequence after gathering its blocks (the
   kernel switched off), every decode step on ``decode_threads`` (the previous settings).
 
+Thread counts: each (bucket, thread count) is a graph of its own, and switching between
+thread configurations in one process ran into Dynamo's recompile limit (8), after which the
+turns measured the eager fallback. Compare thread settings in separate processes, one
+``--configs`` each, taking turns (the buckets then compile under that configuration's
+threads); attention settings can share a process.
+
 Decode tokens/s of a turn: ``B`` greedy requests of ``--tokens`` tokens (``ignore_eos``), all
 output tokens but the first of each, over the span from the last first token to the last token
 (the span where all ``B`` decode together), as ``python -m engine bench compile`` counts them.
@@ -74,11 +80,6 @@ def main() -> None:
     from engine import LLMEngine, load_model
 
     configs = args.configs
-    import torch._dynamo
-
-    # each (bucket, thread count) is a graph of its own: room for all of them, or Dynamo falls
-    # back to eager past its recompile limit and the turns measure that instead
-    torch._dynamo.config.recompile_limit = 64
     configure(configs[0])      # the buckets compile under the first configuration's threads
     loaded = load_model("smollm2-135m", weights=args.weights)
     engine = LLMEngine(loaded, compile="on", telemetry=False, enable_prefix_caching=False)
