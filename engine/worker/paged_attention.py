@@ -3,9 +3,11 @@
 The engine packs every sequence of a step into one row of ``T`` tokens and passes a
 :class:`PagedContext` as the extra keyword ``paged`` to the model's forward; transformers hands
 it to every attention call. There the new keys and values are written into the block pool at
-their slots, each sequence's past keys and values are gathered block by block through its
-block table, and attention runs per sequence (prefill chunks) or as one padded batch (decode
-tokens).
+their slots and attention runs: on CPU with a bf16 or fp16 model every query (prefill chunk,
+verification or decode) goes to the paged attention kernel
+(:mod:`engine.worker.kernels.decode_attention`), which reads keys and values through the block
+table; otherwise each sequence's keys and values are gathered block by block and SDPA runs per
+prefill chunk, per decode sequence on CPU, and as one padded batch of decode tokens on GPUs.
 
 Without a ``paged`` context the function is plain SDPA (transformers' own), so Hugging Face
 ``generate`` on the same model is unchanged.
@@ -275,17 +277,17 @@ def _prefill_as_decode(query, out, k_pool, v_pool, s: SeqSlice, block_size: int,
 def _verify_as_decode(query, out, k_pool, v_pool, pool, layer: int, s: SeqSlice,
                       scaling) -> None:
     """Attention of a verification slice, one query at a time, each as a batch-1 decode step
-    computes it (the decode attention kernel, or fp32 SDPA without a mask over exactly its own
-    keys). On CPU with a bf16 model, the masked multi-query kernel of a
+    computes it when the attention kernel does not apply (fp32 SDPA without a mask over
+    exactly its own keys). On CPU with a bf16 model, the masked multi-query kernel of a
     prefill chunk rounds differently, and a near-tie in bf16 could then flip a greedy token;
     this way speculative greedy tokens equal plain greedy ones at batch 1.
 
     Writes ``out[:, :, q_start + i]`` (``out`` is ``[1, heads, T, d]``) for each query ``i``.
     """
     bs = pool.block_size
-    rows = query[0].transpose(0, 1)[:, :, None]                          # [T, heads, 1, d]
     kb = gather_blocks(k_pool, s.blocks, bs).view(1, -1, *k_pool.shape[1:])
     vb = gather_blocks(v_pool, s.blocks, bs).view(1, -1, *v_pool.shape[1:])
+    rows = query[0].transpose(0, 1)[:, :, None]                          # [T, heads, 1, d]
     for i in range(s.q_len):
         n = s.context_len + i + 1
         k = pool.decode(layer, "k", kb[:, :n]).permute(0, 2, 1, 3)       # [1, kv_heads, n, d]
