@@ -79,7 +79,11 @@ def _build(compiler: str) -> Path:
 
 def _load():
     """The loaded library, building it on the first call; ``None`` (and the reason kept for
-    :func:`unavailable_reason`) when it can't be had. Thread-safe; tries once per process."""
+    :func:`unavailable_reason`) when it can't be had. Thread-safe; tries once per process.
+    Called for every layer of every step: once loaded, no lock is taken."""
+    lib = _state.get("lib")
+    if lib is not None:
+        return lib
     with _lock:
         if "lib" in _state or "error" in _state:
             return _state.get("lib")
