@@ -45,11 +45,12 @@ class EngineConfig:
             (:mod:`engine.worker.cuda_graph_runner`): ``None`` = on CUDA only; True also on
             CPU, where the same static buffers run eagerly (for tests); False never.
         decode_threads: intra-op threads on CPU for steps of few rows (decode steps of up to
-            ``engine.worker.paged_model_runner.FEW_ROWS`` sequences); 0 = auto: 1 with int8 or
-            int4 weights (their kernels take 20-60 µs each at one row, about what waking a
-            second thread costs on a shared 2-core machine: batch-1 decode ran 1.47× faster on
-            one thread there, fp32 1.07×), else PyTorch's setting. Larger steps (prefill, more
-            sequences, where the kernels are compute-bound) keep PyTorch's setting; the
+            8 sequences with int8/int4 weights, 4 with bf16/fp16: ``engine.wiring.few_rows``);
+            0 = auto: 1 with int8, int4, bf16 or fp16 weights (one-row products take tens of
+            µs to a fraction of a ms, about what waking a second thread costs on a shared
+            2-core machine: int4 batch-1 decode ran 1.47× faster on one thread there, bf16
+            1.30×), else (fp32, the exact reference) PyTorch's setting. Larger steps (prefill,
+            more sequences, where the kernels are compute-bound) keep PyTorch's setting; the
             one-request-at-a-time runner (no batching) never changes it.
         kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
             formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but

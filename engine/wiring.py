@@ -127,14 +127,15 @@ def paged_runner(loaded: LoadedModel, config: EngineConfig, pool: KVPool, sample
         return CompiledDecodeRunner(loaded.model, pool, config.block_size, sampler,
                                     scratch_block=scratch, max_blocks_per_seq=max_blocks,
                                     decode_threads=decode_threads(config, info),
-                                    buckets=tuple(config.compile_batch_sizes))
+                                    few_rows=few_rows(info), buckets=tuple(config.compile_batch_sizes))
     if static == "graphs":
         from engine.worker.cuda_graph_runner import CudaGraphRunner
 
         return CudaGraphRunner(loaded.model, pool, config.block_size, sampler,
                                scratch_block=scratch, max_blocks_per_seq=max_blocks)
     return PagedModelRunner(loaded.model, pool, config.block_size, sampler,
-                            config.weight_stationary, decode_threads(config, info))
+                            config.weight_stationary, decode_threads(config, info),
+                            few_rows(info))
 
 
 def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str]:
@@ -155,13 +156,29 @@ def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str
     return True, ""
 
 
+ONE_THREAD_WEIGHTS = ("int8", "int4", "bf16", "fp16")
+"""Weights whose few-row steps run on one thread on CPU by default (fp32, the exact reference,
+keeps PyTorch's setting)."""
+
+
 def decode_threads(config: EngineConfig, info) -> int:
-    """Intra-op threads for decode-only steps: ``config.decode_threads``, or when it is 0
-    (auto) 1 for int8/int4 weights on CPU, else 0 (PyTorch's own setting)."""
+    """Intra-op threads for steps of few rows (see :func:`few_rows`): ``config.decode_threads``,
+    or when it is 0 (auto) 1 on CPU for :data:`ONE_THREAD_WEIGHTS`, else 0 (PyTorch's own
+    setting)."""
     if config.decode_threads:
         return config.decode_threads
-    quantized = getattr(info, "weights", "") in ("int8", "int4")
-    return 1 if quantized and info.device == "cpu" else 0
+    one = getattr(info, "weights", "") in ONE_THREAD_WEIGHTS
+    return 1 if one and info.device == "cpu" else 0
+
+
+def few_rows(info) -> int:
+    """The most tokens a step may have to run on :func:`decode_threads`:
+    :data:`engine.worker.paged_model_runner.FEW_ROWS` (8) for int8/int4 weights,
+    :data:`engine.worker.paged_model_runner.FEW_ROWS_FLOAT` (4) for the rest, measured on a
+    2-core AVX2 machine (docs/performance.md)."""
+    from engine.worker.paged_model_runner import FEW_ROWS, FEW_ROWS_FLOAT
+
+    return FEW_ROWS if getattr(info, "weights", "") in ("int8", "int4") else FEW_ROWS_FLOAT
 
 
 POOL_HEADROOM = 1.25

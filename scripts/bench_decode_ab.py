@@ -40,10 +40,9 @@ CONFIGS = ["kernel, 2 threads", "kernel, all threads", "kernel, 1 thread", "sdpa
 STORY = "Write a long story about a lighthouse keeper and the ships she guides at night."
 
 
-def configure(name: str) -> None:
-    """Switch the process to one configuration (module globals the runner reads per step)."""
-    import engine.worker.compiled.compiled_runner as compiled_runner
-    import engine.worker.paged_model_runner as paged_model_runner
+def configure(name: str, engine=None) -> None:
+    """Switch the process to one configuration (the kernel's module state and the runner's
+    ``few_rows``, both read per step)."""
     from engine.worker.kernels import decode_attention as kernel
 
     kernel.unavailable_reason()                      # builds and loads the library once
@@ -51,7 +50,8 @@ def configure(name: str) -> None:
     kernel._state.clear()
     kernel._state.update({"lib": lib} if name.startswith("kernel") else {"error": "A/B: off"})
     few = {"kernel, 2 threads": 2, "kernel, all threads": 0}.get(name, 10**6)
-    compiled_runner.FEW_ROWS = paged_model_runner.FEW_ROWS = few
+    if engine is not None:
+        engine.call(lambda runner: setattr(runner, "few_rows", few)).result()
 
 
 def decode_rate(engine, batch: int, tokens: int) -> float:
@@ -83,16 +83,17 @@ def main() -> None:
     configure(configs[0])      # the buckets compile under the first configuration's threads
     loaded = load_model("smollm2-135m", weights=args.weights)
     engine = LLMEngine(loaded, compile="on", telemetry=False, enable_prefix_caching=False)
+    configure(configs[0], engine)
     try:
         print("compiled:", engine.wait_compiled(3600), flush=True)
         rates = {c: {b: [] for b in args.batches} for c in configs}
         for b in args.batches:
             for c in configs:                       # warm-up turn (a thread count's first
-                configure(c)                        # call of a bucket may recompile)
+                configure(c, engine)                # call of a bucket may recompile)
                 decode_rate(engine, b, 8)
             for r in range(args.rounds):
                 for c in configs:
-                    configure(c)
+                    configure(c, engine)
                     rates[c][b].append(decode_rate(engine, b, args.tokens))
                     print(f"batch {b} round {r + 1} {c}: {rates[c][b][-1]:.1f} tok/s", flush=True)
     finally:

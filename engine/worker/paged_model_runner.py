@@ -16,13 +16,20 @@ from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_s
 from engine.structured.masking import apply_structured_masks, drop_masked_candidates, jump_forward
 
 FEW_ROWS = 8
-"""Steps of at most this many rows (tokens) run on ``decode_threads`` (1 for int4/int8 on CPU);
-larger ones on all the engine thread's threads. A one-row int4 product takes 20-60 µs, about
+"""Steps of at most this many rows (tokens) run on ``decode_threads`` (1 on CPU for int4/int8,
+see :func:`engine.wiring.decode_threads`); larger ones on all the engine thread's threads. A one-row int4 product takes 20-60 µs, about
 what waking a second thread costs; from a few rows the int4 and int8 kernels are compute-bound
 and a second core helps them, but beside the engine's own Python threads on 2 cores whole
 decode steps gained only from 16 rows: compiled int4 steps, 2 threads against 1 (separate
 processes in turns, 48 tokens): batch 8 68.7 against 71.1 tok/s (0.97×), batch 32 103 against
 75 tok/s (1.37×) (``scripts/bench_decode_ab.py``, docs/performance.md)."""
+
+FEW_ROWS_FLOAT = 4
+""":data:`FEW_ROWS` for bf16/fp16 weights. On a CPU without native bf16 (AVX2, where PyTorch's
+bf16 product is a generic loop) one-thread decode steps were faster up to 4 rows and slower at
+8 (compiled bf16 steps, separate processes, 48 tokens, tok/s, 1 thread against 2: batch 1
+21.5 against 16.5, batch 2 24.4 against 15.8, batch 4 27.3 against 20.6, batch 8 28.1 against
+35.1; docs/performance.md)."""
 
 
 def build_paged_context(entries, pool, block_size: int, device):
@@ -125,13 +132,16 @@ class PagedModelRunner(ModelRunner):
         block_size: tokens per block.
         sampler: the :class:`engine.worker.sampler.Sampler`.
         weight_stationary: allow that layout (False keeps ``F.linear`` for every step).
-        decode_threads: intra-op threads on CPU for steps of at most :data:`FEW_ROWS` tokens
+        decode_threads: intra-op threads on CPU for steps of at most ``few_rows`` tokens
             (0: PyTorch's setting); other steps run with the setting the engine thread
             started with.
+        few_rows: that bound in tokens (:data:`FEW_ROWS` or :data:`FEW_ROWS_FLOAT`, see
+            :func:`engine.wiring.few_rows`).
     """
 
     def __init__(self, model, pool, block_size: int, sampler: Sampler | None = None,
-                 weight_stationary: bool = True, decode_threads: int = 0):
+                 weight_stationary: bool = True, decode_threads: int = 0,
+                 few_rows: int = FEW_ROWS):
         super().__init__(model, sampler)
         from engine.worker.paged_attention import register
 
@@ -139,6 +149,7 @@ class PagedModelRunner(ModelRunner):
         self.block_size = block_size
         self.weight_stationary = weight_stationary
         self.decode_threads = decode_threads if self.device.type == "cpu" else 0
+        self.few_rows = few_rows
         self._threads: tuple[int, int] | None = None  # (the thread's own setting, the current)
         model.set_attn_implementation(register())
         # a ready 4-D mask makes transformers skip building a causal mask that the paged
@@ -203,9 +214,9 @@ class PagedModelRunner(ModelRunner):
             out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
             out.spans[rid] = (start, end)
 
-    def _set_threads(self, few_rows: bool) -> None:
+    def _set_threads(self, few: bool) -> None:
         """Switch the engine thread's intra-op threads between steps of few rows
-        (``decode_threads``, see :data:`FEW_ROWS`) and the rest (the thread's own setting),
+        (``decode_threads``, up to ``few_rows`` tokens) and the rest (the thread's own setting),
         only when it changes."""
         if not self.decode_threads:
             return
@@ -213,7 +224,7 @@ class PagedModelRunner(ModelRunner):
             own = torch.get_num_threads()
             self._threads = (own, own)
         own = self._threads[0]
-        want = self.decode_threads if few_rows else own
+        want = self.decode_threads if few else own
         if want != torch.get_num_threads():  # read back: another thread may have changed it
             torch.set_num_threads(want)
             self._threads = (own, want)
@@ -241,7 +252,7 @@ class PagedModelRunner(ModelRunner):
             drop = True
         else:
             drop = False
-        self._set_threads(input_ids.shape[1] <= FEW_ROWS)
+        self._set_threads(input_ids.shape[1] <= self.few_rows)
         layout = contextlib.nullcontext()
         if self.weight_stationary and use_weight_stationary(self.device, input_ids.shape[1],
                                                             ctx.decode_only):

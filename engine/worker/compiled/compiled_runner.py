@@ -86,7 +86,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
     Args:
         model, pool, block_size, sampler: as :class:`PagedModelRunner`.
         scratch_block, max_blocks_per_seq: as :class:`CudaGraphRunner`.
-        decode_threads: as :class:`PagedModelRunner`.
+        decode_threads, few_rows: as :class:`PagedModelRunner`.
         buckets: the batch buckets to compile, in the order they are compiled.
         background: compile in a background thread (False: compile every bucket now, in the
             constructor, as the benches and tests do).
@@ -95,11 +95,12 @@ class CompiledDecodeRunner(CudaGraphRunner):
     """
 
     def __init__(self, model, pool, block_size: int, sampler=None, *, scratch_block: int,
-                 max_blocks_per_seq: int, decode_threads: int = 0,
+                 max_blocks_per_seq: int, decode_threads: int = 0, few_rows: int = FEW_ROWS,
                  buckets=BATCH_BUCKETS, background: bool = True, compile: bool = True):
         super().__init__(model, pool, block_size, sampler, scratch_block=scratch_block,
                          max_blocks_per_seq=max_blocks_per_seq, use_graphs=False)
         self.decode_threads = decode_threads if self.device.type == "cpu" else 0
+        self.few_rows = few_rows
         self.width = max_blocks_per_seq
         self.buckets = tuple(sorted(buckets))
         self.forward_fn = LlamaDecodeForward(model, pool,
@@ -157,9 +158,9 @@ class CompiledDecodeRunner(CudaGraphRunner):
     def _run(self, bufs: DecodeBuffers) -> None:
         """The bucket's compiled step on its buffers, with the intra-op thread count the
         graph was compiled under (Dynamo guards on it: another count would recompile):
-        ``decode_threads`` for buckets of up to :data:`FEW_ROWS` rows, the engine thread's own
+        ``decode_threads`` for buckets of up to ``few_rows`` rows, the engine thread's own
         count above."""
-        self._set_threads(bufs.blocks.shape[0] <= FEW_ROWS)
+        self._set_threads(bufs.blocks.shape[0] <= self.few_rows)
         with torch.inference_mode():
             logits = self._fn(bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots,
                               bufs.blocks, bufs.lens)

@@ -212,15 +212,19 @@ def test_bad_combinations_name_the_field(monkeypatch, tmp_path, loaded):
 
 
 def test_decode_threads_follow_the_weights(loaded):
-    """auto: one intra-op thread for decode steps of int8/int4 weights on CPU; fp32 keeps
-    PyTorch's setting; an explicit value wins; a negative one is refused naming the field."""
+    """auto: one intra-op thread for few-row steps of int8/int4/bf16 weights on CPU (up to 8
+    rows for the integer kernels, 4 for bf16); fp32 keeps PyTorch's setting; an explicit value
+    wins; a negative one is refused naming the field."""
     from types import SimpleNamespace
 
     from engine.config import EngineConfig
-    from engine.wiring import decode_threads
+    from engine.wiring import decode_threads, few_rows
 
     q = SimpleNamespace(weights="int4", device="cpu")
+    half = SimpleNamespace(weights="bf16", device="cpu")
     assert decode_threads(EngineConfig(), q) == 1
+    assert decode_threads(EngineConfig(), half) == 1
+    assert (few_rows(q), few_rows(half)) == (8, 4)
     assert decode_threads(EngineConfig(), loaded.info) == 0
     assert decode_threads(EngineConfig(decode_threads=2), q) == 2
     assert decode_threads(EngineConfig(), SimpleNamespace(weights="int4", device="cuda:0")) == 0
