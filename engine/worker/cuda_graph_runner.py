@@ -111,23 +111,33 @@ class CudaGraphRunner(PagedModelRunner):
             self._step(bufs)
         return bufs.logits[:len(entries)]
 
-    def fill(self, bufs: DecodeBuffers, entries: list[ScheduledSeq]) -> None:
+    def fill(self, bufs: DecodeBuffers, entries: list[ScheduledSeq]) -> int:
         """Copy one step's inputs into the bucket's static buffers (one host transfer).
 
-        Rows past ``len(entries)`` attend to one token of the scratch block and write there.
+        Each entry fills ``1 + len(entry.draft_ids)`` rows: its new token and, when it verifies
+        drafts, one row per draft at the following positions, each attending to the keys up to
+        and including its own (the attention op writes every row's key and value before any row
+        attends, so this is the causal mask of a verification pass). Rows past the entries'
+        attend to one token of the scratch block and write there.
+
+        Returns:
+            the number of rows filled (``≤ bufs.blocks.shape[0]``).
         """
         rows, width = bufs.blocks.shape
         bs, scratch = self.block_size, self.scratch_block
         ids, pos, slots, lens, tables = [], [], [], [], []
         for e in entries:
-            p = e.num_computed  # the new token's position
-            table = e.seq.block_table[:p // bs + 1]
-            ids.append(e.seq.all_ids[p])
-            pos.append(p)
-            slots.append(table[p // bs] * bs + p % bs)
-            lens.append(p + 1)
-            tables.extend(table + [scratch] * (width - len(table)))
-        pad = rows - len(entries)
+            first = e.num_computed  # the new token's position; the drafts follow it
+            for j, token in enumerate([e.seq.all_ids[first], *e.draft_ids]):
+                p = first + j
+                table = e.seq.block_table[:p // bs + 1]
+                ids.append(token)
+                pos.append(p)
+                slots.append(table[p // bs] * bs + p % bs)
+                lens.append(p + 1)
+                tables.extend(table + [scratch] * (width - len(table)))
+        used = len(ids)
+        pad = rows - used
         ids += [0] * pad
         pos += [0] * pad
         slots += [scratch * bs] * pad
@@ -143,6 +153,7 @@ class CudaGraphRunner(PagedModelRunner):
         bufs.slots.copy_(src[2 * n:3 * n])
         bufs.lens.copy_(src[3 * n:4 * n])
         bufs.blocks.view(-1).copy_(src[4 * n:])
+        return used
 
     def _new_buffers(self, rows: int, width: int) -> DecodeBuffers:
         dev = self.device

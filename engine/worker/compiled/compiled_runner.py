@@ -173,38 +173,47 @@ class CompiledDecodeRunner(CudaGraphRunner):
     # ---- steps --------------------------------------------------------------------------------
     @staticmethod
     def is_decode_row(e: ScheduledSeq) -> bool:
-        """Whether ``e`` is a decode row the compiled graph computes: one new token that is an
-        output token (a prompt's last token left over by a prefix-cache hit is prefilled, as it
-        would be without the hit) and no drafts to verify."""
-        return e.num_new == 1 and not e.draft_ids and e.num_computed >= len(e.seq.prompt_ids)
+        """Whether ``e`` is computed by the compiled graph: one new token that is an output
+        token (a prompt's last token left over by a prefix-cache hit is prefilled, as it would
+        be without the hit), plus the drafts it verifies, if any (speculative decoding: a
+        verification pass of ``k`` drafts is ``k + 1`` rows of the same graph)."""
+        return e.num_new == 1 + len(e.draft_ids) and e.num_computed >= len(e.seq.prompt_ids)
+
+    @staticmethod
+    def rows_of(e: ScheduledSeq) -> int:
+        """Rows an entry fills in a bucket (and logits it gets back): ``1 + len(draft_ids)``."""
+        return 1 + len(e.draft_ids)
 
     def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
-        """``(batch bucket, table width)`` for decode rows that a compiled bucket holds,
-        ``None`` when ``entries`` hold anything else or no bucket is ready. A bucket not
+        """``(batch bucket, table width)`` for decode entries whose rows a compiled bucket
+        holds, ``None`` when ``entries`` hold anything else or no bucket is ready. A bucket not
         compiled yet is skipped for the next larger one that is (padding costs less than the
         eager step)."""
         if not entries or not all(self.is_decode_row(e) for e in entries):
             return None
-        rows = bucket_for(len(entries), sorted(self.state.ready))  # the smallest one compiled
+        rows = bucket_for(sum(map(self.rows_of, entries)), sorted(self.state.ready))
         return None if rows is None else (rows, self.width)
 
     def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[N, V]`` logits in ``entries`` order (as :meth:`PagedModelRunner.forward`).
+        """``[N, V]`` logits in ``entries`` order (as :meth:`PagedModelRunner.forward`: one
+        row per sampling entry, ``1 + k`` for an entry verifying ``k`` drafts).
 
-        Decode rows run in the compiled graph whenever a bucket is ready, also in a step that
-        prefills other sequences (those run in the eager packed pass, before) and in chunks of
-        the largest ready bucket when there are more of them: so every output token of a
-        request is computed by the same graph, whoever else is in the step, and a greedy answer
-        does not change with the load. Until the first bucket is ready everything is eager.
+        Decode entries run in the compiled graph whenever a bucket is ready, also in a step
+        that prefills other sequences (those run in the eager packed pass, before) and in
+        chunks of at most the largest ready bucket's rows when there are more of them: so
+        every output token of a request is computed by the same graph, whoever else is in the
+        step, and a greedy answer does not change with the load or with speculation. Until
+        the first bucket is ready everything is eager.
         """
         ready = sorted(self.state.ready)
         decode = [i for i, e in enumerate(entries) if self.is_decode_row(e)] if ready else []
+        decode = [i for i in decode if self.rows_of(entries[i]) <= ready[-1]]
         if not decode:
             if entries and all(e.num_new == 1 for e in entries):
                 self.state.steps_eager += 1
             return super(CudaGraphRunner, self).forward(entries)
-        if len(decode) == len(entries) and len(entries) <= ready[-1]:
-            return self._compiled([entries[i] for i in decode])
+        if len(decode) == len(entries) and sum(map(self.rows_of, entries)) <= ready[-1]:
+            return self._compiled(entries)
         rows: list = [None] * len(entries)     # logits per entry: None = no row this step
         in_graph = set(decode)
         others = [e for i, e in enumerate(entries) if i not in in_graph]
@@ -214,22 +223,38 @@ class CompiledDecodeRunner(CudaGraphRunner):
                 if i not in in_graph and e.samples:
                     rows[i] = eager[at:at + 1 + len(e.draft_ids)]
                     at += 1 + len(e.draft_ids)
-        for lo in range(0, len(decode), ready[-1]):
-            part = decode[lo:lo + ready[-1]]
+        for part in self._chunks([entries[i] for i in decode], decode, ready[-1]):
             logits = self._compiled([entries[i] for i in part]).clone()  # buffers are reused
-            for j, i in enumerate(part):
-                rows[i] = logits[j:j + 1]
+            at = 0
+            for i in part:
+                n = self.rows_of(entries[i])
+                rows[i] = logits[at:at + n]
+                at += n
         return torch.cat([r for r in rows if r is not None])
 
+    def _chunks(self, chosen: list[ScheduledSeq], index: list[int], most: int):
+        """``index`` cut into consecutive parts of at most ``most`` rows (an entry's rows stay
+        together)."""
+        part, used = [], 0
+        for e, i in zip(chosen, index):
+            n = self.rows_of(e)
+            if part and used + n > most:
+                yield part
+                part, used = [], 0
+            part.append(i)
+            used += n
+        if part:
+            yield part
+
     def _compiled(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[B, V]`` logits of ``B`` decode rows (B ≤ the largest ready bucket) through the
-        smallest ready bucket that holds them."""
+        """``[R, V]`` logits of the ``R`` rows of ``entries`` (R ≤ the largest ready bucket)
+        through the smallest ready bucket that holds them."""
         key = self.bucket(entries)
         with self._lock:
             bufs = self.buffers.get(key)
             if bufs is None:  # the eager compact forward (compile=False) makes them on demand
                 bufs = self.buffers[key] = self._static_buffers(key[0])
-        self.fill(bufs, entries)
+        used = self.fill(bufs, entries)
         self._run(bufs)
         self.state.steps_compiled += 1
-        return bufs.logits[:len(entries)]
+        return bufs.logits[:used]

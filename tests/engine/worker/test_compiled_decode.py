@@ -241,3 +241,45 @@ def test_the_status_says_which_attention_runs(int4, monkeypatch):
         assert eng.generate(PROMPTS[0], GREEDY).token_ids   # still serves, on SDPA
     finally:
         eng.shutdown()
+
+
+def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkeypatch):
+    """Speculative decoding on the compiled path: a pass verifying ``k`` drafts is ``k + 1``
+    rows of the bucket graph (none goes through transformers' code), drafts are accepted, and
+    the greedy tokens equal plain decoding's, alone and beside a second request."""
+    from engine.experiments.speculative import PROMPTS as SPEC_PROMPTS
+    from engine.worker.paged_model_runner import PagedModelRunner
+
+    eng = LLMEngine(int4, compile="on", telemetry=False)
+    eager_verify, buckets = [], []
+    plain, compiled = PagedModelRunner.forward, eng.runner._compiled
+
+    def spy(self, entries):
+        eager_verify.extend(e for e in entries if e.draft_ids)
+        return plain(self, entries)
+
+    def spy_compiled(entries):
+        if any(e.draft_ids for e in entries):
+            buckets.append((sum(1 + len(e.draft_ids) for e in entries),
+                            eng.runner.bucket(entries)[0]))
+        return compiled(entries)
+
+    params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
+    copy = SPEC_PROMPTS["copy-heavy"]
+    try:
+        eng.wait_compiled(60)
+        want = eng.generate(copy, params).token_ids
+        other = eng.generate(PROMPTS[1], params).token_ids
+        monkeypatch.setattr(PagedModelRunner, "forward", spy)
+        monkeypatch.setattr(eng.runner, "_compiled", spy_compiled)
+        h = eng.submit(copy, params, speculative="ngram", num_speculative_tokens=3)
+        assert h.result(600).token_ids == want
+        assert h.result().speculative["mean_accepted_length"] > 0
+        pair = [eng.submit(copy, params, speculative="ngram", num_speculative_tokens=3),
+                eng.submit(PROMPTS[1], params)]
+        assert [p.result(600).token_ids for p in pair] == [want, other]
+        assert eager_verify == []
+        assert buckets and all(rows <= b for rows, b in buckets)
+        assert (4, 4) in buckets      # one sequence verifying 3 drafts: 4 rows, bucket 4
+    finally:
+        eng.shutdown()
