@@ -12,7 +12,8 @@ blocks a step needs, so one graph serves every length.
 
 Start-up does not wait: a background thread compiles bucket 1 first, then the others; until a
 bucket is ready its steps run eagerly (transformers' model code), and prompt tokens always do;
-the decode rows of a step that also prefills go through the graph (see :meth:`forward`). Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
+the decode rows of a step that also prefills go through the graph, and so does a speculative
+verification pass, as ``k + 1`` rows of a bucket (see :meth:`forward`). Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
 ``$LLM_PLAYGROUND_CACHE/inductor``), so a second start loads the compiled kernels instead of
 generating them. If compiling fails, the runner stays eager and :attr:`state` says why.
 """
