@@ -6,7 +6,8 @@ once and replays them with one launch. A graph replays fixed shapes from fixed a
 the runner owns static input buffers per bucket (as nano-vllm and vLLM do): ``B`` decode
 sequences run in the smallest batch bucket (1, 2, 4, ..., 32) that holds them and the smallest
 block bucket (a power of two) that holds the longest block table; the spare rows read and
-write one scratch block of the pool that no sequence owns. Every other step (prefill chunks,
+write one scratch block of the pool that no sequence owns. A speculative verification pass of
+``k`` drafts is ``k + 1`` decode rows of a bucket, each attending up to its own position. Every other step (prefill chunks,
 mixed steps, larger batches) runs eagerly through :class:`PagedModelRunner`.
 
 Without CUDA (``use_graphs=False``) the same static-buffer path runs eagerly: that is how the
@@ -89,27 +90,29 @@ class CudaGraphRunner(PagedModelRunner):
         self._pool_mem = None
 
     def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
-        """``(batch bucket, block bucket)`` for a decode-only step, ``None`` for any other."""
-        if not entries or any(e.num_new != 1 for e in entries):
+        """``(batch bucket, block bucket)`` for a decode-only step, ``None`` for any other.
+        An entry verifying ``k`` speculative drafts counts ``k + 1`` rows (see :meth:`fill`)."""
+        if not entries or any(e.num_new != 1 + len(e.draft_ids) for e in entries):
             return None
-        b = bucket_for(len(entries), BATCH_BUCKETS)
-        widest = max(-(-(e.num_computed + 1) // self.block_size) for e in entries)
+        b = bucket_for(sum(e.num_new for e in entries), BATCH_BUCKETS)
+        widest = max(-(-(e.num_computed + e.num_new) // self.block_size) for e in entries)
         n = bucket_for(widest, self.block_buckets)
         return None if b is None or n is None else (b, n)
 
     def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[B, V]`` logits: a graph replay for a decode-only step that fits a bucket, the
-        eager packed pass for anything else."""
+        """``[R, V]`` logits (one row per decode entry, ``k + 1`` for one verifying ``k``
+        drafts): a graph replay for a decode-only step that fits a bucket, the eager packed
+        pass for anything else."""
         key = self.bucket(entries)
         if key is None:
             return super().forward(entries)
         bufs = self.buffers.get(key) or self._capture(*key)
-        self.fill(bufs, entries)
+        used = self.fill(bufs, entries)
         if bufs.graph is not None:
             bufs.graph.replay()
         else:
             self._step(bufs)
-        return bufs.logits[:len(entries)]
+        return bufs.logits[:used]
 
     def fill(self, bufs: DecodeBuffers, entries: list[ScheduledSeq]) -> int:
         """Copy one step's inputs into the bucket's static buffers (one host transfer).

@@ -261,3 +261,26 @@ def test_a_failed_capture_falls_back_to_eager(graph_engine, monkeypatch):
                                                               ignore_eos=True), raw=True)
     assert out.finish_reason == "length" and len(out.token_ids) == 6
     assert runner.use_graphs is False and runner.buffers
+
+
+def test_graph_runner_verifies_drafts_in_its_buckets(graph_engine, monkeypatch):
+    """A speculative verification pass replays the decode buckets too (``k + 1`` rows; on
+    CPU the same static buffers run eagerly): no verification reaches the packed pass, and the
+    greedy tokens equal plain decoding's."""
+    from engine import SamplingParams
+    from engine.experiments.speculative import PROMPTS as SPEC_PROMPTS
+    from engine.worker.paged_model_runner import PagedModelRunner
+
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    prompt = SPEC_PROMPTS["copy-heavy"]
+    want = graph_engine.generate(prompt, params).token_ids
+    packed, plain = [], PagedModelRunner.forward
+
+    def spy(self, entries):
+        packed.extend(e for e in entries if e.draft_ids)
+        return plain(self, entries)
+
+    monkeypatch.setattr(PagedModelRunner, "forward", spy)
+    h = graph_engine.submit(prompt, params, speculative="ngram", num_speculative_tokens=3)
+    assert h.result(600).token_ids == want
+    assert h.result().speculative["accepted"] > 0 and packed == []
