@@ -127,7 +127,8 @@ def paged_runner(loaded: LoadedModel, config: EngineConfig, pool: KVPool, sample
         return CompiledDecodeRunner(loaded.model, pool, config.block_size, sampler,
                                     scratch_block=scratch, max_blocks_per_seq=max_blocks,
                                     decode_threads=decode_threads(config, info),
-                                    few_rows=few_rows(info), buckets=tuple(config.compile_batch_sizes))
+                                    few_rows=few_rows(info),
+                                    buckets=tuple(config.compile_batch_sizes))
     if static == "graphs":
         from engine.worker.cuda_graph_runner import CudaGraphRunner
 

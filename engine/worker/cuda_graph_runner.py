@@ -7,8 +7,9 @@ the runner owns static input buffers per bucket (as nano-vllm and vLLM do): ``B`
 sequences run in the smallest batch bucket (1, 2, 4, ..., 32) that holds them and the smallest
 block bucket (a power of two) that holds the longest block table; the spare rows read and
 write one scratch block of the pool that no sequence owns. A speculative verification pass of
-``k`` drafts is ``k + 1`` decode rows of a bucket, each attending up to its own position. Every other step (prefill chunks,
-mixed steps, larger batches) runs eagerly through :class:`PagedModelRunner`.
+``k`` drafts is ``k + 1`` decode rows of a bucket, each attending up to its own position.
+Every other step (prefill chunks, mixed steps, larger batches) runs eagerly through
+:class:`PagedModelRunner`.
 
 Without CUDA (``use_graphs=False``) the same static-buffer path runs eagerly: that is how the
 bucket and buffer handling is tested on a CPU.

@@ -16,20 +16,21 @@ from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_s
 from engine.structured.masking import apply_structured_masks, drop_masked_candidates, jump_forward
 
 FEW_ROWS = 8
-"""Steps of at most this many rows (tokens) run on ``decode_threads`` (1 on CPU for int4/int8,
-see :func:`engine.wiring.decode_threads`); larger ones on all the engine thread's threads. A one-row int4 product takes 20-60 µs, about
-what waking a second thread costs; from a few rows the int4 and int8 kernels are compute-bound
-and a second core helps them, but beside the engine's own Python threads on 2 cores whole
-decode steps gained only from 16 rows: compiled int4 steps, 2 threads against 1 (separate
-processes in turns, 48 tokens): batch 8 68.7 against 71.1 tok/s (0.97×), batch 32 103 against
-75 tok/s (1.37×) (``scripts/bench_decode_ab.py``, docs/performance.md)."""
+"""Steps of at most this many rows (tokens) run on ``decode_threads`` (1 on CPU for int4/int8, see
+:func:`engine.wiring.decode_threads`); larger ones on all the engine thread's threads. A one-row
+int4 product takes 20-60 µs, about what waking a second thread costs; from a few rows the int4
+and int8 kernels are compute-bound and a second core helps them, but beside the engine's own
+Python threads on 2 cores whole decode steps gained only from 16 rows: compiled int4 steps, 2
+threads against 1 (separate processes in turns, 48 tokens): batch 8 68.7 against 71.1 tok/s
+(0.97×), batch 32 103 against 75 tok/s (1.37×) (``scripts/bench_decode_ab.py``,
+docs/performance.md)."""
 
 FEW_ROWS_FLOAT = 4
 """:data:`FEW_ROWS` for bf16/fp16 weights. On a CPU without native bf16 (AVX2, where PyTorch's
 bf16 product is a generic loop) one-thread decode steps were faster up to 4 rows and slower at
-8 (compiled bf16 steps, separate processes, 48 tokens, tok/s, 1 thread against 2: batch 1
-21.5 against 16.5, batch 2 24.4 against 15.8, batch 4 27.3 against 20.6, batch 8 28.1 against
-35.1; docs/performance.md)."""
+8 (compiled bf16 steps, separate processes, 48 tokens, medians of 3-4 turns, tok/s, 1 thread
+against 2: batch 1 21.4 against 16.4, batch 2 24.4 against 14.4, batch 4 27.5 against 21.1,
+batch 8 27.8 against 34.6; docs/compiled-decode.md)."""
 
 
 def build_paged_context(entries, pool, block_size: int, device):

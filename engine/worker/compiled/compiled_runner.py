@@ -13,7 +13,8 @@ blocks a step needs, so one graph serves every length.
 Start-up does not wait: a background thread compiles bucket 1 first, then the others; until a
 bucket is ready its steps run eagerly (transformers' model code), and prompt tokens always do;
 the decode rows of a step that also prefills go through the graph, and so does a speculative
-verification pass, as ``k + 1`` rows of a bucket (see :meth:`forward`). Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
+verification pass, as ``k + 1`` rows of a bucket (see :meth:`forward`). Inductor's caches
+live in ``~/.cache/llm-playground/inductor`` (or
 ``$LLM_PLAYGROUND_CACHE/inductor``), so a second start loads the compiled kernels instead of
 generating them. If compiling fails, the runner stays eager and :attr:`state` says why.
 """
@@ -224,7 +225,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
                 if i not in in_graph and e.samples:
                     rows[i] = eager[at:at + 1 + len(e.draft_ids)]
                     at += 1 + len(e.draft_ids)
-        for part in self._chunks([entries[i] for i in decode], decode, ready[-1]):
+        for part in self._chunks(entries, decode, ready[-1]):
             logits = self._compiled([entries[i] for i in part]).clone()  # buffers are reused
             at = 0
             for i in part:
@@ -233,12 +234,12 @@ class CompiledDecodeRunner(CudaGraphRunner):
                 at += n
         return torch.cat([r for r in rows if r is not None])
 
-    def _chunks(self, chosen: list[ScheduledSeq], index: list[int], most: int):
-        """``index`` cut into consecutive parts of at most ``most`` rows (an entry's rows stay
-        together)."""
+    def _chunks(self, entries: list[ScheduledSeq], index: list[int], most: int):
+        """``index`` (positions in ``entries``) cut into consecutive parts of at most ``most``
+        rows (an entry's rows stay together)."""
         part, used = [], 0
-        for e, i in zip(chosen, index):
-            n = self.rows_of(e)
+        for i in index:
+            n = self.rows_of(entries[i])
             if part and used + n > most:
                 yield part
                 part, used = [], 0
