@@ -157,7 +157,8 @@ def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str
     return True, ""
 
 
-ONE_THREAD_WEIGHTS = ("int8", "int4", "bf16", "fp16")
+INTEGER_WEIGHTS = ("int8", "int4")
+ONE_THREAD_WEIGHTS = (*INTEGER_WEIGHTS, "bf16", "fp16")
 """Weights whose few-row steps run on one thread on CPU by default (fp32, the exact reference,
 keeps PyTorch's setting)."""
 
@@ -179,7 +180,7 @@ def few_rows(info) -> int:
     2-core AVX2 machine (docs/performance.md)."""
     from engine.worker.paged_model_runner import FEW_ROWS, FEW_ROWS_FLOAT
 
-    return FEW_ROWS if getattr(info, "weights", "") in ("int8", "int4") else FEW_ROWS_FLOAT
+    return FEW_ROWS if getattr(info, "weights", "") in INTEGER_WEIGHTS else FEW_ROWS_FLOAT
 
 
 POOL_HEADROOM = 1.25

@@ -90,12 +90,17 @@ class CudaGraphRunner(PagedModelRunner):
         self.buffers: dict[tuple[int, int], DecodeBuffers] = {}
         self._pool_mem = None
 
+    @staticmethod
+    def rows_of(e: ScheduledSeq) -> int:
+        """Rows an entry fills in a bucket (and logits it gets back): ``1 + len(draft_ids)``."""
+        return 1 + len(e.draft_ids)
+
     def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
         """``(batch bucket, block bucket)`` for a decode-only step, ``None`` for any other.
         An entry verifying ``k`` speculative drafts counts ``k + 1`` rows (see :meth:`fill`)."""
-        if not entries or any(e.num_new != 1 + len(e.draft_ids) for e in entries):
+        if not entries or any(e.num_new != self.rows_of(e) for e in entries):
             return None
-        b = bucket_for(sum(e.num_new for e in entries), BATCH_BUCKETS)
+        b = bucket_for(sum(map(self.rows_of, entries)), BATCH_BUCKETS)
         widest = max(-(-(e.num_computed + e.num_new) // self.block_size) for e in entries)
         n = bucket_for(widest, self.block_buckets)
         return None if b is None or n is None else (b, n)

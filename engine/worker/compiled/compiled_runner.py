@@ -179,12 +179,8 @@ class CompiledDecodeRunner(CudaGraphRunner):
         token (a prompt's last token left over by a prefix-cache hit is prefilled, as it would
         be without the hit), plus the drafts it verifies, if any (speculative decoding: a
         verification pass of ``k`` drafts is ``k + 1`` rows of the same graph)."""
-        return e.num_new == 1 + len(e.draft_ids) and e.num_computed >= len(e.seq.prompt_ids)
-
-    @staticmethod
-    def rows_of(e: ScheduledSeq) -> int:
-        """Rows an entry fills in a bucket (and logits it gets back): ``1 + len(draft_ids)``."""
-        return 1 + len(e.draft_ids)
+        return (e.num_new == CudaGraphRunner.rows_of(e)
+                and e.num_computed >= len(e.seq.prompt_ids))
 
     def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
         """``(batch bucket, table width)`` for decode entries whose rows a compiled bucket
@@ -223,8 +219,8 @@ class CompiledDecodeRunner(CudaGraphRunner):
             eager, at = super(CudaGraphRunner, self).forward(others), 0
             for i, e in enumerate(entries):
                 if i not in in_graph and e.samples:
-                    rows[i] = eager[at:at + 1 + len(e.draft_ids)]
-                    at += 1 + len(e.draft_ids)
+                    rows[i] = eager[at:at + self.rows_of(e)]
+                    at += self.rows_of(e)
         for part in self._chunks(entries, decode, ready[-1]):
             logits = self._compiled([entries[i] for i in part]).clone()  # buffers are reused
             at = 0
