@@ -55,10 +55,10 @@ def paged_decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """
     k_pool.index_copy_(0, slots, k.to(k_pool.dtype))
     v_pool.index_copy_(0, slots, v.to(v_pool.dtype))
+    if kernel.applies(q, k_pool.dtype):     # lens read in place: no host list per layer
+        return kernel.paged_decode_attention(q, k_pool, v_pool, blocks, lens, block_size, scale)
     b = blocks.shape[0]
     host = lens.tolist()
-    if kernel.applies(q, k_pool.dtype):
-        return kernel.paged_decode_attention(q, k_pool, v_pool, blocks, host, block_size, scale)
     width = -(-max(host) // block_size)
     kb = gather_blocks(k_pool, blocks[:, :width], block_size).view(b, -1, *k_pool.shape[1:])
     vb = gather_blocks(v_pool, blocks[:, :width], block_size).view(b, -1, *v_pool.shape[1:])

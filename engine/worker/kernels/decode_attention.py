@@ -11,7 +11,7 @@ only on its own query, keys and length, as before, at a few milliseconds per ste
 backend also runs its own paged attention kernel).
 
 The source is compiled with the machine's C compiler (``$CC``, ``cc`` or ``gcc``; ``-O3
--fopenmp`` and reassociation,, one build for any x86-64 CPU through ``target_clones``) into
+-fopenmp`` and reassociation, one build for any x86-64 CPU through ``target_clones``) into
 ``<cache_dir()>/kernels/paged_decode-<hash>.so`` the first time it is needed (about a second)
 and loaded with ``ctypes``. Its OpenMP runtime is the one torch already loaded (same soname),
 so the two share one thread pool. Without a compiler the engine keeps PyTorch's SDPA per
@@ -97,7 +97,7 @@ def _load():
             lib = ctypes.CDLL(str(_build(compiler)))
             fn = lib.paged_decode_attention
             i64, ptr = ctypes.c_int64, ctypes.c_void_p
-            fn.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, i64, ctypes.c_int, ctypes.c_int,
+            fn.argtypes = [ptr, ptr, ptr, ptr, i64, i64, ptr, i64, ctypes.c_int, ctypes.c_int,
                            ctypes.c_int, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int, ptr]
             fn.restype = ctypes.c_int
             _state["lib"] = lib
@@ -123,7 +123,7 @@ def applies(q: torch.Tensor, pool_dtype: torch.dtype) -> bool:
 
 
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-                           table: torch.Tensor, lens: list[int], block_size: int,
+                           table: torch.Tensor, lens, block_size: int,
                            scale: float) -> torch.Tensor:
     """Each row's query against its own keys and values in one layer's pool.
 
@@ -133,8 +133,8 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         table: ``[N, W]`` int64 block ids per row, or ``[W]``: one table every row shares
             (the queries of one sequence's verification pass). Blocks past a row's length are
             not read.
-        lens: ``N`` ints, the keys each row attends to (its own token included), each
-            ``<= W × block_size``.
+        lens: ``N`` ints (a list, or an int64 tensor ``[N]`` read in place), the keys each row
+            attends to (its own token included), each ``<= W × block_size``.
         block_size: tokens per block; scale: the softmax scale (``d ** -0.5`` for Llama).
 
     Returns:
@@ -150,24 +150,29 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if lib is None:
         raise RuntimeError(f"paged decode attention kernel unavailable: {_state.get('error')}")
     rows, heads, d = q.shape
-    kv_heads = k_pool.shape[1]
     table = table if table.dtype == torch.long and table.is_contiguous() else \
         table.to(torch.long).contiguous()
-    width = table.shape[-1]
-    if len(lens) != rows or (rows and max(lens) > width * block_size):
-        raise ValueError(f"lens: {rows} lengths of at most {width * block_size} expected, "
-                         f"got {len(lens)} up to {max(lens, default=0)}")
+    if isinstance(lens, torch.Tensor):
+        lens_t = lens if lens.dtype == torch.long and lens.is_contiguous() else \
+            lens.to(torch.long).contiguous()
+    else:
+        lens_t = torch.tensor(lens, dtype=torch.long)
+    if lens_t.shape != (rows,):
+        raise ValueError(f"lens: {rows} lengths expected, got {tuple(lens_t.shape)}")
     q = q.contiguous()
-    lens_t = torch.tensor(lens, dtype=torch.long)
-    out = torch.empty((rows, heads, d), dtype=torch.float32)
+    out = torch.empty((rows, heads, d), dtype=torch.bfloat16 if q.dtype == torch.bfloat16
+                      else torch.float32)
+    width = table.shape[-1]
     rc = lib.paged_decode_attention(
         q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), table.data_ptr(),
-        width if table.dim() == 2 else 0, lens_t.data_ptr(), rows, heads, kv_heads, d,
-        block_size, k_pool.shape[0], KINDS[q.dtype], scale, torch.get_num_threads(),
-        out.data_ptr())
+        width if table.dim() == 2 else 0, width, lens_t.data_ptr(), rows, heads,
+        k_pool.shape[1], d, block_size, k_pool.shape[0], KINDS[q.dtype], scale,
+        torch.get_num_threads(), out.data_ptr())
     if rc:
         raise ValueError({-1: "sizes the kernel does not take (head_dim over 256, more than 16 "
                                 "query heads per KV head, or a length below 1)",
                           -2: "out of memory for the attention scores",
-                          -3: "a block table points outside the KV pool"}.get(rc, f"error {rc}"))
-    return out if q.dtype == torch.float32 else out.to(q.dtype)
+                          -3: "a block table points outside the KV pool",
+                          -4: f"lens: a length beyond its table's {width * block_size} "
+                              f"slots"}.get(rc, f"error {rc}"))
+    return out if out.dtype == q.dtype else out.to(q.dtype)

@@ -11,17 +11,20 @@
  * needs for greedy answers that don't change with the neighbours (see docs/compiled-decode.md).
  *
  * Arithmetic is fp32: keys, values and queries are widened from the pool's storage (bf16, fp16
- * or fp32), each key's dot product accumulates in its own vector lane in the order of head_dim,
- * the softmax subtracts the row's maximum, and the output is written as fp32. The compiler may
- * vectorize the maximum and the sum (reassociation is allowed); their order then depends on the
- * row's length only. A prefill chunk's queries (one shared table) run the same arithmetic.
+ * or fp32) into rows of head_dim floats padded to 16 lanes; a score is a dot product of 16-lane
+ * vectors summed in a fixed tree (hsum16), the softmax subtracts the row's maximum and uses a
+ * polynomial exp (exp_neg), each output lane sums probability times value in the order of the
+ * keys. The compiler may vectorize the maximum and the sum (reassociation is allowed); their
+ * order then depends on the row's length only. A prefill chunk's queries (one shared table) run
+ * the same arithmetic. The output is rounded to bf16 for bf16 pools, else written as fp32.
  *
  * Layouts (all contiguous, element strides):
  *   q       [rows, heads, D]                    storage type T
  *   k, v    [slots, kv_heads, D] per layer      storage type T; slot = block * bs + offset
- *   table   rows x table_stride int64 block ids (stride 0: every row shares one table)
+ *   table   rows x table_stride int64 block ids (stride 0: every row shares one table), each
+ *           table table_width blocks long
  *   lens    [rows] int64 keys each row attends to (its own token included)
- *   out     [rows, heads, D] float
+ *   out     [rows, heads, D] bf16 for a bf16 pool, else float
  *
  * Build: see FLAGS in decode_attention.py; target_clones picks AVX-512, AVX2 or plain code at
  * load time, so one build runs on any x86-64 CPU.
@@ -67,6 +70,15 @@ static inline float half_to_float(uint16_t h) {
     return f;
 }
 
+/* Round to nearest even, as PyTorch's float -> bf16 cast does (NaN stays a quiet NaN). */
+static inline uint16_t float_to_bf16(float f) {
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
 /* kind: 0 fp32, 1 bf16, 2 fp16 */
 static inline void widen(const void *src, int64_t index, int d, int kind, float *dst) {
     if (kind == 0) {
@@ -80,94 +92,123 @@ static inline void widen(const void *src, int64_t index, int d, int kind, float 
     }
 }
 
+typedef float v16f __attribute__((vector_size(64)));
+
+#define LANES 16
+#define PAD(d) (((d) + LANES - 1) / LANES * LANES)
+
 typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef float v2f __attribute__((vector_size(8)));
 
-static inline v8f load8(const float *p) {
-    v8f x;
-    memcpy(&x, p, sizeof x);
-    return x;
+/* Sum of a vector's 16 lanes, always in the same tree order: halves added lane by lane, down to
+ * one (lane i + 8 onto lane i, then i + 4, i + 2, i + 1). */
+static inline float hsum16(v16f a) {
+    v8f b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7)
+          + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    v4f c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+    v2f e = __builtin_shufflevector(c, c, 0, 1) + __builtin_shufflevector(c, c, 2, 3);
+    return e[0] + e[1];
 }
 
-#define CHUNK 16   /* keys scored together: two 8-wide vectors, one key per lane */
-
-/* Scores of up to CHUNK keys (key j's widened row in column j of kt[d][CHUNK]) for one query:
- * out[j] = sum over i of q[i] * kt[i][j], accumulated in order i = 0, 1, ..., d - 1. Each key
- * has its own lane, so its score comes out of the same sequence of operations wherever it sits
- * in the chunk, in the sequence or in the batch. */
-static inline void score_chunk(const float *qv, const float *kt, int d, float scale, float *out) {
-    v8f lo = {0}, hi = {0};
-    for (int i = 0; i < d; i++) {
-        v8f x = {qv[i], qv[i], qv[i], qv[i], qv[i], qv[i], qv[i], qv[i]};
-        lo += x * load8(kt + i * CHUNK);
-        hi += x * load8(kt + i * CHUNK + 8);
-    }
-    lo *= scale;
-    hi *= scale;
-    memcpy(out, &lo, sizeof lo);
-    memcpy(out + 8, &hi, sizeof hi);
-}
-
-/* Widen and lay out the first n keys and values of one KV head of a sequence: key t into column
- * t % CHUNK of the chunk kt[t / CHUNK][d][CHUNK] (columns past n zero), value t into vr[t][d].
+/* Widen the first n keys and values of one KV head of a sequence into row-major fp32 rows of
+ * PAD(d) floats (lanes past d zero): key t at kf + t * PAD(d), value t at vf + t * PAD(d).
  * Returns -3 (nothing read) when the table points outside the pool's slots. */
 CLONES
 static int stage(const void *k, const void *v, const int64_t *table, int64_t n, int64_t bs,
-                 int64_t slots, int kv_heads, int kh, int d, int kind, float *kt, float *vr) {
-    float row[MAX_D];
+                 int64_t slots, int kv_heads, int kh, int d, int kind, float *kf, float *vf) {
+    int dp = PAD(d);
     for (int64_t b = 0; b < (n + bs - 1) / bs; b++)
         if (table[b] < 0 || (table[b] + 1) * bs > slots) return -3;
-    int64_t padded = (n + CHUNK - 1) / CHUNK * CHUNK;
-    for (int64_t t = 0; t < padded; t++) {
-        float *col = kt + (t / CHUNK) * d * CHUNK + t % CHUNK;
-        if (t >= n) {
-            for (int i = 0; i < d; i++) col[i * CHUNK] = 0.0f;
-            continue;
-        }
+    for (int64_t t = 0; t < n; t++) {
         int64_t at = ((table[t / bs] * bs + t % bs) * kv_heads + kh) * d;
-        widen(k, at, d, kind, row);
-        for (int i = 0; i < d; i++) col[i * CHUNK] = row[i];
-        widen(v, at, d, kind, vr + t * d);
+        widen(k, at, d, kind, kf + t * dp);
+        widen(v, at, d, kind, vf + t * dp);
+        for (int i = d; i < dp; i++) kf[t * dp + i] = vf[t * dp + i] = 0.0f;
     }
     return 0;
 }
 
-/* The G query heads of one row (widened, qf[G][d]) against the first n staged keys and values:
- * out[G][d]. scores holds G * n floats. The operations and their order depend on the query, the
- * n keys and values, and n only. */
+/* exp(x) for x <= 0 (a softmax's shifted scores), written so a loop of it vectorizes: 2^n times
+ * a degree-6 polynomial of the remainder r = x - n ln 2, |r| <= ln 2 / 2 (ln 2 split in two parts
+ * for an exact product; coefficients 1/k!). Within 2 ulp of expf; 0 below -87 (no denormals). */
+static inline float exp_neg(float x) {
+    float n = __builtin_rintf(x * 1.44269504088896341f);
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187e-06f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t e = ((int32_t)(x < -87.0f ? -127.0f : n) + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return x < -87.0f ? 0.0f : p * scale;
+}
+
+/* The G query heads of one row (widened, qf[G][PAD(d)], lanes past d zero) against the first n
+ * staged keys and values: out[G][d]. scores holds G * n floats, zeros n zeros. Each score is a
+ * dot product over PAD(d) / 16 vectors summed by hsum16, each output lane accumulates the values
+ * in the order of t: the operations and their order depend on the query, the n keys and values,
+ * and n only. */
 CLONES
-static void attend(const float *qf, const float *kt, const float *vr, int64_t n, int g_count,
-                   int d, float scale, float *out, float *scores) {
-    float acc[MAX_G * MAX_D], chunk[CHUNK], total[MAX_G];
-    for (int64_t t0 = 0; t0 < n; t0 += CHUNK) {
-        int c = n - t0 < CHUNK ? (int)(n - t0) : CHUNK;
+static void attend(const float *qf, const float *kf, const float *vf, int64_t n, int g_count,
+                   int d, float scale, float *out, float *scores, const float *zeros) {
+    int dp = PAD(d), chunks = dp / LANES;
+    v16f acc[MAX_G * MAX_D / LANES];
+    float total[MAX_G];
+    for (int64_t t = 0; t < n; t++) {
+        const float *key = kf + t * dp;
         for (int g = 0; g < g_count; g++) {
-            score_chunk(qf + g * d, kt + (t0 / CHUNK) * d * CHUNK, d, scale, chunk);
-            memcpy(scores + g * n + t0, chunk, sizeof(float) * (size_t)c);
+            v16f dot = {0};
+            for (int c = 0; c < chunks; c++) {
+                v16f x, y;
+                memcpy(&x, qf + g * dp + c * LANES, sizeof x);
+                memcpy(&y, key + c * LANES, sizeof y);
+                dot += x * y;
+            }
+            scores[g * n + t] = hsum16(dot) * scale;
         }
     }
     for (int g = 0; g < g_count; g++) {
         float *s = scores + g * n, m = -INFINITY, sum = 0.0f;
         for (int64_t t = 0; t < n; t++) m = s[t] > m ? s[t] : m;
-        for (int64_t t = 0; t < n; t++) {
-            s[t] = expf(s[t] - m);
-            sum += s[t];
-        }
+        for (int64_t t = 0; t < n; t++) s[t] = exp_neg(s[t] - m);
+        for (int64_t t = 0; t < n; t++) sum += s[t];
         total[g] = sum;
     }
-    memset(acc, 0, sizeof(float) * (size_t)g_count * d);
-    for (int64_t t = 0; t < n; t++) {
-        const float *row = vr + t * d;
-        for (int g = 0; g < g_count; g++) {
-            float p = scores[g * n + t], *a = acc + g * d;
-            for (int i = 0; i < d; i++) a[i] += p * row[i];
+    /* Values: each output vector accumulates p * v over t in order, four heads at a time in
+     * registers (a missing fourth head reads the zero row past the scores). */
+    for (int c = 0; c < chunks; c++)
+        for (int g0 = 0; g0 < g_count; g0 += 4) {
+            const float *p0 = scores + g0 * n, *p[4];
+            for (int j = 0; j < 4; j++) p[j] = g0 + j < g_count ? p0 + j * n : zeros;
+            v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t t = 0; t < n; t++) {
+                v16f y;
+                memcpy(&y, vf + t * dp + c * LANES, sizeof y);
+                a0 += p[0][t] * y;
+                a1 += p[1][t] * y;
+                a2 += p[2][t] * y;
+                a3 += p[3][t] * y;
+            }
+            v16f got[4] = {a0, a1, a2, a3};
+            for (int j = 0; j < 4 && g0 + j < g_count; j++) acc[(g0 + j) * chunks + c] = got[j];
         }
+    for (int g = 0; g < g_count; g++) {
+        float lanes[MAX_D];
+        memcpy(lanes, acc + g * chunks, sizeof(float) * (size_t)dp);
+        for (int i = 0; i < d; i++) out[g * d + i] = lanes[i] / total[g];
     }
-    for (int g = 0; g < g_count; g++)
-        for (int i = 0; i < d; i++) out[g * d + i] = acc[g * d + i] / total[g];
 }
 
 /* Returns 0; -1 when a size is out of range (nothing computed), -2 when out of memory, -3 when
- * a block table points outside the pool's `slots` rows.
+ * a block table points outside the pool's `slots` rows, -4 when a length is beyond its table's
+ * table_width blocks. out: [rows, heads, d], bf16 (rounded to nearest even) for a bf16 pool,
+ * else fp32.
  *
  * table_stride > 0: every row has its own table (a decode step); work items are (row, KV head),
  * each staging its row's keys. table_stride == 0: all rows are queries of one sequence sharing
@@ -175,9 +216,9 @@ static void attend(const float *qf, const float *kt, const float *vr, int64_t n,
  * staged once and every row attends to its first lens[r] of them, with the same arithmetic a
  * decode step of that row would do. */
 int paged_decode_attention(const void *q, const void *k, const void *v, const int64_t *table,
-                           int64_t table_stride, const int64_t *lens, int64_t rows, int heads,
-                           int kv_heads, int d, int64_t bs, int64_t slots, int kind, float scale,
-                           int threads, float *out) {
+                           int64_t table_stride, int64_t table_width, const int64_t *lens,
+                           int64_t rows, int heads, int kv_heads, int d, int64_t bs, int64_t slots,
+                           int kind, float scale, int threads, void *out) {
     if (d <= 0 || d > MAX_D || kv_heads <= 0 || heads % kv_heads || heads / kv_heads > MAX_G
         || bs <= 0 || kind < 0 || kind > 2)
         return -1;
@@ -185,11 +226,11 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
     int64_t longest = 0;
     for (int64_t r = 0; r < rows; r++) {
         if (lens[r] <= 0) return -1;
+        if (lens[r] > table_width * bs) return -4;
         longest = lens[r] > longest ? lens[r] : longest;
     }
-    int64_t padded = (longest + CHUNK - 1) / CHUNK * CHUNK;
-    int shared = table_stride == 0, failed = 0;
-    size_t stage_floats = (size_t)padded * d * 2;         /* kt and vr of one KV head */
+    int dp = PAD(d), shared = table_stride == 0, failed = 0;
+    size_t stage_floats = (size_t)longest * dp * 2;       /* kf and vf of one KV head */
     float *staged = NULL;
     if (shared) {                                          /* every KV head, staged once */
         staged = malloc(sizeof(float) * stage_floats * (size_t)kv_heads);
@@ -198,7 +239,7 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
         for (int kh = 0; kh < kv_heads; kh++) {
             float *kt = staged + stage_floats * kh;
             int rc = stage(k, v, table, longest, bs, slots, kv_heads, kh, d, kind, kt,
-                           kt + (size_t)padded * d);
+                           kt + (size_t)longest * dp);
             if (rc) {
 #pragma omp atomic write
                 failed = rc;
@@ -212,7 +253,8 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         float qf[MAX_G * MAX_D];
-        float *scores = malloc(sizeof(float) * (size_t)g_count * (size_t)longest);
+        memset(qf, 0, sizeof qf);                          /* lanes past d stay zero */
+        float *scores = calloc((size_t)(g_count + 1) * (size_t)longest, sizeof(float));
         float *own = shared ? NULL : malloc(sizeof(float) * stage_floats);
         if (!scores || (!shared && !own)) {
 #pragma omp atomic write
@@ -224,7 +266,7 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
             int64_t r = w / kv_heads, n = lens[r];
             int kh = (int)(w % kv_heads);
             float *kt = shared ? staged + stage_floats * kh : own;
-            int64_t vr_at = (shared ? padded : (n + CHUNK - 1) / CHUNK * CHUNK) * d;
+            int64_t vr_at = (shared ? longest : n) * dp;
             if (!shared) {
                 int rc = stage(k, v, table + r * table_stride, n, bs, slots, kv_heads, kh, d, kind,
                                kt, kt + vr_at);
@@ -235,8 +277,15 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
                 }
             }
             int64_t at = (r * heads + (int64_t)kh * g_count) * d;
-            for (int g = 0; g < g_count; g++) widen(q, at + (int64_t)g * d, d, kind, qf + g * d);
-            attend(qf, kt, kt + vr_at, n, g_count, d, scale, out + at, scores);
+            for (int g = 0; g < g_count; g++) widen(q, at + (int64_t)g * d, d, kind, qf + g * dp);
+            float row_out[MAX_G * MAX_D];
+            attend(qf, kt, kt + vr_at, n, g_count, d, scale, row_out, scores,
+                   scores + (size_t)g_count * longest);
+            if (kind == 1)
+                for (int i = 0; i < g_count * d; i++)
+                    ((uint16_t *)out)[at + i] = float_to_bf16(row_out[i]);
+            else
+                memcpy((float *)out + at, row_out, sizeof(float) * (size_t)g_count * d);
         }
         free(scores);
         free(own);
