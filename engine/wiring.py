@@ -175,12 +175,22 @@ def decode_threads(config: EngineConfig, info) -> int:
 
 def few_rows(info) -> int:
     """The most tokens a step may have to run on :func:`decode_threads`:
-    :data:`engine.worker.paged_model_runner.FEW_ROWS` (8) for int8/int4 weights,
-    :data:`engine.worker.paged_model_runner.FEW_ROWS_FLOAT` (4) for the rest, measured on a
-    2-core AVX2 machine (docs/performance.md)."""
-    from engine.worker.paged_model_runner import FEW_ROWS, FEW_ROWS_FLOAT
+    :data:`engine.worker.paged_model_runner.FEW_ROWS` (8) for int8/int4 weights; for the rest
+    :data:`engine.worker.paged_model_runner.FEW_ROWS_FLOAT_NATIVE` (8) where oneDNN has native
+    bf16 products, else :data:`engine.worker.paged_model_runner.FEW_ROWS_FLOAT` (4), as measured
+    on two 2-core machines (docs/compiled-decode.md#threads)."""
+    from engine.worker.paged_model_runner import FEW_ROWS, FEW_ROWS_FLOAT, FEW_ROWS_FLOAT_NATIVE
 
-    return FEW_ROWS if getattr(info, "weights", "") in INTEGER_WEIGHTS else FEW_ROWS_FLOAT
+    if getattr(info, "weights", "") in INTEGER_WEIGHTS:
+        return FEW_ROWS
+    return FEW_ROWS_FLOAT_NATIVE if native_bf16() else FEW_ROWS_FLOAT
+
+
+def native_bf16() -> bool:
+    """Whether this CPU's oneDNN multiplies bf16 natively (AVX-512-bf16 or AMX)."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 POOL_HEADROOM = 1.25

@@ -32,6 +32,12 @@ bf16 product is a generic loop) one-thread decode steps were faster up to 4 rows
 against 2: batch 1 21.4 against 16.4, batch 2 24.4 against 14.4, batch 4 27.5 against 21.1,
 batch 8 27.8 against 34.6; docs/compiled-decode.md)."""
 
+FEW_ROWS_FLOAT_NATIVE = 8
+""":data:`FEW_ROWS_FLOAT` on a CPU whose oneDNN has native bf16 products (AVX-512-bf16): the
+products are fast there and a second thread paid only from 16 rows (compiled bf16 steps, the
+graph's own loops on one thread, 3 turns each, tok/s: batch 8 280 on one thread against 233 on
+two, batch 16 407 against 437, batch 32 467 against 607; docs/compiled-decode.md)."""
+
 
 def build_paged_context(entries, pool, block_size: int, device):
     """Pack a step's sequences into one row and describe where their K/V live.

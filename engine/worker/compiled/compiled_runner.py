@@ -37,6 +37,13 @@ from engine.worker.paged_model_runner import FEW_ROWS
 
 log = logging.getLogger("engine")
 
+INDUCTOR_THREADS = 1
+"""Threads of the graph's own fused loops (norms, rotary, SiLU, residual adds: a few thousand
+elements a row). Above ``few_rows`` the products and the attention kernel run on all the engine
+thread's threads, but splitting these small loops over two threads cost more than it saved:
+bf16 compiled steps, 3 turns each, both cores for everything against the loops on one: batch 16
+272 against 437 tok/s, batch 32 389 against 607 (AVX-512 machine, docs/compiled-decode.md)."""
+
 SKIP_GUARDS = True
 """Once every bucket is compiled, run the graphs with Dynamo evaluating only the guards that
 tell the buckets apart (``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``): the full
@@ -129,7 +136,8 @@ class CompiledDecodeRunner(CudaGraphRunner):
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
                                                     2 * len(self.buckets))
         self._fn = torch.compile(self.forward_fn, dynamic=False, fullgraph=True,
-                                 options={"emulate_precision_casts": True})
+                                 options={"emulate_precision_casts": True,
+                                          "cpp.threads": INDUCTOR_THREADS})
         if background:
             threading.Thread(target=self.compile_all, name="decode-compile", daemon=True).start()
         else:

@@ -211,12 +211,13 @@ def test_bad_combinations_name_the_field(monkeypatch, tmp_path, loaded):
     assert tiny.info.weights == "int8"
 
 
-def test_decode_threads_follow_the_weights(loaded):
+def test_decode_threads_follow_the_weights(loaded, monkeypatch):
     """auto: one intra-op thread for few-row steps of int8/int4/bf16 weights on CPU (up to 8
-    rows for the integer kernels, 4 for bf16); fp32 keeps PyTorch's setting; an explicit value
+    rows for the integer kernels; for bf16 8 where oneDNN has native bf16, else 4); fp32 keeps PyTorch's setting; an explicit value
     wins; a negative one is refused naming the field."""
     from types import SimpleNamespace
 
+    from engine import wiring
     from engine.config import EngineConfig
     from engine.wiring import decode_threads, few_rows
 
@@ -224,7 +225,11 @@ def test_decode_threads_follow_the_weights(loaded):
     half = SimpleNamespace(weights="bf16", device="cpu")
     assert decode_threads(EngineConfig(), q) == 1
     assert decode_threads(EngineConfig(), half) == 1
+    assert (few_rows(q), few_rows(half)) == (8, 8 if wiring.native_bf16() else 4)
+    monkeypatch.setattr(wiring, "native_bf16", lambda: False)      # AVX2: bf16 is a generic loop
     assert (few_rows(q), few_rows(half)) == (8, 4)
+    monkeypatch.setattr(wiring, "native_bf16", lambda: True)
+    assert (few_rows(q), few_rows(half)) == (8, 8)
     assert decode_threads(EngineConfig(), loaded.info) == 0
     assert decode_threads(EngineConfig(decode_threads=2), q) == 2
     assert decode_threads(EngineConfig(), SimpleNamespace(weights="int4", device="cuda:0")) == 0
