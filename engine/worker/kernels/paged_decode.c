@@ -120,11 +120,22 @@ static int stage(const void *k, const void *v, const int64_t *table, int64_t n, 
     int dp = PAD(d);
     for (int64_t b = 0; b < (n + bs - 1) / bs; b++)
         if (table[b] < 0 || (table[b] + 1) * bs > slots) return -3;
-    for (int64_t t = 0; t < n; t++) {
-        int64_t at = ((table[t / bs] * bs + t % bs) * kv_heads + kh) * d;
-        widen(k, at, d, kind, kf + t * dp);
-        widen(v, at, d, kind, vf + t * dp);
-        for (int i = d; i < dp; i++) kf[t * dp + i] = vf[t * dp + i] = 0.0f;
+    for (int64_t t0 = 0; t0 < n; t0 += bs) {              /* block by block: no division */
+        int64_t slot = table[t0 / bs] * bs, end = n - t0 < bs ? n : t0 + bs;
+        int64_t next = t0 + bs < n ? table[t0 / bs + 1] * bs : -1;
+        for (int64_t t = t0; t < end; t++, slot++) {
+            int64_t at = (slot * kv_heads + kh) * d;
+            if (next >= 0) {                   /* the next block lies elsewhere: fetch it early */
+                int64_t ahead = ((next + t - t0) * kv_heads + kh) * d * (kind ? 2 : 4);
+                for (int line = 0; line < d * (kind ? 2 : 4); line += 64) {
+                    __builtin_prefetch((const char *)k + ahead + line);
+                    __builtin_prefetch((const char *)v + ahead + line);
+                }
+            }
+            widen(k, at, d, kind, kf + t * dp);
+            widen(v, at, d, kind, vf + t * dp);
+            for (int i = d; i < dp; i++) kf[t * dp + i] = vf[t * dp + i] = 0.0f;
+        }
     }
     return 0;
 }

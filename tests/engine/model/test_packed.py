@@ -36,11 +36,13 @@ def test_the_loader_packs_the_decoder_and_counts_the_same_bytes(both):
     p, d = both
     kinds = {type(m).__name__ for m in p.model.modules()}
     assert "PackedLinear" in kinds and "PackedLinear" not in {type(m).__name__ for m in d.model.modules()}
-    # 30 layers × (q/k/v, o, gate/up, down); the tied LM head stays dense
-    assert sum(isinstance(m, PackedLinear) for m in p.model.modules()) == 4 * 30
-    assert isinstance(p.model.lm_head, torch.nn.Linear)
-    assert p.info.weights_bytes == d.info.weights_bytes
-    assert 0 <= p.info.weights_bytes - 2 * p.info.num_params < 1024     # + the rotary buffers
+    # 30 layers × (q/k/v, o, gate/up, down), and the tied LM head as a second, packed copy
+    assert sum(isinstance(m, PackedLinear) for m in p.model.modules()) == 4 * 30 + 1
+    head, table = p.model.lm_head, p.model.get_input_embeddings().weight
+    assert isinstance(head, PackedLinear) and head.tied_copy
+    assert p.info.num_params == d.info.num_params                      # the copy adds no parameters
+    assert p.info.weights_bytes == d.info.weights_bytes + table.numel() * table.element_size()
+    assert 0 <= d.info.weights_bytes - 2 * d.info.num_params < 1024     # + the rotary buffers
     assert "pre-packed" in p.info.weights_note and "pre-packed" not in d.info.weights_note
 
 
