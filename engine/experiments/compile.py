@@ -150,7 +150,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     med = {n: {b: median(v) for b, v in per.items()} for n, per in rates.items()}
     speedup = {b: med["compiled"][b] / med["eager"][b] for b in batch_sizes}
     kv = loaded.spec.kv_cache_bytes(40 + new_tokens // 2, loaded.info.dtype_bytes)
-    per_step = loaded.info.weights_bytes + kv
+    per_step = loaded.info.weights_read_bytes + kv
     ceiling = bw["best_gb_per_s"] * 1e9 / per_step
     first = batch_sizes[0]
     fraction = {n: med[n][first] / ceiling for n in med} if first == 1 else {}

@@ -116,6 +116,7 @@ def published_ridges() -> list[dict]:
 def shape_of(info, spec, kv_bytes_per_token: int) -> DecodeShape:
     """The :class:`DecodeShape` of a loaded model (``info``: its ``ModelInfo``; ``spec``: its
     ``ModelSpec``; ``kv_bytes_per_token``: the engine's, which follows its KV cache dtype)."""
-    return DecodeShape(params=int(info.num_params), weight_bytes=int(info.weights_bytes),
+    return DecodeShape(params=int(info.num_params),
+                       weight_bytes=int(getattr(info, "weights_read_bytes", info.weights_bytes)),
                        kv_bytes_per_token=int(kv_bytes_per_token), layers=int(spec.layers),
                        heads=int(spec.heads), head_dim=int(spec.head_dim))

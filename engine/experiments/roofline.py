@@ -122,7 +122,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     p = len(out.prompt_token_ids)
     mean_ctx = p + (new_tokens - 1) / 2
     kv = loaded.spec.kv_cache_bytes(int(round(mean_ctx)), loaded.info.dtype_bytes)
-    per_step = loaded.info.weights_bytes + kv
+    per_step = loaded.info.weights_read_bytes + kv
     ceiling = bw["best_gb_per_s"] * 1e9 / per_step
     achieved = out.metrics.decode_tokens_per_s
     res = result(NAME, TITLE, quick, {"new_tokens": new_tokens, "bandwidth_bytes": size,

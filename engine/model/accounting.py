@@ -26,6 +26,22 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(seen.values()) + packed
 
 
+def lookup_only_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights a decode step does not read in full: the input embedding's dense table
+    when the LM head multiplies with a packed copy of it
+    (:class:`engine.model.quant.packed.PackedLinear` with ``tied_copy``). The lookup reads one
+    row per token; the copy is what streams through every step. 0 for every other model.
+
+    Returns:
+        Bytes (int).
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if not getattr(head, "tied_copy", False) or embed is None:
+        return 0
+    return embed.weight.untyped_storage().nbytes()
+
+
 def parameter_count(model: torch.nn.Module) -> int:
     """Number of unique parameters (tied weights once); a quantized matrix
     (:mod:`engine.model.quant`, stored as buffers) counts its ``num_weights`` logical elements."""

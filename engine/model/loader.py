@@ -22,7 +22,7 @@ import torch
 
 from engine.errors import ModelLoadError
 from engine.model.device import DTYPES, cuda_report, resolve_device, resolve_dtype
-from engine.model.accounting import parameter_count, weight_bytes
+from engine.model.accounting import lookup_only_bytes, parameter_count, weight_bytes
 from engine.model.model_spec import ModelSpec
 from engine.model.special_tokens import eos_token_ids
 
@@ -77,6 +77,13 @@ class ModelInfo:
     weights_note: str = ""
     kv_dtype: str = ""
     kv_dtype_bytes: int = 0
+    step_weights_bytes: int = 0
+
+    @property
+    def weights_read_bytes(self) -> int:
+        """Bytes of the weights a decode step reads: ``weights_bytes`` less a table kept only
+        for the embedding lookup (:func:`engine.model.accounting.lookup_only_bytes`)."""
+        return self.step_weights_bytes or self.weights_bytes
 
 
 @dataclass
@@ -417,6 +424,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
         eos_tokens=tuple((i, tokenizer.convert_ids_to_tokens(i)) for i in sorted(eos)),
         weights=choice.weights, weights_note=note,
     )
+    info.step_weights_bytes = info.weights_bytes - lookup_only_bytes(model)
     info.kv_dtype, info.kv_dtype_bytes = info.dtype, info.dtype_bytes
     _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "
                    f"{info.weights_bytes / 1e6:.1f} MB of {info.weights} weights, "

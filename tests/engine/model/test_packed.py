@@ -42,6 +42,8 @@ def test_the_loader_packs_the_decoder_and_counts_the_same_bytes(both):
     assert isinstance(head, PackedLinear) and head.tied_copy
     assert p.info.num_params == d.info.num_params                      # the copy adds no parameters
     assert p.info.weights_bytes == d.info.weights_bytes + table.numel() * table.element_size()
+    # a decode step streams the packed copy, not the lookup's table: the roofline's bytes
+    assert p.info.weights_read_bytes == d.info.weights_read_bytes == d.info.weights_bytes
     assert 0 <= d.info.weights_bytes - 2 * d.info.num_params < 1024     # + the rotary buffers
     assert "pre-packed" in p.info.weights_note and "pre-packed" not in d.info.weights_note
 
