@@ -57,7 +57,9 @@ class ModelInfo:
     ``weights`` says how the matrices are stored (``fp32``, ``bf16``, ``fp16``, ``int8``,
     ``int4``; see :mod:`engine.model.quant.options`) and ``weights_note`` how they got there
     (e.g. the GGUF's Q4_1 blocks), with any fallback. ``weights_bytes`` are measured: packed
-    codes, scales and zeros of quantized matrices, as stored. ``kv_dtype``/``kv_dtype_bytes``
+    codes, scales and zeros of quantized matrices, as stored; ``step_weights_bytes`` (read
+    through :attr:`weights_read_bytes`) the part a decode step streams, without a table kept
+    only for the embedding lookup. ``kv_dtype``/``kv_dtype_bytes``
     are the KV cache's storage (the compute dtype as loaded; an engine's own ``info`` carries
     its ``kv_cache_dtype``)."""
 
