@@ -187,10 +187,11 @@ def few_rows(info) -> int:
 
 
 def native_bf16() -> bool:
-    """Whether this CPU's oneDNN multiplies bf16 natively (AVX-512-bf16 or AMX)."""
-    import torch
+    """Whether bf16 layers run on oneDNN's native, pre-packed product on this CPU
+    (:func:`engine.model.quant.packed.packing_available`: AVX-512-bf16 or AMX, checked once)."""
+    from engine.model.quant.packed import packing_available
 
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return packing_available()
 
 
 POOL_HEADROOM = 1.25

@@ -118,7 +118,6 @@ class CompiledDecodeRunner(CudaGraphRunner):
                          max_blocks_per_seq=max_blocks_per_seq, use_graphs=False)
         self.decode_threads = decode_threads if self.device.type == "cpu" else 0
         self.few_rows = few_rows
-        self.skip_guards = SKIP_GUARDS
         self.width = max_blocks_per_seq
         self.buckets = tuple(sorted(buckets))
         self.forward_fn = LlamaDecodeForward(model, pool,
@@ -183,7 +182,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
         args = (bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots, bufs.blocks,
                 bufs.lens)
         with torch.inference_mode():
-            if self.skip_guards and self.state.status == "ready":
+            if SKIP_GUARDS and self.state.status == "ready":
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
                     logits = self._fn(*args)
             else:
