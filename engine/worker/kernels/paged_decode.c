@@ -10,13 +10,17 @@
  * same bits whatever else is in the batch, whatever the thread count: the property the engine
  * needs for greedy answers that don't change with the neighbours (see docs/compiled-decode.md).
  *
- * Arithmetic is fp32: keys, values and queries are widened from the pool's storage (bf16, fp16
- * or fp32) into rows of head_dim floats padded to 16 lanes; a score is a dot product of 16-lane
- * vectors summed in a fixed tree (hsum16), the softmax subtracts the row's maximum and uses a
- * polynomial exp (exp_neg), each output lane sums probability times value in the order of the
- * keys. The compiler may vectorize the maximum and the sum (reassociation is allowed); their
- * order then depends on the row's length only. A prefill chunk's queries (one shared table) run
- * the same arithmetic. The output is rounded to bf16 for bf16 pools, else written as fp32.
+ * Arithmetic is fp32, on keys and values read in place from the pool (nothing is copied):
+ * sixteen lanes at a time are widened from the storage type (bf16, fp16 or fp32) in registers.
+ * bf16 rows whose head_dim is a multiple of 32 use the "pair layout" (load_pair): 32 values read
+ * as 16 words give their even and odd elements by a shift and a mask, with no lane moves; the
+ * query is widened the same way, the output put back in order. A score is a dot product of
+ * 16-lane vectors, each vector's lanes summed in a fixed tree, sixteen keys at once (reduce16);
+ * the softmax subtracts the row's maximum and uses a polynomial exp (exp_neg); each output lane
+ * sums probability times value in the order of the keys. The compiler may vectorize the maximum
+ * and the sum (reassociation is allowed); their order then depends on the row's length only. A
+ * prefill chunk's queries (one shared table) run the same arithmetic. The output is rounded to
+ * bf16 for bf16 pools, else written as fp32. Keys and values are prefetched sixteen keys ahead.
  *
  * Layouts (all contiguous, element strides):
  *   q       [rows, heads, D]                    storage type T
@@ -97,45 +101,91 @@ typedef float v16f __attribute__((vector_size(64)));
 #define LANES 16
 #define PAD(d) (((d) + LANES - 1) / LANES * LANES)
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-typedef float v2f __attribute__((vector_size(8)));
-
-/* Sum of a vector's 16 lanes, always in the same tree order: halves added lane by lane, down to
- * one (lane i + 8 onto lane i, then i + 4, i + 2, i + 1). */
-static inline float hsum16(v16f a) {
-    v8f b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7)
-          + __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-    v4f c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
-    v2f e = __builtin_shufflevector(c, c, 0, 1) + __builtin_shufflevector(c, c, 2, 3);
-    return e[0] + e[1];
+/* Sixteen lanes of storage type `kind` at element `index`, widened to fp32; only the first
+ * `count` are read (the rest are zero), so a head_dim that is not a multiple of 16 never reads
+ * past its row. bf16 widens exactly (a shift), fp16 through half_to_float. */
+static inline __attribute__((always_inline)) v16f load16(const void *src, int64_t index, int kind, int count) {
+    v16f r = {0};
+    if (count == LANES && kind == 1) {
+        typedef uint16_t v16h __attribute__((vector_size(32)));
+        typedef uint32_t v16u __attribute__((vector_size(64)));
+        v16h h;
+        memcpy(&h, (const uint16_t *)src + index, sizeof h);
+        v16u w = __builtin_convertvector(h, v16u) << 16;
+        memcpy(&r, &w, sizeof r);
+    } else if (count == LANES && kind == 0) {
+        memcpy(&r, (const float *)src + index, sizeof r);
+    } else {
+        float lanes[LANES] = {0};
+        widen(src, index, count, kind, lanes);
+        memcpy(&r, lanes, sizeof r);
+    }
+    return r;
 }
 
-/* Widen the first n keys and values of one KV head of a sequence into row-major fp32 rows of
- * PAD(d) floats (lanes past d zero): key t at kf + t * PAD(d), value t at vf + t * PAD(d).
- * Returns -3 (nothing read) when the table points outside the pool's slots. */
-CLONES
-static int stage(const void *k, const void *v, const int64_t *table, int64_t n, int64_t bs,
-                 int64_t slots, int kv_heads, int kh, int d, int kind, float *kf, float *vf) {
-    int dp = PAD(d);
-    for (int64_t b = 0; b < (n + bs - 1) / bs; b++)
+/* Thirty-two bf16 values at element `index`, widened to fp32 as two vectors without moving
+ * lanes: `even` holds elements 0, 2, ..., 30 and `odd` elements 1, 3, ..., 31 (a bf16 is the
+ * upper half of its float: shift the low element up, mask the high one). The "pair layout" of a
+ * bf16 row whose length is a multiple of 32: vector 2c is chunk c's even elements, 2c + 1 its odd
+ * ones. */
+static inline __attribute__((always_inline)) void load_pair(const void *src, int64_t index,
+                                                            v16f *even, v16f *odd) {
+    typedef uint32_t v16u __attribute__((vector_size(64)));
+    v16u w, lo, hi;
+    memcpy(&w, (const uint16_t *)src + index, sizeof w);
+    lo = w << 16;
+    hi = w & 0xffff0000u;
+    memcpy(even, &lo, sizeof lo);
+    memcpy(odd, &hi, sizeof hi);
+}
+
+/* Row vector c (of PAD(d) / 16) of the row at element `index`: in the pair layout (`pairs`) half
+ * of chunk c / 2, else elements 16c .. 16c + 15 (the last `last` of them only). */
+static inline __attribute__((always_inline)) void load_row(const void *src, int64_t index,
+                                                           int chunks, int last, int kind,
+                                                           int pairs, v16f *dst) {
+    if (pairs)
+        for (int c = 0; c < chunks; c += 2) load_pair(src, index + c * LANES, dst + c, dst + c + 1);
+    else
+        for (int c = 0; c < chunks; c++)
+            dst[c] = load16(src, index + c * LANES, kind, c == chunks - 1 ? last : LANES);
+}
+
+/* The sums of sixteen vectors' lanes, as one vector: lane j is a[j]'s sum. Four levels of
+ * pairwise shuffles and adds; every vector's lanes are summed in the same tree (lane i + 8 onto
+ * i, then i + 4, i + 2, i + 1), so a score does not depend on the other fifteen. */
+static inline __attribute__((always_inline)) v16f reduce16(const v16f *a) {
+    v16f b[8], c[4], e[2];
+    for (int i = 0; i < 8; i++)
+        b[i] = __builtin_shufflevector(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7,
+                                       16, 17, 18, 19, 20, 21, 22, 23)
+             + __builtin_shufflevector(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15,
+                                       24, 25, 26, 27, 28, 29, 30, 31);
+    for (int i = 0; i < 4; i++)
+        c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11,
+                                       16, 17, 18, 19, 24, 25, 26, 27)
+             + __builtin_shufflevector(b[2 * i], b[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15,
+                                       20, 21, 22, 23, 28, 29, 30, 31);
+    for (int i = 0; i < 2; i++)
+        e[i] = __builtin_shufflevector(c[2 * i], c[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13,
+                                       16, 17, 20, 21, 24, 25, 28, 29)
+             + __builtin_shufflevector(c[2 * i], c[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15,
+                                       18, 19, 22, 23, 26, 27, 30, 31);
+    return __builtin_shufflevector(e[0], e[1], 0, 2, 4, 6, 8, 10, 12, 14,
+                                   16, 18, 20, 22, 24, 26, 28, 30)
+         + __builtin_shufflevector(e[0], e[1], 1, 3, 5, 7, 9, 11, 13, 15,
+                                   17, 19, 21, 23, 25, 27, 29, 31);
+}
+
+/* Element offset of each of the first n tokens' rows (KV head 0) in a layer's pool, read from
+ * the block table. Returns -3 (nothing else done) when a block lies outside the pool's slots. */
+static int offsets(const int64_t *table, int64_t n, int64_t bs, int64_t slots, int kv_heads,
+                   int d, int64_t *off) {
+    for (int64_t b = 0; b * bs < n; b++)
         if (table[b] < 0 || (table[b] + 1) * bs > slots) return -3;
-    for (int64_t t0 = 0; t0 < n; t0 += bs) {              /* block by block: no division */
-        int64_t slot = table[t0 / bs] * bs, end = n - t0 < bs ? n : t0 + bs;
-        int64_t next = t0 + bs < n ? table[t0 / bs + 1] * bs : -1;
-        for (int64_t t = t0; t < end; t++, slot++) {
-            int64_t at = (slot * kv_heads + kh) * d;
-            if (next >= 0) {                   /* the next block lies elsewhere: fetch it early */
-                int64_t ahead = ((next + t - t0) * kv_heads + kh) * d * (kind ? 2 : 4);
-                for (int line = 0; line < d * (kind ? 2 : 4); line += 64) {
-                    __builtin_prefetch((const char *)k + ahead + line);
-                    __builtin_prefetch((const char *)v + ahead + line);
-                }
-            }
-            widen(k, at, d, kind, kf + t * dp);
-            widen(v, at, d, kind, vf + t * dp);
-            for (int i = d; i < dp; i++) kf[t * dp + i] = vf[t * dp + i] = 0.0f;
-        }
+    for (int64_t b = 0; b * bs < n; b++) {                 /* block by block: no division */
+        int64_t slot = table[b] * bs, end = n - b * bs < bs ? n - b * bs : bs;
+        for (int64_t j = 0; j < end; j++) off[b * bs + j] = (slot + j) * kv_heads * d;
     }
     return 0;
 }
@@ -160,59 +210,139 @@ static inline float exp_neg(float x) {
     return x < -87.0f ? 0.0f : p * scale;
 }
 
-/* The G query heads of one row (widened, qf[G][PAD(d)], lanes past d zero) against the first n
- * staged keys and values: out[G][d]. scores holds G * n floats, zeros n zeros. Each score is a
- * dot product over PAD(d) / 16 vectors summed by hsum16, each output lane accumulates the values
- * in the order of t: the operations and their order depend on the query, the n keys and values,
- * and n only. */
-CLONES
-static void attend(const float *qf, const float *kf, const float *vf, int64_t n, int g_count,
-                   int d, float scale, float *out, float *scores, const float *zeros) {
-    int dp = PAD(d), chunks = dp / LANES;
-    v16f acc[MAX_G * MAX_D / LANES];
-    float total[MAX_G];
+/* Values for d = 64 and G (1 to 4) query heads: p[j][t] * v[t] summed over t in order, the
+ * 4G accumulators in registers, each value row widened once (G is a constant where it is
+ * inlined, so each G gets its own unrolled loop). */
+static inline __attribute__((always_inline)) void values_fixed(const float *const p[4],
+        const void *v, const int64_t *off, int64_t at, int64_t n, int kind, int pairs, int G,
+        v16f acc[16]) {
+    v16f a[16] = {0};
     for (int64_t t = 0; t < n; t++) {
-        const float *key = kf + t * dp;
-        for (int g = 0; g < g_count; g++) {
-            v16f dot = {0};
-            for (int c = 0; c < chunks; c++) {
-                v16f x, y;
-                memcpy(&x, qf + g * dp + c * LANES, sizeof x);
-                memcpy(&y, key + c * LANES, sizeof y);
-                dot += x * y;
-            }
-            scores[g * n + t] = hsum16(dot) * scale;
+        v16f y[4];
+        load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
+        for (int j = 0; j < G; j++) {
+            float w = p[j][t];
+            a[j * 4] += w * y[0];
+            a[j * 4 + 1] += w * y[1];
+            a[j * 4 + 2] += w * y[2];
+            a[j * 4 + 3] += w * y[3];
         }
     }
+    for (int i = 0; i < 4 * G; i++) acc[i] = a[i];
+}
+
+/* One (row, KV head) pair: the G query heads of the row (widened, qf[G][PAD(d)], lanes past d
+ * zero) against the row's first n keys and values of KV head kh, read in place from the pool
+ * (token t's row for head 0 at element off[t]): out[G][d]. scores holds G rows of PAD(n) floats
+ * plus one of zeros, dots 16 * G vectors. A score is the dot product of 16-lane vectors over
+ * PAD(d) / 16 vectors summed in reduce16's tree (sixteen keys at a time); the softmax
+ * subtracts the maximum, exp_neg, sums; each output lane sums probability times value in the
+ * order of the keys. The operations and their order depend on the query, the n keys and values,
+ * and n only. */
+CLONES
+static void attend(const float *qf, const void *k, const void *v, const int64_t *off, int64_t n,
+                   int kh, int g_count, int d, int kind, int pairs, float scale, float *out,
+                   float *scores, v16f *dots) {
+    int dp = PAD(d), chunks = dp / LANES, last = d - (chunks - 1) * LANES;
+    int64_t at = (int64_t)kh * d, stride = PAD(n), esize = kind ? 2 : 4;
+    const float *zeros = scores + (size_t)g_count * stride;
+    for (int64_t t = 0; t < n && t < LANES; t++) {     /* the first sixteen keys, all at once */
+        const char *kn = (const char *)k + (off[t] + at) * esize;
+        const char *vn = (const char *)v + (off[t] + at) * esize;
+        for (int line = 0; line < d * esize; line += 64) {
+            __builtin_prefetch(kn + line);
+            __builtin_prefetch(vn + line);
+        }
+    }
+    for (int64_t t0 = 0; t0 < n; t0 += LANES) {
+        int m = n - t0 < LANES ? (int)(n - t0) : LANES;
+        for (int j = 0; j < m; j++) {
+            int64_t t = t0 + j;
+            if (t + LANES < n) {                   /* sixteen keys ahead: this head's K and V */
+                const char *kn = (const char *)k + (off[t + LANES] + at) * esize;
+                const char *vn = (const char *)v + (off[t + LANES] + at) * esize;
+                for (int line = 0; line < d * esize; line += 64) {
+                    __builtin_prefetch(kn + line);
+                    __builtin_prefetch(vn + line);
+                }
+            }
+            v16f kc[MAX_D / LANES];
+            load_row(k, off[t] + at, chunks, last, kind, pairs, kc);
+            for (int g = 0; g < g_count; g++) {
+                v16f dot = {0};
+                for (int c = 0; c < chunks; c++) {
+                    v16f x;
+                    memcpy(&x, qf + g * dp + c * LANES, sizeof x);
+                    dot += x * kc[c];
+                }
+                dots[g * LANES + j] = dot;
+            }
+        }
+        for (int g = 0; g < g_count; g++) {
+            for (int j = m; j < LANES; j++) dots[g * LANES + j] = (v16f){0};
+            v16f s = reduce16(dots + g * LANES) * scale;
+            memcpy(scores + g * stride + t0, &s, sizeof s);   /* stride is a multiple of 16 */
+        }
+    }
+    float total[MAX_G];
     for (int g = 0; g < g_count; g++) {
-        float *s = scores + g * n, m = -INFINITY, sum = 0.0f;
-        for (int64_t t = 0; t < n; t++) m = s[t] > m ? s[t] : m;
-        for (int64_t t = 0; t < n; t++) s[t] = exp_neg(s[t] - m);
+        float *s = scores + g * stride, mx = -INFINITY, sum = 0.0f;
+        for (int64_t t = 0; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+        for (int64_t t = 0; t < n; t++) s[t] = exp_neg(s[t] - mx);
         for (int64_t t = 0; t < n; t++) sum += s[t];
         total[g] = sum;
     }
-    /* Values: each output vector accumulates p * v over t in order, four heads at a time in
-     * registers (a missing fourth head reads the zero row past the scores). */
-    for (int c = 0; c < chunks; c++)
+    v16f acc[MAX_G * MAX_D / LANES];
+    if (chunks == 4 && last == LANES) {
+        /* d = 64: up to four heads at a time, every value row read once per four heads */
         for (int g0 = 0; g0 < g_count; g0 += 4) {
-            const float *p0 = scores + g0 * n, *p[4];
-            for (int j = 0; j < 4; j++) p[j] = g0 + j < g_count ? p0 + j * n : zeros;
-            v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int64_t t = 0; t < n; t++) {
-                v16f y;
-                memcpy(&y, vf + t * dp + c * LANES, sizeof y);
-                a0 += p[0][t] * y;
-                a1 += p[1][t] * y;
-                a2 += p[2][t] * y;
-                a3 += p[3][t] * y;
+            const float *p[4];
+            int gq = g_count - g0 < 4 ? g_count - g0 : 4;
+            for (int j = 0; j < 4; j++) p[j] = g0 + j < g_count ? scores + (g0 + j) * stride : zeros;
+            v16f got[16];
+            switch (gq) {
+                case 1: values_fixed(p, v, off, at, n, kind, pairs, 1, got); break;
+                case 2: values_fixed(p, v, off, at, n, kind, pairs, 2, got); break;
+                case 3: values_fixed(p, v, off, at, n, kind, pairs, 3, got); break;
+                default: values_fixed(p, v, off, at, n, kind, pairs, 4, got); break;
             }
-            v16f got[4] = {a0, a1, a2, a3};
-            for (int j = 0; j < 4 && g0 + j < g_count; j++) acc[(g0 + j) * chunks + c] = got[j];
+            for (int j = 0; j < gq; j++)
+                for (int c = 0; c < 4; c++) acc[(g0 + j) * chunks + c] = got[j * 4 + c];
         }
+    } else {
+        /* any d: chunk by chunk, four heads at a time (the same sums, in the same order) */
+        for (int c = 0; c < chunks; c++)
+            for (int g0 = 0; g0 < g_count; g0 += 4) {
+                const float *p[4];
+                for (int j = 0; j < 4; j++)
+                    p[j] = g0 + j < g_count ? scores + (g0 + j) * stride : zeros;
+                v16f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+                int count = c == chunks - 1 ? last : LANES;
+                for (int64_t t = 0; t < n; t++) {
+                    v16f y, other;
+                    if (pairs)
+                        load_pair(v, off[t] + at + (c & ~1) * LANES, c & 1 ? &other : &y,
+                                  c & 1 ? &y : &other);
+                    else
+                        y = load16(v, off[t] + at + c * LANES, kind, count);
+                    a0 += p[0][t] * y;
+                    a1 += p[1][t] * y;
+                    a2 += p[2][t] * y;
+                    a3 += p[3][t] * y;
+                }
+                v16f got[4] = {a0, a1, a2, a3};
+                for (int j = 0; j < 4 && g0 + j < g_count; j++) acc[(g0 + j) * chunks + c] = got[j];
+            }
+    }
     for (int g = 0; g < g_count; g++) {
         float lanes[MAX_D];
         memcpy(lanes, acc + g * chunks, sizeof(float) * (size_t)dp);
-        for (int i = 0; i < d; i++) out[g * d + i] = lanes[i] / total[g];
+        if (pairs)                  /* vector c lane i is element 32 (c / 2) + 2i + c % 2 */
+            for (int c = 0; c < chunks; c++)
+                for (int i = 0; i < LANES; i++)
+                    out[g * d + (c / 2) * 32 + 2 * i + (c & 1)] = lanes[c * LANES + i] / total[g];
+        else
+            for (int i = 0; i < d; i++) out[g * d + i] = lanes[i] / total[g];
     }
 }
 
@@ -222,10 +352,10 @@ static void attend(const float *qf, const float *kf, const float *vf, int64_t n,
  * else fp32.
  *
  * table_stride > 0: every row has its own table (a decode step); work items are (row, KV head),
- * each staging its row's keys. table_stride == 0: all rows are queries of one sequence sharing
- * one table (a prefill chunk or a verification pass, lens rising); each KV head's keys are
- * staged once and every row attends to its first lens[r] of them, with the same arithmetic a
- * decode step of that row would do. */
+ * each reading its row's table. table_stride == 0: all rows are queries of one sequence sharing
+ * one table (a prefill chunk or a verification pass, lens rising); the keys' offsets are read
+ * once and every row attends to its first lens[r] keys, with the same arithmetic a decode step
+ * of that row would do. */
 int paged_decode_attention(const void *q, const void *k, const void *v, const int64_t *table,
                            int64_t table_stride, int64_t table_width, const int64_t *lens,
                            int64_t rows, int heads, int kv_heads, int d, int64_t bs, int64_t slots,
@@ -240,58 +370,56 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
         if (lens[r] > table_width * bs) return -4;
         longest = lens[r] > longest ? lens[r] : longest;
     }
-    int dp = PAD(d), shared = table_stride == 0, failed = 0;
-    size_t stage_floats = (size_t)longest * dp * 2;       /* kf and vf of one KV head */
-    float *staged = NULL;
-    if (shared) {                                          /* every KV head, staged once */
-        staged = malloc(sizeof(float) * stage_floats * (size_t)kv_heads);
-        if (!staged) return -2;
-#pragma omp parallel for num_threads(threads > 0 ? threads : 1) schedule(static)
-        for (int kh = 0; kh < kv_heads; kh++) {
-            float *kt = staged + stage_floats * kh;
-            int rc = stage(k, v, table, longest, bs, slots, kv_heads, kh, d, kind, kt,
-                           kt + (size_t)longest * dp);
-            if (rc) {
-#pragma omp atomic write
-                failed = rc;
-            }
-        }
-        if (failed) {
-            free(staged);
-            return failed;
+    int dp = PAD(d), shared = table_stride == 0, failed = 0, pairs = kind == 1 && d % 32 == 0;
+    int64_t *shared_off = NULL;
+    if (shared) {                            /* one table: every row's keys at the same offsets */
+        shared_off = malloc(sizeof(int64_t) * (size_t)longest);
+        if (!shared_off) return -2;
+        int rc = offsets(table, longest, bs, slots, kv_heads, d, shared_off);
+        if (rc) {
+            free(shared_off);
+            return rc;
         }
     }
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         float qf[MAX_G * MAX_D];
         memset(qf, 0, sizeof qf);                          /* lanes past d stay zero */
-        float *scores = calloc((size_t)(g_count + 1) * (size_t)longest, sizeof(float));
-        float *own = shared ? NULL : malloc(sizeof(float) * stage_floats);
-        if (!scores || (!shared && !own)) {
+        float *scores = calloc((size_t)(g_count + 1) * (size_t)PAD(longest), sizeof(float));
+        v16f *dots = aligned_alloc(64, sizeof(v16f) * LANES * (size_t)g_count);
+        int64_t *own = shared ? NULL : malloc(sizeof(int64_t) * (size_t)longest);
+        int ok = scores && dots && (shared || own);
+        if (!ok) {
 #pragma omp atomic write
             failed = -2;
         }
 #pragma omp for schedule(static)
         for (int64_t w = 0; w < rows * kv_heads; w++) {
-            if (!scores || (!shared && !own)) continue;
+            if (!ok) continue;
             int64_t r = w / kv_heads, n = lens[r];
             int kh = (int)(w % kv_heads);
-            float *kt = shared ? staged + stage_floats * kh : own;
-            int64_t vr_at = (shared ? longest : n) * dp;
+            const int64_t *off = shared_off;
             if (!shared) {
-                int rc = stage(k, v, table + r * table_stride, n, bs, slots, kv_heads, kh, d, kind,
-                               kt, kt + vr_at);
+                int rc = offsets(table + r * table_stride, n, bs, slots, kv_heads, d, own);
                 if (rc) {
 #pragma omp atomic write
                     failed = rc;
                     continue;
                 }
+                off = own;
             }
             int64_t at = (r * heads + (int64_t)kh * g_count) * d;
-            for (int g = 0; g < g_count; g++) widen(q, at + (int64_t)g * d, d, kind, qf + g * dp);
+            for (int g = 0; g < g_count; g++) {
+                if (pairs) {                       /* the keys' layout: see load_pair */
+                    v16f row[MAX_D / LANES];
+                    load_row(q, at + (int64_t)g * d, dp / LANES, LANES, kind, 1, row);
+                    memcpy(qf + g * dp, row, sizeof(float) * (size_t)dp);
+                } else {
+                    widen(q, at + (int64_t)g * d, d, kind, qf + g * dp);
+                }
+            }
             float row_out[MAX_G * MAX_D];
-            attend(qf, kt, kt + vr_at, n, g_count, d, scale, row_out, scores,
-                   scores + (size_t)g_count * longest);
+            attend(qf, k, v, off, n, kh, g_count, d, kind, pairs, scale, row_out, scores, dots);
             if (kind == 1)
                 for (int i = 0; i < g_count * d; i++)
                     ((uint16_t *)out)[at + i] = float_to_bf16(row_out[i]);
@@ -299,8 +427,9 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
                 memcpy((float *)out + at, row_out, sizeof(float) * (size_t)g_count * d);
         }
         free(scores);
+        free(dots);
         free(own);
     }
-    free(staged);
+    free(shared_off);
     return failed;
 }
