@@ -19,6 +19,7 @@ from engine.core.batch_info import BatchInfo
 from engine.core.finish_reason import FinishReason
 from engine.core.sequence import SOURCES, Sequence
 from engine.errors import EngineShutdownError
+from engine.heap import freeze_long_lived, thaw
 from engine.model.loader import LoadedModel
 from engine.model.special_tokens import special_token_ids
 from engine.model.prompt import check_fits, encode_prompt
@@ -271,6 +272,7 @@ class LLMEngine(EngineViews):
             close()
         if self.gpu is not None:
             self.gpu.close()
+        thaw()
 
     # ---- the engine thread -------------------------------------------------------------------
     def _loop(self) -> None:
@@ -279,6 +281,7 @@ class LLMEngine(EngineViews):
                 self.runner.warm_up()
             except Exception:  # noqa: BLE001 - a failed warm-up only costs the first TTFT
                 log.exception("warm-up failed")
+        freeze_long_lived("engine built")
         busy = False
         while True:
             with self._wake:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core.scheduler_output import ScheduledSeq
+from engine.heap import freeze_long_lived
 import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
 from engine.worker.cuda_graph_runner import BATCH_BUCKETS, CudaGraphRunner, DecodeBuffers, bucket_for
@@ -166,6 +167,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
                 self.state.cache_hits += counters["inductor"]["fxgraph_cache_hit"] - hits
                 self.state.ready.append(rows)
         self.state.status = "ready"
+        freeze_long_lived("decode step compiled")   # inductor's objects live as long
 
     def _static_buffers(self, rows: int) -> DecodeBuffers:
         bufs = self._new_buffers(rows, self.width)
