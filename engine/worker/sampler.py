@@ -19,7 +19,8 @@ import torch
 from engine.errors import NonFiniteLogitsError
 from engine.params import SAMPLING_EPS, SamplingParams
 from engine.worker.runner_output import SampleResult
-from engine.worker.sampling_ops import min_p_rows, padded_ids, count_ids, top_k_rows, top_p_rows
+from engine.worker.sampling_ops import (count_ids, min_p_rows, padded_ids, row_argmax, row_topk,
+                                        top_k_rows, top_p_rows)
 
 TOP_CANDIDATES = 5
 
@@ -185,7 +186,7 @@ class Sampler:
         x = top_p_rows(x, [p.top_p for p in params], [p.top_k for p in params])
         probs = torch.softmax(x, dim=-1)
         probs = min_p_rows(probs, [p.min_p for p in params])
-        tokens = torch.argmax(scored, dim=-1)
+        tokens = row_argmax(scored)
         drawn = [i for i, p in enumerate(params) if not p.greedy]
         failed: dict[int, Exception] = {}
         if drawn:
@@ -199,10 +200,10 @@ class Sampler:
                 except RuntimeError as exc:
                     failed[i] = exc
         k = min(TOP_CANDIDATES, vocab)
-        top = torch.topk(probs, k, dim=-1)
+        top_values, top_indices = row_topk(probs, k)
         packed = torch.cat([tokens.double()[:, None],
                             probs.gather(1, tokens[:, None]).double(),
-                            top.indices.double(), top.values.double(),
+                            top_indices.double(), top_values.double(),
                             finite.double()[:, None]], dim=1)
         out: list[SampleResult | Exception] = []
         for i, row in enumerate(packed.tolist()):  # the step's one host-device transfer

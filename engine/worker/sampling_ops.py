@@ -79,3 +79,60 @@ def min_p_rows(probs: torch.Tensor, ms: list[float]) -> torch.Tensor:
     probs = probs.clone()
     probs[rows] = sub / sub.sum(dim=-1, keepdim=True)
     return probs
+
+
+CHUNK = 256
+"""Columns per chunk in :func:`row_argmax` and :func:`row_topk`."""
+
+
+def _chunked(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``x [N, V]`` padded with ``-inf`` to whole chunks, viewed ``[N, V / CHUNK, CHUNK]``."""
+    n, v = x.shape
+    chunks = -(-v // CHUNK)
+    if chunks * CHUNK != v:
+        x = torch.cat([x, x.new_full((n, chunks * CHUNK - v), float("-inf"))], 1)
+    return x.reshape(n, chunks, CHUNK), chunks
+
+
+def row_argmax(x: torch.Tensor) -> torch.Tensor:
+    """``torch.argmax(x, -1)`` of a float ``[N, V]``: the first index of each row's maximum.
+
+    On the CPU, PyTorch's ``argmax`` over the last dimension runs one element at a time (466 µs
+    for 8 × 49,152 fp32 on one thread, ``amax`` 23 µs). Here the maximum of each 256-column
+    chunk (vectorized), the first chunk holding the row's maximum, then the first index within
+    it: the same index ``argmax`` gives for every finite row (a NaN row is reported as an error
+    by the sampler, whatever its index). Other devices call ``argmax``.
+
+    Returns:
+        ``[N]`` int64 column indices.
+    """
+    if x.device.type != "cpu":
+        return torch.argmax(x, dim=-1)
+    blocks, _ = _chunked(x)
+    best = blocks.amax(-1).argmax(-1)                                   # [N] first best chunk
+    inside = blocks[torch.arange(x.shape[0]), best].argmax(-1)          # [N] within it
+    return best * CHUNK + inside
+
+
+def row_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(x, k, -1)`` of a float ``[N, V]``: values and indices, largest first.
+
+    On the CPU ``topk`` over 49,152 columns costs about ``argmax``'s time. The ``k`` largest
+    values lie in the ``k`` chunks with the largest maxima (any other chunk's maximum is below
+    ``k`` values from distinct chunks), so ``topk`` runs over those ``k × 256`` columns only. The
+    values are ``topk``'s; among equal values the order may differ. Other devices call ``topk``.
+
+    Returns:
+        ``([N, k] values, [N, k] int64 indices)``.
+    """
+    if x.device.type != "cpu":
+        top = torch.topk(x, k, dim=-1)
+        return top.values, top.indices
+    blocks, chunks = _chunked(x)
+    if k >= chunks:
+        top = torch.topk(x, k, dim=-1)
+        return top.values, top.indices
+    best = torch.topk(blocks.amax(-1), k, dim=-1).indices               # [N, k] chunks
+    cols = (best[:, :, None] * CHUNK + torch.arange(CHUNK)).reshape(x.shape[0], -1)
+    top = torch.topk(blocks.reshape(x.shape[0], -1).gather(1, cols), k, dim=-1)
+    return top.values, cols.gather(1, top.indices)
