@@ -47,10 +47,8 @@ def freeze_long_lived(when: str) -> int:
 def thaw() -> None:
     """Let the collector free what an engine that shut down leaves in reference cycles (its
     model, pool and thread would otherwise stay frozen while the process goes on: tests, the
-    page's lessons and model switches), then freeze what still lives again: unfreeze, one full
-    collection (about 0.5 s with a model loaded), freeze."""
+    page's lessons and model switches), then freeze what still lives again: unfreeze, then
+    :func:`freeze_long_lived` (one full collection, about 0.5 s with a model loaded)."""
     with _lock:
         gc.unfreeze()
-        if FREEZE:
-            gc.collect()
-            gc.freeze()
+    freeze_long_lived("an engine shut down")

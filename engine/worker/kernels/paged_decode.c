@@ -210,6 +210,15 @@ static inline float exp_neg(float x) {
     return x < -87.0f ? 0.0f : p * scale;
 }
 
+/* Ask for the cache lines of one row of K and of V (`bytes` each, from byte `at`). */
+static inline __attribute__((always_inline)) void prefetch_rows(const void *k, const void *v,
+                                                                int64_t at, int bytes) {
+    for (int line = 0; line < bytes; line += 64) {
+        __builtin_prefetch((const char *)k + at + line);
+        __builtin_prefetch((const char *)v + at + line);
+    }
+}
+
 /* Values for d = 64 and G (1 to 4) query heads: p[j][t] * v[t] summed over t in order, the
  * 4G accumulators in registers, each value row widened once (G is a constant where it is
  * inlined, so each G gets its own unrolled loop). */
@@ -246,26 +255,14 @@ static void attend(const float *qf, const void *k, const void *v, const int64_t 
     int dp = PAD(d), chunks = dp / LANES, last = d - (chunks - 1) * LANES;
     int64_t at = (int64_t)kh * d, stride = PAD(n), esize = kind ? 2 : 4;
     const float *zeros = scores + (size_t)g_count * stride;
-    for (int64_t t = 0; t < n && t < LANES; t++) {     /* the first sixteen keys, all at once */
-        const char *kn = (const char *)k + (off[t] + at) * esize;
-        const char *vn = (const char *)v + (off[t] + at) * esize;
-        for (int line = 0; line < d * esize; line += 64) {
-            __builtin_prefetch(kn + line);
-            __builtin_prefetch(vn + line);
-        }
-    }
+    for (int64_t t = 0; t < n && t < LANES; t++)        /* the first sixteen keys, all at once */
+        prefetch_rows(k, v, (off[t] + at) * esize, d * esize);
     for (int64_t t0 = 0; t0 < n; t0 += LANES) {
         int m = n - t0 < LANES ? (int)(n - t0) : LANES;
         for (int j = 0; j < m; j++) {
             int64_t t = t0 + j;
-            if (t + LANES < n) {                   /* sixteen keys ahead: this head's K and V */
-                const char *kn = (const char *)k + (off[t + LANES] + at) * esize;
-                const char *vn = (const char *)v + (off[t + LANES] + at) * esize;
-                for (int line = 0; line < d * esize; line += 64) {
-                    __builtin_prefetch(kn + line);
-                    __builtin_prefetch(vn + line);
-                }
-            }
+            if (t + LANES < n)                     /* sixteen keys ahead: this head's K and V */
+                prefetch_rows(k, v, (off[t + LANES] + at) * esize, d * esize);
             v16f kc[MAX_D / LANES];
             load_row(k, off[t] + at, chunks, last, kind, pairs, kc);
             for (int g = 0; g < g_count; g++) {
@@ -383,8 +380,7 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
     }
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
-        float qf[MAX_G * MAX_D];
-        memset(qf, 0, sizeof qf);                          /* lanes past d stay zero */
+        float qf[MAX_G * MAX_D];                           /* lanes past d are zero */
         float *scores = calloc((size_t)(g_count + 1) * (size_t)PAD(longest), sizeof(float));
         v16f *dots = aligned_alloc(64, sizeof(v16f) * LANES * (size_t)g_count);
         int64_t *own = shared ? NULL : malloc(sizeof(int64_t) * (size_t)longest);
@@ -409,14 +405,10 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
                 off = own;
             }
             int64_t at = (r * heads + (int64_t)kh * g_count) * d;
-            for (int g = 0; g < g_count; g++) {
-                if (pairs) {                       /* the keys' layout: see load_pair */
-                    v16f row[MAX_D / LANES];
-                    load_row(q, at + (int64_t)g * d, dp / LANES, LANES, kind, 1, row);
-                    memcpy(qf + g * dp, row, sizeof(float) * (size_t)dp);
-                } else {
-                    widen(q, at + (int64_t)g * d, d, kind, qf + g * dp);
-                }
+            for (int g = 0; g < g_count; g++) {     /* in the keys' layout (load_row) */
+                v16f row[MAX_D / LANES];
+                load_row(q, at + (int64_t)g * d, dp / LANES, d - dp + LANES, kind, pairs, row);
+                memcpy(qf + g * dp, row, sizeof(float) * (size_t)dp);
             }
             float row_out[MAX_G * MAX_D];
             attend(qf, k, v, off, n, kh, g_count, d, kind, pairs, scale, row_out, scores, dots);
