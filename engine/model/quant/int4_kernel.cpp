@@ -1,0 +1,183 @@
+// 4-bit weight-only matrix product on AVX-512-bf16: y [M, N] = x [M, K] · Wᵀ, W in groups of 32.
+//
+// Weights are 4-bit codes q (0..15) with, per output column and group of 32 inputs, a bf16
+// scale s and zero z: w = (q - 8) · s + z (the convention of PyTorch's int4 kernels). The
+// product is computed factored per group g:
+//
+//     y[m, n] = Σ_g ( s[g, n] · Σ_{k∈g} x[m, k] · (q[n, k] - 8)  +  z[g, n] · Σ_{k∈g} x[m, k] )
+//
+// The inner sums run on vdpbf16ps: a code minus 8 is exact in bf16 and so is its product with a
+// bf16 activation, accumulated in fp32 two inputs at a time. Codes become bf16 by a 16-entry
+// table lookup (vpermw) in registers, so the weights are read once, as 4-bit codes.
+//
+// Layout (built by engine/model/quant/int4_kernel.py from the codes):
+//   codes  uint8 [N/32, K/2, 32]: for column block b and input pair i, byte 2j+e holds column
+//          32b+j's code of input 2i+e in its low nibble and column 32b+16+j's in its high nibble.
+//   sz     bf16  [N/32, K/32, 2, 32]: the block's 32 scales, then its 32 zeros, per group.
+//
+// Batch invariance: every output element goes through the same instructions in the same order
+// whatever M is and whichever rows share its register block (rows are blocked by 4, the rest
+// by 3, 2 or 1 with the same per-row sequence), and threads split column blocks only. So a row's
+// bits depend on that row alone.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kCols = 32;   // output columns per block (two zmm of fp32)
+constexpr int64_t kGroup = 32;  // inputs per scale group
+
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+struct Problem {
+  const uint16_t* x;    // [M, K] bf16 bits
+  const uint8_t* w;     // codes, layout above
+  const uint16_t* sz;   // scales and zeros, layout above
+  const float* xsum;    // [M, K/32] per-group sums of x
+  uint16_t* y;          // [M, N] bf16 bits
+  int64_t K, N;
+};
+
+TARGET static inline __m512 widen(const uint16_t* p) {  // 16 bf16 → 16 fp32 (exact)
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+// R rows (m0 .. m0+R-1) of one column block b.
+//
+// A code q becomes the bf16 1 + q/16 by placing it in the top 4 of the 7 mantissa bits
+// (0x3F80 | q << 3; one shift and one bitwise select, no table). Each product with a bf16
+// activation is exact in fp32, and over a group
+//     Σ x·(q - 8) = 16 · Σ x·(1 + q/16) - 24 · Σ x,
+// so a group adds 16·s · D + (z - 24·s) · Σx to the output, D being the vdpbf16ps sum. The
+// sum runs in two chains (even and odd input pairs) so that 16 vdpbf16ps are in flight for
+// four rows, then the chains are added: the same order for every row.
+template <int R>
+TARGET static inline void rows_block(const Problem& p, int64_t m0, int64_t b) {
+  const int64_t groups = p.K / kGroup;
+  const uint8_t* w = p.w + b * (p.K / 2) * kCols;
+  const uint16_t* sz = p.sz + b * groups * 2 * kCols;
+  const __m512i nibble = _mm512_set1_epi16(0x78);     // q << 3 lands here
+  const __m512i one = _mm512_set1_epi16(0x3F80);      // bf16 1.0
+  const __m512 sixteen = _mm512_set1_ps(16.0f), twenty_four = _mm512_set1_ps(24.0f);
+  const uint16_t* xr[R];
+  for (int r = 0; r < R; ++r) xr[r] = p.x + (m0 + r) * p.K;
+  __m512 out[R][2];
+  for (int r = 0; r < R; ++r) out[r][0] = out[r][1] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 acc[2][R][2];
+    for (int h = 0; h < 2; ++h)
+      for (int r = 0; r < R; ++r) acc[h][r][0] = acc[h][r][1] = _mm512_setzero_ps();
+    const uint8_t* wg = w + g * (kGroup / 2) * kCols;
+#pragma GCC unroll 16
+    for (int i = 0; i < kGroup / 2; ++i) {
+      const __m512i c = _mm512_cvtepu8_epi16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + i * kCols)));
+      // (c << 3) & 0x78 | 0x3F80 and (c >> 1) & 0x78 | 0x3F80: ternary logic A&B | C (0xEA)
+      const __m512bh wa = (__m512bh)_mm512_ternarylogic_epi32(_mm512_slli_epi16(c, 3), nibble, one, 0xEA);
+      const __m512bh wb = (__m512bh)_mm512_ternarylogic_epi32(_mm512_srli_epi16(c, 1), nibble, one, 0xEA);
+      const int h = i & 1;
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        __builtin_memcpy(&pair, xr[r] + g * kGroup + 2 * i, 4);
+        const __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+        acc[h][r][0] = _mm512_dpbf16_ps(acc[h][r][0], xb, wa);
+        acc[h][r][1] = _mm512_dpbf16_ps(acc[h][r][1], xb, wb);
+      }
+    }
+    const uint16_t* s = sz + g * 2 * kCols;
+    const __m512 s0 = widen(s), s1 = widen(s + 16);
+    const __m512 z0 = _mm512_fnmadd_ps(twenty_four, s0, widen(s + 32));
+    const __m512 z1 = _mm512_fnmadd_ps(twenty_four, s1, widen(s + 48));
+    const __m512 t0 = _mm512_mul_ps(sixteen, s0), t1 = _mm512_mul_ps(sixteen, s1);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xs = _mm512_set1_ps(p.xsum[(m0 + r) * groups + g]);
+      out[r][0] = _mm512_fmadd_ps(_mm512_add_ps(acc[0][r][0], acc[1][r][0]), t0, out[r][0]);
+      out[r][1] = _mm512_fmadd_ps(_mm512_add_ps(acc[0][r][1], acc[1][r][1]), t1, out[r][1]);
+      out[r][0] = _mm512_fmadd_ps(xs, z0, out[r][0]);
+      out[r][1] = _mm512_fmadd_ps(xs, z1, out[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    uint16_t* yr = p.y + (m0 + r) * p.N + b * kCols;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr), (__m256i)_mm512_cvtneps_pbh(out[r][0]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(yr + 16), (__m256i)_mm512_cvtneps_pbh(out[r][1]));
+  }
+}
+
+// Σ of each group of 32 inputs of each row, in fp32 (pairs on vdpbf16ps against ones, then a
+// fixed reduction of 16 lanes): [M, K/32].
+TARGET static void group_sums(const uint16_t* x, int64_t M, int64_t K, float* out) {
+  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < K / kGroup; ++g) {
+      const __m512bh v = (__m512bh)_mm512_loadu_si512(x + m * K + g * kGroup);
+      out[m * (K / kGroup) + g] = _mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), v, ones));
+    }
+}
+
+TARGET static void run(const Problem& p, int64_t M, int64_t b0, int64_t b1) {
+  for (int64_t b = b0; b < b1; ++b) {
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) rows_block<4>(p, m, b);
+    switch (M - m) {
+      case 3: rows_block<3>(p, m, b); break;
+      case 2: rows_block<2>(p, m, b); break;
+      case 1: rows_block<1>(p, m, b); break;
+      default: break;
+    }
+  }
+}
+
+bool cpu_ok() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bf16");
+}
+
+at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& sz) {
+  TORCH_CHECK(cpu_ok(), "int4_mm: this CPU lacks AVX-512-bf16");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous() && x.is_cpu(),
+              "int4_mm: x must be a contiguous 2-D bf16 CPU tensor");
+  TORCH_CHECK(codes.dim() == 3 && codes.scalar_type() == at::kByte && codes.is_contiguous() &&
+              codes.size(2) == kCols, "int4_mm: codes must be uint8 [N/32, K/2, 32]");
+  const int64_t M = x.size(0), K = x.size(1), blocks = codes.size(0), N = blocks * kCols;
+  TORCH_CHECK(K % kGroup == 0 && codes.size(1) * 2 == K,
+              "int4_mm: x has ", K, " inputs, codes hold ", codes.size(1) * 2);
+  TORCH_CHECK(sz.scalar_type() == at::kBFloat16 && sz.is_contiguous() &&
+              sz.numel() == blocks * (K / kGroup) * 2 * kCols,
+              "int4_mm: sz must be bf16 [N/32, K/32, 2, 32]");
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  std::vector<float> xsum(M * (K / kGroup));
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  group_sums(xp, M, K, xsum.data());
+  const Problem p{xp, codes.data_ptr<uint8_t>(),
+                  reinterpret_cast<const uint16_t*>(sz.data_ptr<at::BFloat16>()), xsum.data(),
+                  reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>()), K, N};
+  // Enough work per task that a small product stays on the calling thread.
+  const int64_t per_block = M * K;
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(per_block, 1));
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) { run(p, M, b0, b1); });
+  return y;
+}
+
+bool int4_available() { return cpu_ok(); }
+
+}  // namespace
+
+TORCH_LIBRARY(playground_int4, m) {
+  m.def("int4_mm(Tensor x, Tensor codes, Tensor sz) -> Tensor");
+  m.def("available() -> bool", &int4_available);
+}
+
+TORCH_LIBRARY_IMPL(playground_int4, CPU, m) { m.impl("int4_mm", &int4_mm); }

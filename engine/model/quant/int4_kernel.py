@@ -1,0 +1,203 @@
+"""4-bit weight-only products on AVX-512-bf16 CPUs: the C++ kernel in ``int4_kernel.cpp``.
+
+Why a kernel of our own: PyTorch's CPU int4 kernel (``_weight_int4pack_mm_for_cpu``) reads the
+codes once per row, so its time grows with the rows from the first: on the embedded model's
+products (30 layers, one thread, AVX-512-bf16 EPYC) 5.7 / 16.4 / 45.9 ms at 1 / 8 / 32 rows
+against oneDNN's bf16 12.5 / 12.3 / 24.7 ms. int4 weights, a quarter of bf16's bytes, then lost to
+bf16 from 8 concurrent streams. This kernel turns each code into a bf16 in registers and
+multiplies on ``vdpbf16ps`` for four rows at once, so it is bound by the weights' bytes at a few
+rows and by bf16 arithmetic at many: 2.7-3.0 / 8.1-11.2 / 24.6-28.5 ms for the same products
+(``docs/performance.md`` has the table). Each output element goes through the same instructions
+whatever the number of rows, so rows are batch-invariant.
+
+The source is compiled against this torch's headers with the machine's C++ compiler (``$CXX``,
+``c++`` or ``g++``; about 10 s, once) into ``<cache_dir()>/kernels/int4_kernel-<hash>.so`` and
+loaded with ``torch.ops.load_library``: the op ``playground_int4::int4_mm`` is a C++ operator, so
+the compiled decode step calls it at the cost of an ATen op (~2 µs), not a Python one. Without a
+compiler, without AVX-512-bf16, or with ``LLM_PLAYGROUND_INT4_KERNEL=0``, int4 layers keep
+PyTorch's kernel and :func:`unavailable_reason` says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("engine")
+
+SOURCE = Path(__file__).with_name("int4_kernel.cpp")
+FLAGS = ("-O3", "-shared", "-fPIC", "-std=c++20", "-fopenmp", "-ffp-contract=off", "-w")
+"""``-ffp-contract=off``: the kernel's order of operations is written out in intrinsics; no
+fusing of a multiply and an add that the source keeps apart. ``-fopenmp``: ATen's
+``parallel_for`` is inlined from its header as an OpenMP region (the same libgomp torch uses)."""
+COLUMNS = 32
+"""Output columns per block of the kernel's layout: a layer takes the kernel when its outputs are
+a multiple of 32 and its group size is 32."""
+GROUP = 32
+
+_lock = threading.Lock()
+_state: dict = {}       # "ok": True once loaded, or "error": why not
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+
+
+def _command(compiler: str, target: str) -> list[str]:
+    from torch.utils import cpp_extension
+
+    lib = Path(torch.__file__).parent / "lib"
+    abi = int(torch.compiled_with_cxx11_abi())
+    return [compiler, *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            *(f"-I{p}" for p in cpp_extension.include_paths()),
+            f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", target,
+            f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
+
+
+def _build(compiler: str) -> Path:
+    """Compile the source into the cache (if not there yet) and return the library's path.
+    The cache key covers the source, the flags, the compiler and the torch build."""
+    from engine.model.loader import cache_dir
+
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(
+        (compiler, *FLAGS, torch.__version__, str(Path(torch.__file__).parent))).encode()).hexdigest()[:16]
+    folder = cache_dir() / "kernels"
+    target = folder / f"int4_kernel-{key}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".int4_kernel-", suffix=".so", dir=folder)
+    os.close(fd)
+    try:
+        done = subprocess.run(_command(compiler, tmp), capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-400:]}")
+        os.replace(tmp, target)        # atomic: a parallel start sees all of it or nothing
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _cpu_has_bf16_dot() -> bool:
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = line
+                    break
+    except OSError:
+        return False
+    have = set(flags.split())
+    return {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= have
+
+
+def available() -> bool:
+    """Whether the kernel is built, loaded and runs on this CPU (tried once per process,
+    thread-safe; the first call may compile for about 10 s)."""
+    if "ok" in _state:
+        return True
+    with _lock:
+        if "ok" in _state or "error" in _state:
+            return "ok" in _state
+        try:
+            if os.environ.get("LLM_PLAYGROUND_INT4_KERNEL", "1") == "0":
+                raise RuntimeError("turned off by LLM_PLAYGROUND_INT4_KERNEL=0")
+            if not _cpu_has_bf16_dot():
+                raise RuntimeError("this CPU has no AVX-512-bf16 (vdpbf16ps)")
+            compiler = _compiler()
+            if compiler is None:
+                raise RuntimeError("no C++ compiler (c++, g++ or $CXX) on this machine")
+            if not hasattr(torch.ops.playground_int4, "int4_mm"):
+                torch.ops.load_library(str(_build(compiler)))
+            if not torch.ops.playground_int4.available():
+                raise RuntimeError("the kernel's CPU check failed")
+            _register_fake()
+            _state["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - any failure: keep PyTorch's kernel, say why
+            _state["error"] = f"{type(exc).__name__}: {exc}"[:400]
+            log.info("int4 kernel unavailable (%s); int4 layers use PyTorch's kernel",
+                     _state["error"])
+        return "ok" in _state
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernel is not used (``None`` when it is)."""
+    return None if available() else _state.get("error")
+
+
+def applies(out_features: int, group_size: int) -> bool:
+    """Whether a CPU layer of ``out_features`` outputs in groups of ``group_size`` takes it."""
+    return out_features % COLUMNS == 0 and group_size == GROUP and available()
+
+
+def pack(q: torch.Tensor, scales_and_zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's layout from codes and PyTorch's int4 scales.
+
+    Args:
+        q: ``[N, K]`` codes in 0..15 (any integer dtype), ``N`` a multiple of 32, ``K`` of 32.
+        scales_and_zeros: ``bf16 [K/32, N, 2]``, (scale, zero) with ``w = (q - 8)·scale + zero``.
+
+    Returns:
+        ``codes uint8 [N/32, K/2, 32]`` (for block ``b`` and input pair ``i``, byte ``2j + e``
+        holds column ``32b + j``'s code of input ``2i + e`` in its low nibble and column
+        ``32b + 16 + j``'s in its high nibble) and ``sz bf16 [N/32, K/32, 2, 32]`` (the block's
+        32 scales, then its 32 zeros, per group): the same bytes as PyTorch's layout.
+    """
+    n, k = q.shape
+    qb = q.to(torch.uint8).view(n // COLUMNS, 2, 16, k // 2, 2)
+    lo = qb[:, 0].permute(0, 2, 1, 3).reshape(n // COLUMNS, k // 2, COLUMNS)
+    hi = qb[:, 1].permute(0, 2, 1, 3).reshape(n // COLUMNS, k // 2, COLUMNS)
+    codes = (lo | (hi << 4)).contiguous()
+    sz = scales_and_zeros.to(torch.bfloat16).view(k // GROUP, n // COLUMNS, COLUMNS, 2)
+    return codes, sz.permute(1, 0, 3, 2).contiguous()
+
+
+def unpack(codes: torch.Tensor, sz: torch.Tensor, rows: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`pack` undone: ``(q uint8 [N, K] or [R, K], scales_and_zeros bf16 [K/32, N or R, 2])``
+    for all outputs or the outputs ``rows [R]`` (int64)."""
+    blocks, pairs, _ = codes.shape
+    k = pairs * 2
+    lo, hi = codes & 15, codes >> 4                                  # [B, K/2, 32] each
+    both = torch.stack([lo, hi], 1).view(blocks, 2, pairs, 16, 2)     # [B, half, i, j, e]
+    q = both.permute(0, 1, 3, 2, 4).reshape(blocks * COLUMNS, k)
+    s = sz.permute(1, 0, 3, 2).reshape(k // GROUP, blocks * COLUMNS, 2)
+    if rows is not None:
+        q, s = q[rows], s[:, rows]
+    return q, s
+
+
+def int4_mm(x: torch.Tensor, codes: torch.Tensor, sz: torch.Tensor) -> torch.Tensor:
+    """``y [M, N] = x [M, K] · Wᵀ`` in bf16 for weights in :func:`pack`'s layout.
+
+    The products are exact in fp32 and summed per group of 32 inputs in fp32 (two chains of
+    ``vdpbf16ps``), scaled per group (``16·scale·D + (zero - 24·scale)·Σx``, the derivation in
+    ``int4_kernel.cpp``), and rounded once to bf16 (nearest even).
+
+    Args:
+        x: ``bf16 [M, K]`` contiguous on the CPU.
+        codes, sz: from :func:`pack`.
+
+    Raises:
+        RuntimeError: the kernel is unavailable (check :func:`available`), or a tensor of
+            another dtype or shape (the message names it).
+    """
+    return torch.ops.playground_int4.int4_mm(x, codes, sz)
+
+
+def _register_fake() -> None:
+    """Shapes for tracing (``torch.compile``): ``[M, N]`` bf16."""
+    @torch.library.register_fake("playground_int4::int4_mm")
+    def _(x, codes, sz):
+        return x.new_empty(x.shape[0], codes.shape[0] * COLUMNS)
