@@ -15,11 +15,14 @@ Kernels (bf16 activations in and out):
   by ``torch.ops.aten._convert_weight_to_int4pack(q_uint8 [N, K/2], inner_k_tiles)`` from
   two codes per byte (even column in the high nibble).
 
-The CPU kernel is used at every size: one layer's products (SmolLM2, 1 core) took 0.44 /
-5.4 / 21.8 ms at 8 / 128 / 512 rows against fp32's 1.7 / 9.5 / 36 ms. Dequantizing to bf16 for
-the bf16 GEMM (4.5× fp32 at large sizes on this AVX-512-bf16 CPU) lost: unpacking the codes
-alone took about 9 ms per layer, so it only paid for itself past ~1,000 rows, more than a
-prefill chunk (512).
+- CPU with AVX-512-bf16: the engine's own kernel (:mod:`.int4_kernel`), the same codes,
+  scales and zeros in its own layout, for layers whose outputs are a multiple of 32: bound by
+  the weights' bytes at a few rows and by bf16 arithmetic at many, where PyTorch's kernel grows
+  with every row (30 layers' products at 8 rows: 8-11 ms against 16 ms).
+
+One kernel serves a layer at every row count (prefill chunks and decode steps alike), so a
+row's bits never depend on how many rows share the call. Switching to a dequantized bf16 GEMM
+for large chunks was measured and dropped: unpacking the codes alone took about 9 ms per layer.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ import functools
 import torch
 from torch import nn
 
+from engine.model.quant import int4_kernel
+
 GROUP_SIZE = 32
 _MM_CPU = torch.ops.aten._weight_int4pack_mm_for_cpu  # looked up once: 120 calls per decode step
+_MM_BF16DOT = int4_kernel.int4_mm
 CPU_BLOCK_N = 64  # rows per tile of the CPU packed layout (see :func:`unpack_cpu`)
 
 
@@ -131,8 +137,11 @@ class Int4Linear(nn.Module):
     """``y = x Wᵀ + b`` with ``W`` stored as packed 4-bit codes and per-group bf16 scales and zeros.
 
     Buffers (their bytes are what :func:`engine.model.accounting.weight_bytes` counts):
-    ``weight_packed`` (``uint8 [N, K/2]`` on CPU; the CUDA kernel's own tiled layout on CUDA),
-    ``scales_and_zeros`` (``bf16 [K/G, N, 2]``) and ``bias`` (``[N]`` or absent).
+    ``weight_packed`` and ``scales_and_zeros`` in the layout of the kernel that runs the layer
+    (:attr:`layout`): ``"cpu-bf16dot"`` (:mod:`.int4_kernel`: ``uint8 [N/32, K/2, 32]`` and
+    ``bf16 [N/32, K/G, 2, 32]``), ``"cpu-aten"`` (``uint8 [N, K/2]`` and ``bf16 [K/G, N, 2]``)
+    or ``"cuda-aten"`` (the CUDA kernel's tiled layout and ``bf16 [K/G, N, 2]``); the same bytes
+    in each. ``bias`` is ``[N]`` or absent.
     Activations of any float dtype go in; the kernel runs in bf16; the output has the input's
     dtype.
 
@@ -150,8 +159,7 @@ class Int4Linear(nn.Module):
         self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
         dev = q.device
         d32, m32 = d.float(), m.float()
-        sz = torch.stack([d32, m32 + 8 * d32], -1).transpose(0, 1).contiguous()   # [K/G, N, 2]
-        self.register_buffer("scales_and_zeros", sz.to(torch.bfloat16))
+        sz = torch.stack([d32, m32 + 8 * d32], -1).transpose(0, 1).to(torch.bfloat16)  # [K/G, N, 2]
         if dev.type == "cuda":
             tiles = _inner_k_tiles(in_features)
             if tiles is None:
@@ -160,9 +168,15 @@ class Int4Linear(nn.Module):
             q8 = q.to(torch.uint8)
             pairs = (q8[:, ::2] << 4 | q8[:, 1::2]).contiguous()
             packed = torch.ops.aten._convert_weight_to_int4pack(pairs, tiles)
+            self.layout = "cuda-aten"
+        elif int4_kernel.applies(out_features, group_size):
+            packed, sz = int4_kernel.pack(q, sz)
+            self.layout = "cpu-bf16dot"
         else:
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 8)
+            self.layout = "cpu-aten"
         self.register_buffer("weight_packed", packed)
+        self.register_buffer("scales_and_zeros", sz.contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self._bind()
 
@@ -180,20 +194,26 @@ class Int4Linear(nn.Module):
     def _bind(self) -> None:
         """Keep the kernel and its tensors in one plain attribute: a decode step makes about 120
         of these calls, and each buffer read through ``nn.Module.__getattr__`` costs a lookup."""
-        mm = torch.ops.aten._weight_int4pack_mm if self.weight_packed.device.type == "cuda" else _MM_CPU
-        self._call = (mm, self.weight_packed, self.group_size, self.scales_and_zeros, self.bias)
+        packed, sz = self.weight_packed, self.scales_and_zeros
+        if self.layout == "cpu-bf16dot":
+            self._call = (_MM_BF16DOT, (packed, sz), self.bias)
+        else:
+            mm = torch.ops.aten._weight_int4pack_mm if self.layout == "cuda-aten" else _MM_CPU
+            self._call = (mm, (packed, self.group_size, sz), self.bias)
 
     def _kernel(self, x2: torch.Tensor) -> torch.Tensor:
-        mm, packed, group, sz, _ = self._call
-        return mm(x2, packed, group, sz)
+        mm, args, _ = self._call
+        return mm(x2, *args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x [..., K]`` → ``[..., N]`` in ``x``'s dtype."""
-        mm, packed, group, sz, bias = self._call
+        mm, args, bias = self._call
         x2 = x.reshape(-1, self.in_features)
         if x2.dtype != torch.bfloat16:
             x2 = x2.to(torch.bfloat16)
-        y = mm(x2, packed, group, sz)
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        y = mm(x2, *args)
         if bias is not None:
             y = y + bias.to(y.dtype)
         return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
@@ -201,9 +221,13 @@ class Int4Linear(nn.Module):
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The bf16 weight ``(q - 8) · scale + zero``: ``[N, K]``, or ``[R, K]`` for ``rows [R]``."""
         n, k, g = self.out_features, self.in_features, self.group_size
-        if self.weight_packed.device.type == "cpu" and cpu_layout_ok():
-            q = unpack_cpu(self.weight_packed, n, k, rows)
-            sz = self.scales_and_zeros if rows is None else self.scales_and_zeros[:, rows]
+        fast = self.layout == "cpu-bf16dot" or (self.layout == "cpu-aten" and cpu_layout_ok())
+        if fast:
+            if self.layout == "cpu-bf16dot":
+                q, sz = int4_kernel.unpack(self.weight_packed, self.scales_and_zeros, rows)
+            else:
+                q = unpack_cpu(self.weight_packed, n, k, rows)
+                sz = self.scales_and_zeros if rows is None else self.scales_and_zeros[:, rows]
             r = q.shape[0]
             s = sz[..., 0].T.reshape(r, k // g, 1)
             z = sz[..., 1].T.reshape(r, k // g, 1)

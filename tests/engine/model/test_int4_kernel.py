@@ -1,0 +1,127 @@
+"""The engine's int4 CPU kernel (``engine/model/quant/int4_kernel``): the fp32 reference's answer,
+a row's bits independent of its batch and thread count, its layout read back exactly, bad
+tensors refused by name, and the layers that take it (or keep PyTorch's kernel, with the reason).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.model.quant import int4_kernel as kernel
+from engine.model.quant.int4 import Int4Linear, quantize_groups
+
+pytestmark = pytest.mark.skipif(not kernel.available(),
+                                reason=f"int4 kernel unavailable: {kernel.unavailable_reason()}")
+
+N, K = 1536, 576          # the embedded model's gate/up outputs and hidden size
+
+
+@pytest.fixture(scope="module")
+def weight():
+    """Quantized codes, the packed layout and the fp32 weight they stand for."""
+    g = torch.Generator().manual_seed(0)
+    q, d, m = quantize_groups(torch.randn(N, K, generator=g) * 0.05)
+    sz = torch.stack([d, m + 8 * d], -1).transpose(0, 1).to(torch.bfloat16)     # [K/32, N, 2]
+    s, z = sz[..., 0].float().T, sz[..., 1].float().T                              # [N, K/32]
+    ref_w = ((q.float() - 8).view(N, K // 32, 32) * s[..., None] + z[..., None]).view(N, K)
+    codes, packed_sz = kernel.pack(q, sz)
+    return q, sz, codes, packed_sz, ref_w
+
+
+def test_matches_the_dequantized_fp32_product(weight):
+    """Against ``x Wᵀ`` in fp32 with W rebuilt from the same bf16 scales and zeros: the only
+    differences are bf16 rounding of the activations and of the result, so most outputs are
+    the fp32 answer rounded to bf16 and none is off by more than 1% of the largest."""
+    *_, codes, sz, ref_w = weight
+    g = torch.Generator().manual_seed(1)
+    for rows in (1, 3, 4, 7, 32, 100):
+        x = torch.randn(rows, K, generator=g).to(torch.bfloat16)
+        got = kernel.int4_mm(x, codes, sz)
+        ref = F.linear(x.float(), ref_w)
+        assert got.dtype == torch.bfloat16 and got.shape == (rows, N)
+        assert (got.float() - ref).abs().max() <= 0.01 * ref.abs().max()
+        assert (got == ref.to(torch.bfloat16)).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_has_the_same_bits_alone_and_in_any_batch(weight, threads):
+    """Rows are computed 4, 3, 2 or 1 at a time with the same per-row instructions, so a row's
+    result does not depend on how many rows share the call, nor on the thread count."""
+    *_, codes, sz, _ = weight
+    x = torch.randn(37, K).to(torch.bfloat16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        full = kernel.int4_mm(x, codes, sz)
+        for m in range(1, 37):
+            assert torch.equal(kernel.int4_mm(x[:m], codes, sz), full[:m]), m
+        for i in (0, 5, 36):
+            assert torch.equal(kernel.int4_mm(x[i:i + 1].contiguous(), codes, sz), full[i:i + 1])
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(kernel.int4_mm(x, codes, sz), full)   # the other thread count
+
+
+def test_the_layout_is_read_back_exactly(weight):
+    q, sz, codes, packed_sz, _ = weight
+    back_q, back_sz = kernel.unpack(codes, packed_sz)
+    assert torch.equal(back_q.int(), q.int()) and torch.equal(back_sz, sz)
+    rows = torch.tensor([0, 15, 16, 31, 32, 700, N - 1])
+    some_q, some_sz = kernel.unpack(codes, packed_sz, rows)
+    assert torch.equal(some_q.int(), q[rows].int()) and torch.equal(some_sz, sz[:, rows])
+    assert codes.numel() == N * K // 2 and packed_sz.numel() == sz.numel()   # the same bytes
+
+
+def test_bad_tensors_are_refused_by_name(weight):
+    *_, codes, sz, _ = weight
+    x = torch.randn(2, K).to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="x must be a contiguous 2-D bf16"):
+        kernel.int4_mm(x.float(), codes, sz)
+    with pytest.raises(RuntimeError, match="x must be a contiguous 2-D bf16"):
+        kernel.int4_mm(torch.randn(K, 2).to(torch.bfloat16).T, codes, sz)
+    with pytest.raises(RuntimeError, match="x has 608 inputs, codes hold 576"):
+        kernel.int4_mm(torch.randn(2, K + 32).to(torch.bfloat16), codes, sz)
+    with pytest.raises(RuntimeError, match="codes must be uint8"):
+        kernel.int4_mm(x, codes.view(-1, 32).int(), sz)
+    with pytest.raises(RuntimeError, match="sz must be bf16"):
+        kernel.int4_mm(x, codes, sz[:-1])
+
+
+def test_layers_take_it_where_it_applies(weight):
+    """An ``Int4Linear`` with outputs a multiple of 32 runs on the kernel, answers like the
+    reference and dequantizes to its own codes; other widths keep PyTorch's kernel."""
+    q, sz, *_, ref_w = weight
+    d, z = sz[..., 0].float().T.contiguous(), sz[..., 1].float().T.contiguous()
+    layer = Int4Linear(K, N, q, d, z - 8 * d)
+    assert layer.layout == "cpu-bf16dot"
+    assert layer.weight_packed.shape == (N // 32, K // 2, 32)
+    x = torch.randn(5, K)
+    y = layer(x)
+    assert y.dtype == torch.float32
+    assert (y - F.linear(x.to(torch.bfloat16).float(), ref_w)).abs().max() <= 0.01 * y.abs().max()
+    assert torch.equal(layer.dequantize().float(), ref_w.to(torch.bfloat16).float())
+    odd = Int4Linear(96, 208, torch.randint(0, 16, (208, 96)), torch.ones(208, 3), torch.zeros(208, 3))
+    assert odd.layout == "cpu-aten"                       # 208 outputs: not a multiple of 32
+    assert not kernel.applies(208, 32) and not kernel.applies(N, 64) and kernel.applies(N, 32)
+
+
+def test_turned_off_or_without_a_compiler_the_reason_is_kept(monkeypatch):
+    monkeypatch.setattr(kernel, "_state", {})
+    monkeypatch.setenv("LLM_PLAYGROUND_INT4_KERNEL", "0")
+    assert "LLM_PLAYGROUND_INT4_KERNEL=0" in kernel.unavailable_reason()
+    layer = Int4Linear(K, 64, torch.randint(0, 16, (64, K)), torch.ones(64, K // 32),
+                       torch.zeros(64, K // 32))
+    assert layer.layout == "cpu-aten"
+    monkeypatch.setattr(kernel, "_state", {})
+    monkeypatch.delenv("LLM_PLAYGROUND_INT4_KERNEL")
+    monkeypatch.setattr(kernel, "_compiler", lambda: None)
+    assert "no C++ compiler" in kernel.unavailable_reason()
+
+
+def test_a_build_goes_into_the_cache_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path))
+    first = kernel._build(kernel._compiler())
+    assert first.parent == tmp_path / "kernels" and first.name.startswith("int4_kernel-")
+    stamp = first.stat().st_mtime_ns
+    assert kernel._build(kernel._compiler()) == first and first.stat().st_mtime_ns == stamp
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.name]   # no temp left
