@@ -89,7 +89,9 @@ class EngineViews:
             ``buckets`` (all batch buckets), ``ready`` (those compiled), ``compile_s`` (seconds,
             tracing included, over the ready buckets), ``cache_hits`` (inductor cache hits:
             > 0 on a start that found its kernels on disk), ``error``, ``steps_compiled`` and
-            ``steps_eager`` (decode-only steps run each way), ``attention`` (``"kernel"``: the
+            ``steps_eager`` (decode-only steps run each way), ``direct`` (buckets called without
+            Dynamo's frame hook, see :data:`engine.worker.compiled.compiled_runner.DIRECT_CALL`),
+            ``attention`` (``"kernel"``: the
             paged attention kernel of :mod:`engine.worker.kernels.decode_attention`; else
             ``"sdpa"`` and ``attention_note`` says why).
         """
@@ -98,13 +100,14 @@ class EngineViews:
         if state is None:
             return {"path": "eager", "status": "off", "buckets": [], "ready": [],
                     "compile_s": 0.0, "cache_hits": 0, "error": "", "steps_compiled": 0,
-                    "steps_eager": 0, **attention}
+                    "steps_eager": 0, "direct": [], **attention}
         compiled = state.status != "off" and bool(state.ready)
         return {"path": "compiled" if compiled else "eager", "status": state.status,
                 "buckets": list(self.runner.buckets), "ready": list(state.ready),
                 "compile_s": round(state.total_compile_s, 2), "cache_hits": state.cache_hits,
                 "error": state.error, "steps_compiled": state.steps_compiled,
-                "steps_eager": state.steps_eager, **attention}
+                "steps_eager": state.steps_eager,
+                "direct": list(getattr(self.runner, "direct_buckets", [])), **attention}
 
     def _attention_path(self) -> dict:
         """``{"attention": "kernel" | "sdpa", "attention_note": why not the kernel}``."""

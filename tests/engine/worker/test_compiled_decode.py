@@ -146,6 +146,7 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
     try:
         status = eng.wait_compiled(1500)
         assert status["status"] == "ready", status
+        assert status["direct"] == [1, 8]     # both buckets called without Dynamo's frame hook
         solo = [eng.generate(p, GREEDY).token_ids for p in PROMPTS]
         equal = sum(a == b for a, b in zip(solo, eager_tokens))
         for p, a, b in zip(PROMPTS, eager_tokens, solo):
