@@ -103,7 +103,8 @@ def _engine_line(cfg: dict) -> str:
             f"{cfg['max_num_batched_tokens']} tokens per step)" if cfg.get("batching")
             else "one request at a time")
     return (f"{mode}, prefix caching {'on' if cfg.get('prefix_caching') else 'off'}, "
-            f"telemetry {'on' if cfg.get('telemetry') else 'off'}")
+            f"telemetry {'on' if cfg.get('telemetry') else 'off'}"
+            + (f", decode step {cfg['decode_step']}" if cfg.get("decode_step") else ""))
 
 
 def summary_markdown(doc: dict) -> str:
@@ -189,11 +190,19 @@ def run(args) -> int:
     except ValueError as exc:
         fail(str(exc), 2)
     doc["engine"] = engine_config(engine)
+    served = None    # the decode step `serve` runs, for experiments beside a peer (made once)
     bar = _Bar(len(names))
     try:
         for name in names:
+            eng = engine
+            if EXPERIMENTS[name].served:
+                if served is None:
+                    served = private_engine(loaded, compile="auto",
+                                            kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"))
+                    served.wait_compiled(3600)
+                eng = served
             res = run_experiment(name, loaded, quick=args.quick, progress=bar.callback(name),
-                                 engine=engine)
+                                 engine=eng)
             res["png"] = None
             if res["status"] == "ok":
                 try:
@@ -207,6 +216,8 @@ def run(args) -> int:
     finally:
         bar.close()
         engine.shutdown()
+        if served is not None:
+            served.shutdown()
     doc["elapsed_s"] = time.perf_counter() - t0
     (out_dir / "results.json").write_text(json.dumps(_clean(doc), indent=2, ensure_ascii=False) + "\n",
                                           encoding="utf-8")

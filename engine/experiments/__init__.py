@@ -31,16 +31,20 @@ class Experiment:
         name: the CLI name (``vs-hf``, ``kv-cache``, ...); title: a one-line heading.
         run: ``run(loaded, quick=False, progress=None, engine=None, **sizes) -> dict``.
         plot: ``plot(result, path) -> str`` writing a PNG.
+        served: the module's ``SERVED``: it measures the engine as ``python -m engine serve``
+            runs it (the compiled decode step where it applies), so ``bench`` gives it such an
+            engine instead of the eager one the other experiments share.
     """
 
     name: str
     title: str
     run: Callable[..., dict]
     plot: Callable[[dict, str], str]
+    served: bool = False
 
 
 def _entry(mod: ModuleType) -> Experiment:
-    return Experiment(mod.NAME, mod.TITLE, mod.run, mod.plot)
+    return Experiment(mod.NAME, mod.TITLE, mod.run, mod.plot, getattr(mod, "SERVED", False))
 
 
 def _registry() -> dict[str, Experiment]:

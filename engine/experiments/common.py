@@ -129,24 +129,33 @@ def private_engine(loaded, **options):
 def engine_config(engine) -> dict:
     """The settings of ``engine`` that change the numbers: batching, prefix caching, the
     per-step token budget (longer prompts are prefilled in chunks of it), telemetry and the KV
-    cache's storage dtype."""
+    cache's storage dtype, and the decode step that runs (``"compiled"`` or ``"eager"``)."""
     paged = bool(getattr(engine, "paged", False))
     cfg = engine.config
+    status = getattr(engine, "compile_status", None)
     return {"batching": paged,
             "prefix_caching": paged and cfg.enable_prefix_caching,
             "max_num_seqs": cfg.max_num_seqs if paged else 1,
             "max_num_batched_tokens": cfg.max_num_batched_tokens,
-            "telemetry": cfg.telemetry, "kv_cache_dtype": cfg.kv_cache_dtype}
+            "telemetry": cfg.telemetry, "kv_cache_dtype": cfg.kv_cache_dtype,
+            "decode_step": status()["path"] if status else "eager"}
 
 
 @contextmanager
-def engine_for(loaded, engine=None) -> Iterator:
+def engine_for(loaded, engine=None, served: bool = False) -> Iterator:
     """Yield ``engine`` when given (its queue is shared with others), else a
-    :func:`private_engine` that is shut down on exit."""
+    :func:`private_engine` that is shut down on exit.
+
+    ``served``: the private engine runs the decode step ``python -m engine serve`` runs
+    (``compile="auto"``: compiled where it applies, waited for before the first measurement;
+    about 10 s from the on-disk cache, minutes on a first start), for experiments that put the
+    engine beside a peer (llama.cpp) or time a decode path the server uses (speculative)."""
     if engine is not None:
         yield engine
         return
-    own = private_engine(loaded)
+    own = private_engine(loaded, compile="auto") if served else private_engine(loaded)
+    if served:
+        own.wait_compiled(3600)
     try:
         yield own
     finally:

@@ -32,6 +32,9 @@ from engine.experiments.common import STORY_PROMPT, engine_config, engine_for, r
 
 NAME = "llama-cpp"
 TITLE = "Peer: llama-cpp-python on the same GGUF file"
+SERVED = True
+"""Measured on the decode step ``serve`` runs (compiled where it applies): the engine
+beside a peer is the engine a user would run."""
 
 
 def gguf_path(loaded) -> Path | None:
@@ -120,7 +123,8 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: 24 new tokens instead of 128.
         progress: ``progress(fraction, message)`` callback or ``None``.
-        engine: an ``LLMEngine`` to run through (a private one when ``None``).
+        engine: an ``LLMEngine`` to run through (when ``None``, a private one with the decode
+            step `serve` runs: compiled where it applies, see :func:`.common.engine_for`).
         new_tokens: override the size.
     """
     if importlib.util.find_spec("llama_cpp") is None:
@@ -136,7 +140,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     ids = encode_prompt(loaded.tokenizer, prompt)
     rounds = 1 if quick else 3
     l_tpss, l_ttfts, e_tpss, e_ttfts = [], [], [], []
-    with engine_for(loaded, engine) as eng:
+    with engine_for(loaded, engine, served=True) as eng:
         config = engine_config(eng)
         run_engine(eng, salted(STORY_PROMPT), 4)
         for r in range(rounds):

@@ -23,6 +23,9 @@ from engine.experiments.common import engine_config, engine_for, median, report,
 
 NAME = "speculative"
 TITLE = "Speculative decoding: prompt lookup vs plain decode at batch 1"
+SERVED = True
+"""Measured on the decode step ``serve`` runs (compiled where it applies): verification
+passes ride the compiled buckets there."""
 
 COPY_CODE = '''def moving_average(values, window):
     """Return the averages of each run of `window` consecutive values."""
@@ -63,7 +66,8 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         loaded: the :class:`engine.model.loader.LoadedModel`.
         quick: 24 new tokens and 1 pair instead of 128 and 3.
         progress: ``progress(fraction, message)`` callback or ``None``.
-        engine: an ``LLMEngine`` to run through (a private one when ``None``).
+        engine: an ``LLMEngine`` to run through (when ``None``, a private one with the decode
+            step `serve` runs: compiled where it applies, see :func:`.common.engine_for`).
         new_tokens, pairs, num_speculative_tokens: override the sizes.
         prompts: ``{name: chat prompt}`` instead of :data:`PROMPTS`.
     """
@@ -74,7 +78,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     prompts = prompts or PROMPTS
     total = len(prompts) * (pairs + 1)
     done = 0
-    with engine_for(loaded, engine) as eng:
+    with engine_for(loaded, engine, served=True) as eng:
         config = engine_config(eng)
         for name, base in prompts.items():
             plain_rates, spec_rates, same, last = [], [], True, None

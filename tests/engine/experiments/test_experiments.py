@@ -172,8 +172,16 @@ def test_engine_settings_are_recorded(quick):
     res, _ = quick("decode-share")
     cfg = res["engine"]
     assert set(cfg) == {"batching", "prefix_caching", "max_num_seqs", "max_num_batched_tokens",
-                        "telemetry", "kv_cache_dtype"}
-    assert cfg["kv_cache_dtype"] == "auto"
+                        "telemetry", "kv_cache_dtype", "decode_step"}
+    assert cfg["kv_cache_dtype"] == "auto" and cfg["decode_step"] in ("compiled", "eager")
+
+
+def test_peer_experiments_measure_the_served_decode_step():
+    """llama.cpp and speculative decoding are measured on the engine `serve` runs; `bench` gives
+    them such an engine (compiled where it applies), the others share its eager one."""
+    from engine.experiments import EXPERIMENTS
+
+    assert {n for n, e in EXPERIMENTS.items() if e.served} == {"llama-cpp", "speculative"}
 
 
 def test_private_engine_has_no_prefix_cache(loaded):
