@@ -96,6 +96,11 @@ def _fmt(v) -> str:
     return str(v).replace("|", "\\|")
 
 
+SERVED = ("llama-cpp", "speculative")
+"""Experiments that ``bench`` runs on an engine with the decode step ``serve`` runs (their
+modules' ``SERVED``; named here so that ``summary.md`` needs no import of them)."""
+
+
 def _engine_line(cfg: dict) -> str:
     if not cfg:
         return "unknown"
@@ -120,6 +125,8 @@ def summary_markdown(doc: dict) -> str:
              f"{model.get('dtype')} on {model.get('device')}, {model.get('weights_bytes', 0):,} "
              f"weight bytes; KV cache {doc.get('engine', {}).get('kv_cache_dtype', 'auto')})",
              f"- Engine: {_engine_line(doc.get('engine', {}))}",
+             *([f"- Engine of {', '.join(n for n in doc['experiments'] if n in SERVED)}: "
+                f"{_engine_line(doc['served_engine'])}"] if doc.get("served_engine") else []),
              f"- Time: {m['timestamp']}; load average at start {m.get('load_average')}", "",
              "| experiment | metric | value | unit |", "| --- | --- | --- | --- |"]
     for name, res in doc["experiments"].items():
@@ -200,6 +207,7 @@ def run(args) -> int:
                     served = private_engine(loaded, compile="auto",
                                             kv_cache_dtype=getattr(args, "kv_cache_dtype", "auto"))
                     served.wait_compiled(3600)
+                    doc["served_engine"] = engine_config(served)
                 eng = served
             res = run_experiment(name, loaded, quick=args.quick, progress=bar.callback(name),
                                  engine=eng)

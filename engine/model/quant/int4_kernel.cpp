@@ -6,9 +6,9 @@
 //
 //     y[m, n] = Σ_g ( s[g, n] · Σ_{k∈g} x[m, k] · (q[n, k] - 8)  +  z[g, n] · Σ_{k∈g} x[m, k] )
 //
-// The inner sums run on vdpbf16ps: a code minus 8 is exact in bf16 and so is its product with a
-// bf16 activation, accumulated in fp32 two inputs at a time. Codes become bf16 by a 16-entry
-// table lookup (vpermw) in registers, so the weights are read once, as 4-bit codes.
+// The inner sums run on vdpbf16ps (bf16 pairs multiplied exactly, summed in fp32): each code is
+// turned into a bf16 number in registers (see rows_block), so the weights are read once, as
+// 4-bit codes, for every group of four rows.
 //
 // Layout (built by engine/model/quant/int4_kernel.py from the codes):
 //   codes  uint8 [N/32, K/2, 32]: for column block b and input pair i, byte 2j+e holds column

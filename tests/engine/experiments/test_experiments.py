@@ -179,9 +179,11 @@ def test_engine_settings_are_recorded(quick):
 def test_peer_experiments_measure_the_served_decode_step():
     """llama.cpp and speculative decoding are measured on the engine `serve` runs; `bench` gives
     them such an engine (compiled where it applies), the others share its eager one."""
+    from engine.cli.bench import SERVED
     from engine.experiments import EXPERIMENTS
 
-    assert {n for n, e in EXPERIMENTS.items() if e.served} == {"llama-cpp", "speculative"}
+    assert {n for n, e in EXPERIMENTS.items() if e.served} == set(SERVED) == {"llama-cpp",
+                                                                              "speculative"}
 
 
 def test_private_engine_has_no_prefix_cache(loaded):
