@@ -32,7 +32,7 @@ TITLE = "Compiled decode step against eager (tokens/s, roofline share, parity)"
 PARITY_PROMPTS = ["Explain the KV cache in one sentence.", "写一首关于程序员加班的短诗",
                   "def fib(n):", "Name three colours.", "What is the capital of France?"]
 STORY = "Write a long story about a lighthouse keeper and the ships she guides at night."
-MATMUL_OPS = ("int4pack", "int4_mm", "int8pack", "aten::mm", "aten::addmm", "aten::linear", "aten::bmm",
+MATMUL_OPS = ("int4pack", "int4_mm", "int8pack", "int8_mm", "aten::mm", "aten::addmm", "aten::linear", "aten::bmm",
               "linear_pointwise", "packed_linear")
 ATTENTION_OPS = ("attention", "sdpa", "paged_decode")
 

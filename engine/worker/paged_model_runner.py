@@ -23,7 +23,10 @@ and int8 kernels are compute-bound and a second core helps them, but beside the 
 Python threads on 2 cores whole decode steps gained only from 16 rows: compiled int4 steps, 2
 threads against 1 (separate processes in turns, 48 tokens): batch 8 68.7 against 71.1 tok/s
 (0.97×), batch 32 103 against 75 tok/s (1.37×) (``scripts/bench_decode_ab.py``,
-docs/performance.md)."""
+docs/performance.md). Measured again with the engine's own int4 kernel (AVX-512-bf16 EPYC,
+compiled steps, 64 tokens, medians of 3, two rounds, tok/s): the line at 8 rows gave batch 1
+133.1 / 133.2, batch 4 422.5 / 420.7, batch 8 459.1 / 459.7; at 4 rows 123.8 / 129.7, 369.5 /
+403.3, 377.4 / 457.8; every step on both threads 97.9 / 107.0, 268.6 / 302.5, 411.9 / 443.5."""
 
 FEW_ROWS_FLOAT = 4
 """:data:`FEW_ROWS` for bf16/fp16 weights. On a CPU without native bf16 (AVX2, where PyTorch's

@@ -171,13 +171,116 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   return y;
 }
 
+// ---- int8 weights, one scale per output column: y[m, n] = s[n] · Σ_k x[m, k] · q[n, k] ----
+//
+// Layout (engine/model/quant/int4_kernel.py, pack_int8):
+//   codes  int8 [N/32, K/2, 64]: for column block b and input pair i, byte 2j+e holds column
+//          32b+j's code of input 2i+e.
+// A column block's codes are first widened to bf16 (exact: |q| ≤ 127 needs 7 bits) into a tile
+// of K/2 × 128 bytes (36 KB at K = 576: it stays in L1), then every row multiplies against the
+// tile on vdpbf16ps, four rows at a time, two chains (even and odd input pairs) as above. The
+// widening is paid once per block whatever M is, so many rows cost about what the bf16 product
+// costs while the codes are half its bytes; each row's sums run in the same order for any M.
+
+TARGET static inline __m512bh widen_pairs(const int8_t* q) {  // 32 codes → 32 bf16 (exact)
+  const __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+  const __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16))));
+  return _mm512_cvtne2ps_pbh(b, a);
+}
+
+// R rows against one column block. With a tile (tile != nullptr) the block's codes were widened
+// once; without (a single row group: M ≤ 4), they are widened here, into the same values.
+template <int R>
+TARGET static inline void rows_block8(const uint16_t* x, int64_t K, const int8_t* w,
+                                      const uint16_t* tile, __m512 scale0, __m512 scale1,
+                                      uint16_t* y, int64_t N) {
+  __m512 acc[2][R][2];
+  for (int h = 0; h < 2; ++h)
+    for (int r = 0; r < R; ++r) acc[h][r][0] = acc[h][r][1] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < K / 2; i += 2) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int64_t ii = i + h;
+      const __m512bh wa = tile ? (__m512bh)_mm512_loadu_si512(tile + ii * 64) : widen_pairs(w + ii * 64);
+      const __m512bh wb = tile ? (__m512bh)_mm512_loadu_si512(tile + ii * 64 + 32) : widen_pairs(w + ii * 64 + 32);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        __builtin_memcpy(&pair, x + r * K + 2 * ii, 4);
+        const __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+        acc[h][r][0] = _mm512_dpbf16_ps(acc[h][r][0], xb, wa);
+        acc[h][r][1] = _mm512_dpbf16_ps(acc[h][r][1], xb, wb);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 o0 = _mm512_mul_ps(_mm512_add_ps(acc[0][r][0], acc[1][r][0]), scale0);
+    const __m512 o1 = _mm512_mul_ps(_mm512_add_ps(acc[0][r][1], acc[1][r][1]), scale1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * N), (__m256i)_mm512_cvtneps_pbh(o0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * N + 16), (__m256i)_mm512_cvtneps_pbh(o1));
+  }
+}
+
+constexpr int64_t kDirectRows = 8;   // up to this many rows, widen in the loop (no tile)
+
+TARGET static void run8(const uint16_t* x, const int8_t* codes, const uint16_t* scales,
+                        uint16_t* y, int64_t M, int64_t K, int64_t N, int64_t b0, int64_t b1) {
+  std::vector<uint16_t> tile(M > kDirectRows ? K * kCols : 0);  // K/2 pairs × 64 bf16
+  uint16_t* t = M > kDirectRows ? tile.data() : nullptr;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int8_t* w = codes + b * (K / 2) * 64;
+    if (t)
+      for (int64_t i = 0; i < K / 2; ++i) {
+        _mm512_storeu_si512(t + i * 64, (__m512i)widen_pairs(w + i * 64));
+        _mm512_storeu_si512(t + i * 64 + 32, (__m512i)widen_pairs(w + i * 64 + 32));
+      }
+    const __m512 s0 = widen(scales + b * kCols), s1 = widen(scales + b * kCols + 16);
+    uint16_t* yb = y + b * kCols;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) rows_block8<4>(x + m * K, K, w, t, s0, s1, yb + m * N, N);
+    switch (M - m) {
+      case 3: rows_block8<3>(x + m * K, K, w, t, s0, s1, yb + m * N, N); break;
+      case 2: rows_block8<2>(x + m * K, K, w, t, s0, s1, yb + m * N, N); break;
+      case 1: rows_block8<1>(x + m * K, K, w, t, s0, s1, yb + m * N, N); break;
+      default: break;
+    }
+  }
+}
+
+at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
+  TORCH_CHECK(cpu_ok(), "int8_mm: this CPU lacks AVX-512-bf16");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.is_contiguous() && x.is_cpu(),
+              "int8_mm: x must be a contiguous 2-D bf16 CPU tensor");
+  TORCH_CHECK(codes.dim() == 3 && codes.scalar_type() == at::kChar && codes.is_contiguous() &&
+              codes.size(2) == 2 * kCols, "int8_mm: codes must be int8 [N/32, K/2, 64]");
+  const int64_t M = x.size(0), K = x.size(1), blocks = codes.size(0), N = blocks * kCols;
+  TORCH_CHECK(K % 4 == 0 && codes.size(1) * 2 == K,
+              "int8_mm: x has ", K, " inputs, codes hold ", codes.size(1) * 2);
+  TORCH_CHECK(scales.scalar_type() == at::kBFloat16 && scales.is_contiguous() && scales.numel() == N,
+              "int8_mm: scales must be bf16 [N]");
+  at::Tensor y = at::empty({M, N}, x.options());
+  if (M == 0) return y;
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
+  auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
+  const int8_t* cp = codes.data_ptr<int8_t>();
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(M * K, 1));
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    run8(xp, cp, sp, yp, M, K, N, b0, b1);
+  });
+  return y;
+}
+
 bool int4_available() { return cpu_ok(); }
 
 }  // namespace
 
 TORCH_LIBRARY(playground_int4, m) {
   m.def("int4_mm(Tensor x, Tensor codes, Tensor sz) -> Tensor");
+  m.def("int8_mm(Tensor x, Tensor codes, Tensor scales) -> Tensor");
   m.def("available() -> bool", &int4_available);
 }
 
-TORCH_LIBRARY_IMPL(playground_int4, CPU, m) { m.impl("int4_mm", &int4_mm); }
+TORCH_LIBRARY_IMPL(playground_int4, CPU, m) {
+  m.impl("int4_mm", &int4_mm);
+  m.impl("int8_mm", &int8_mm);
+}

@@ -196,8 +196,40 @@ def int4_mm(x: torch.Tensor, codes: torch.Tensor, sz: torch.Tensor) -> torch.Ten
     return torch.ops.playground_int4.int4_mm(x, codes, sz)
 
 
+def pack_int8(q: torch.Tensor) -> torch.Tensor:
+    """The int8 kernel's layout: ``int8 [N/32, K/2, 64]`` from codes ``int8 [N, K]`` (``N`` a
+    multiple of 32, ``K`` even): for block ``b`` and input pair ``i``, byte ``2j + e`` holds
+    column ``32b + j``'s code of input ``2i + e``. The same bytes."""
+    n, k = q.shape
+    return q.view(n // COLUMNS, COLUMNS, k // 2, 2).permute(0, 2, 1, 3).reshape(
+        n // COLUMNS, k // 2, 2 * COLUMNS).contiguous()
+
+
+def unpack_int8(codes: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`pack_int8` undone: ``int8 [N, K]``, or ``[R, K]`` for the outputs ``rows [R]``
+    (only those rows are gathered: an embedding lookup reads a few rows of the LM head)."""
+    blocks, pairs, _ = codes.shape
+    if rows is None:
+        return codes.view(blocks, pairs, COLUMNS, 2).permute(0, 2, 1, 3).reshape(
+            blocks * COLUMNS, pairs * 2)
+    picked = codes[rows // COLUMNS].view(-1, pairs, COLUMNS, 2)          # [R, K/2, 32, 2]
+    cols = (rows % COLUMNS).view(-1, 1, 1, 1).expand(-1, pairs, 1, 2)
+    return picked.gather(2, cols).view(-1, pairs * 2)
+
+
+def int8_mm(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """``y [M, N] = (x [M, K] · qᵀ) · s`` in bf16 for int8 codes in :func:`pack_int8`'s layout
+    and ``scales bf16 [N]``: exact products, fp32 sums (two chains of ``vdpbf16ps``), one
+    multiply by the scale and one rounding to bf16. Errors as :func:`int4_mm`."""
+    return torch.ops.playground_int4.int8_mm(x, codes, scales)
+
+
 def _register_fake() -> None:
     """Shapes for tracing (``torch.compile``): ``[M, N]`` bf16."""
     @torch.library.register_fake("playground_int4::int4_mm")
     def _(x, codes, sz):
+        return x.new_empty(x.shape[0], codes.shape[0] * COLUMNS)
+
+    @torch.library.register_fake("playground_int4::int8_mm")
+    def _(x, codes, scales):
         return x.new_empty(x.shape[0], codes.shape[0] * COLUMNS)

@@ -125,3 +125,60 @@ def test_a_build_goes_into_the_cache_once(monkeypatch, tmp_path):
     stamp = first.stat().st_mtime_ns
     assert kernel._build(kernel._compiler()) == first and first.stat().st_mtime_ns == stamp
     assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.name]   # no temp left
+
+
+@pytest.fixture(scope="module")
+def head():
+    """int8 codes and scales of an LM-head-like matrix (576 inputs), packed for ``int8_mm``."""
+    g = torch.Generator().manual_seed(2)
+    q = torch.randint(-127, 128, (2048, K), generator=g, dtype=torch.int8)
+    s = (torch.rand(2048, generator=g) * 0.01).to(torch.bfloat16)
+    return q, s, kernel.pack_int8(q)
+
+
+def test_int8_matches_the_fp32_product_at_every_row_count(head):
+    """Row counts on both sides of the switch from widening codes in the loop (up to 8 rows)
+    to widening them once into a tile: the fp32 answer rounded to bf16, within 1%."""
+    q, s, codes = head
+    ref_w = q.float() * s.float()[:, None]
+    for rows in (1, 4, 8, 9, 33):
+        x = torch.randn(rows, K).to(torch.bfloat16)
+        got = kernel.int8_mm(x, codes, s)
+        ref = F.linear(x.float(), ref_w)
+        assert got.dtype == torch.bfloat16 and got.shape == (rows, 2048)
+        assert (got.float() - ref).abs().max() <= 0.01 * ref.abs().max()
+        assert (got == ref.to(torch.bfloat16)).float().mean() > 0.9
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int8_rows_have_the_same_bits_alone_and_in_any_batch(head, threads):
+    q, s, codes = head
+    x = torch.randn(37, K).to(torch.bfloat16)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        full = kernel.int8_mm(x, codes, s)
+        for m in range(1, 37):
+            assert torch.equal(kernel.int8_mm(x[:m], codes, s), full[:m]), m
+        assert torch.equal(kernel.int8_mm(x[20:21].contiguous(), codes, s), full[20:21])
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_int8_layout_is_read_back_and_layers_take_it(head):
+    from engine.model.quant.int8 import Int8Linear
+
+    q, s, codes = head
+    assert torch.equal(kernel.unpack_int8(codes), q)
+    rows = torch.tensor([0, 31, 32, 1000, 2047, 5])
+    assert torch.equal(kernel.unpack_int8(codes, rows), q[rows])
+    layer = Int8Linear(q, s)
+    assert layer.layout == "cpu-bf16dot" and layer.weight_int8.shape == (2048 // 32, K // 2, 64)
+    assert torch.equal(layer.dequantize(rows), q[rows].to(torch.bfloat16) * s[rows, None])
+    x = torch.randn(3, K)
+    assert torch.equal(layer(x), kernel.int8_mm(x.to(torch.bfloat16), codes, s).float())
+    assert Int8Linear(q[:2000], s[:2000]).layout == "aten"          # 2000 outputs: not a multiple of 32
+    with pytest.raises(RuntimeError, match="scales must be bf16"):
+        kernel.int8_mm(x.to(torch.bfloat16), codes, s[:-1])
+    with pytest.raises(RuntimeError, match="codes must be int8"):
+        kernel.int8_mm(x.to(torch.bfloat16), codes.view(torch.uint8), s)
