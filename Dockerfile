@@ -21,7 +21,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # A CJK font, so that what the server draws itself (the bench's matplotlib plots, a headless
 # browser taking screenshots in the container) renders Chinese text instead of boxes; a C++
 # compiler for torch.compile's CPU kernels (the compiled decode step; without one it stays eager)
-# and for the engine's paged attention kernel (without one, attention stays on PyTorch's SDPA).
+# and for the engine's own kernels: paged attention (without one, PyTorch's SDPA) and int4 products
+# on AVX-512-bf16 CPUs (without one, PyTorch's int4 kernel).
 RUN apt-get update && apt-get install -y --no-install-recommends fonts-noto-cjk g++ \
  && rm -rf /var/lib/apt/lists/*
 
