@@ -24,13 +24,13 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
 import sysconfig
-import tempfile
 import threading
 from pathlib import Path
 
 import torch
+
+from engine.native_build import build_cached
 
 log = logging.getLogger("engine")
 
@@ -66,26 +66,9 @@ def _command(compiler: str, target: str) -> list[str]:
 def _build(compiler: str) -> Path:
     """Compile the source into the cache (if not there yet) and return the library's path.
     The cache key covers the source, the flags, the compiler and the torch build."""
-    from engine.model.loader import cache_dir
-
     key = hashlib.sha256(SOURCE.read_bytes() + " ".join(
         (compiler, *FLAGS, torch.__version__, str(Path(torch.__file__).parent))).encode()).hexdigest()[:16]
-    folder = cache_dir() / "kernels"
-    target = folder / f"int4_kernel-{key}.so"
-    if target.exists():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".int4_kernel-", suffix=".so", dir=folder)
-    os.close(fd)
-    try:
-        done = subprocess.run(_command(compiler, tmp), capture_output=True, text=True, timeout=300)
-        if done.returncode:
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-400:]}")
-        os.replace(tmp, target)        # atomic: a parallel start sees all of it or nothing
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    return build_cached("int4_kernel", key, lambda tmp: _command(compiler, tmp), 300)
 
 
 def _cpu_has_bf16_dot() -> bool:

@@ -25,12 +25,12 @@ import hashlib
 import logging
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
 import torch
+
+from engine.native_build import build_cached
 
 log = logging.getLogger("engine")
 
@@ -54,27 +54,9 @@ def _compiler() -> str | None:
 
 def _build(compiler: str) -> Path:
     """Compile the source into the cache (if not there yet) and return the library's path."""
-    from engine.model.loader import cache_dir
-
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
-    folder = cache_dir() / "kernels"
-    target = folder / f"paged_decode-{key}.so"
-    if target.exists():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".paged_decode-", suffix=".so", dir=folder)
-    os.close(fd)
-    try:
-        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"],
-                              capture_output=True, text=True, timeout=120)
-        if done.returncode:
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-400:]}")
-        os.replace(tmp, target)        # atomic: a parallel start sees all of it or nothing
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
+    return build_cached("paged_decode", key,
+                        lambda tmp: [compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], 120)
 
 
 def _load():

@@ -3,6 +3,8 @@ a row's bits independent of its batch and thread count, its layout read back exa
 tensors refused by name, and the layers that take it (or keep PyTorch's kernel, with the reason).
 """
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,6 +16,17 @@ pytestmark = pytest.mark.skipif(not kernel.available(),
                                 reason=f"int4 kernel unavailable: {kernel.unavailable_reason()}")
 
 N, K = 1536, 576          # the embedded model's gate/up outputs and hidden size
+
+
+@contextmanager
+def threads(n: int):
+    """Intra-op threads set to ``n`` for the block, then restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -43,22 +56,18 @@ def test_matches_the_dequantized_fp32_product(weight):
         assert (got == ref.to(torch.bfloat16)).float().mean() > 0.9
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_row_has_the_same_bits_alone_and_in_any_batch(weight, threads):
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_row_has_the_same_bits_alone_and_in_any_batch(weight, n):
     """Rows are computed 4, 3, 2 or 1 at a time with the same per-row instructions, so a row's
     result does not depend on how many rows share the call, nor on the thread count."""
     *_, codes, sz, _ = weight
     x = torch.randn(37, K).to(torch.bfloat16)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with threads(n):
         full = kernel.int4_mm(x, codes, sz)
         for m in range(1, 37):
             assert torch.equal(kernel.int4_mm(x[:m], codes, sz), full[:m]), m
         for i in (0, 5, 36):
             assert torch.equal(kernel.int4_mm(x[i:i + 1].contiguous(), codes, sz), full[i:i + 1])
-    finally:
-        torch.set_num_threads(before)
     assert torch.equal(kernel.int4_mm(x, codes, sz), full)   # the other thread count
 
 
@@ -150,19 +159,15 @@ def test_int8_matches_the_fp32_product_at_every_row_count(head):
         assert (got == ref.to(torch.bfloat16)).float().mean() > 0.9
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_int8_rows_have_the_same_bits_alone_and_in_any_batch(head, threads):
+@pytest.mark.parametrize("n", [1, 2])
+def test_int8_rows_have_the_same_bits_alone_and_in_any_batch(head, n):
     q, s, codes = head
     x = torch.randn(37, K).to(torch.bfloat16)
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with threads(n):
         full = kernel.int8_mm(x, codes, s)
         for m in range(1, 37):
             assert torch.equal(kernel.int8_mm(x[:m], codes, s), full[:m]), m
         assert torch.equal(kernel.int8_mm(x[20:21].contiguous(), codes, s), full[20:21])
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_int8_layout_is_read_back_and_layers_take_it(head):
