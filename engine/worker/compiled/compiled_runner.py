@@ -22,10 +22,10 @@ generating them. If compiling fails, the runner stays eager and :attr:`state` sa
 from __future__ import annotations
 
 import logging
-import types
 import os
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -81,11 +81,16 @@ def decode_step(forward, input_ids, positions, slots, blocks, lens):
     return forward(input_ids, positions, slots, blocks, lens)
 
 
-def _entry_codes() -> set[int]:
-    """Ids of the code objects in :func:`decode_step`'s Dynamo cache entries now."""
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+def _entry_codes() -> set[int] | None:
+    """Ids of the code objects in :func:`decode_step`'s Dynamo cache entries now (``None``
+    where this torch's Dynamo cannot list them: the buckets then go through its frame hook)."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    return {id(e.code) for e in _debug_get_cache_entry_list(decode_step.__code__)}
+        return {id(e.code) for e in _debug_get_cache_entry_list(decode_step.__code__)}
+    except Exception:  # noqa: BLE001 - a private API: its absence must not fail compiling
+        log.info("Dynamo's cache entries can't be listed; no direct calls", exc_info=True)
+        return None
 
 
 def _direct_call(f_locals: dict, older: set[int]):
@@ -206,9 +211,9 @@ class CompiledDecodeRunner(CudaGraphRunner):
             start, hits = time.perf_counter(), counters["inductor"]["fxgraph_cache_hit"]
             try:
                 bufs = self._static_buffers(rows)
-                older = _entry_codes() if DIRECT_CALL else set()
+                older = _entry_codes() if DIRECT_CALL else None
                 self._run(bufs)                     # traces and compiles this shape
-                if DIRECT_CALL:
+                if older is not None:
                     self._find_direct_call(bufs, older)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
                 log.warning("compiling the decode step failed; decode stays eager",

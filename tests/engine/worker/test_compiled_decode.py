@@ -284,3 +284,30 @@ def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkey
         assert (4, 4) in buckets      # one sequence verifying 3 drafts: 4 rows, bucket 4
     finally:
         eng.shutdown()
+
+
+@pytest.mark.slow
+def test_without_dynamos_cache_entries_the_buckets_run_through_its_hook(int4, eager_tokens,
+                                                                        monkeypatch):
+    """The direct call reads a private Dynamo API: where it is missing, compiling still
+    succeeds and steps go through Dynamo's frame hook, with the same tokens as direct calls."""
+    import torch._dynamo.eval_frame as eval_frame
+
+    def missing(code):
+        raise AttributeError("no cache entries here")
+
+    direct = LLMEngine(int4, compile="on", compile_batch_sizes=(1,), telemetry=False)
+    try:
+        assert direct.wait_compiled(1500)["direct"] == [1]
+        want = direct.generate(PROMPTS[1], GREEDY).token_ids
+    finally:
+        direct.shutdown()
+    monkeypatch.setattr(eval_frame, "_debug_get_cache_entry_list", missing)
+    eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1,), telemetry=False)
+    try:
+        status = eng.wait_compiled(1500)
+        assert status["status"] == "ready" and status["direct"] == []
+        assert eng.generate(PROMPTS[1], GREEDY).token_ids == want
+        assert eng.compile_status()["steps_compiled"] > 0
+    finally:
+        eng.shutdown()
