@@ -93,17 +93,15 @@ def _entry_codes() -> set[int] | None:
         return None
 
 
-def _direct_call(f_locals: dict, older: set[int]):
+def _direct_call(f_locals: dict):
     """The function of :data:`DIRECT_CALL` for a call of :func:`decode_step` with ``f_locals``
-    (its arguments by name): made from a Dynamo cache entry not in ``older`` (ids from
-    :func:`_entry_codes` before this runner compiled the bucket: entries of other runners in the
-    process, compiled with other options, are never taken) whose guards (all of them, checked
-    here once) accept these arguments; ``None`` when there is none."""
+    (its arguments by name): made from the Dynamo cache entry whose guards (all of them, checked
+    here once) accept these arguments (an entry another runner of the process compiled with the
+    same options counts: Dynamo reuses it for this runner too); ``None`` when there is none."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     for entry in _debug_get_cache_entry_list(decode_step.__code__):
-        if (id(entry.code) not in older and not entry.code.co_freevars
-                and entry.guard_manager.check(f_locals)):
+        if not entry.code.co_freevars and entry.guard_manager.check(f_locals):
             return types.FunctionType(entry.code, decode_step.__globals__, "decode_step")
     return None
 
@@ -211,10 +209,9 @@ class CompiledDecodeRunner(CudaGraphRunner):
             start, hits = time.perf_counter(), counters["inductor"]["fxgraph_cache_hit"]
             try:
                 bufs = self._static_buffers(rows)
-                older = _entry_codes() if DIRECT_CALL else None
                 self._run(bufs)                     # traces and compiles this shape
-                if older is not None:
-                    self._find_direct_call(bufs, older)
+                if DIRECT_CALL and self._fn is not decode_step and _entry_codes() is not None:
+                    self._find_direct_call(bufs)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
                 log.warning("compiling the decode step failed; decode stays eager",
                             exc_info=True)
@@ -239,17 +236,17 @@ class CompiledDecodeRunner(CudaGraphRunner):
         """Buckets whose steps call their compiled function directly (:data:`DIRECT_CALL`)."""
         return sorted(self._direct)
 
-    def _find_direct_call(self, bufs: DecodeBuffers, older: set[int]) -> None:
+    def _find_direct_call(self, bufs: DecodeBuffers) -> None:
         """Keep the function of :data:`DIRECT_CALL` for the bucket of ``bufs`` (just compiled
-        by :meth:`_run`; ``older``: the cache entries before it) if it gives Dynamo's logits bit
-        for bit; else the bucket's steps keep going through Dynamo."""
+        by :meth:`_run`) if it gives this runner's own Dynamo call's logits bit for bit; else
+        the bucket's steps keep going through Dynamo."""
         rows = bufs.blocks.shape[0]
         args = (bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots, bufs.blocks,
                 bufs.lens)
         try:
             with torch.inference_mode():
                 names = ("forward", "input_ids", "positions", "slots", "blocks", "lens")
-                call = _direct_call(dict(zip(names, (self.forward_fn, *args))), older)
+                call = _direct_call(dict(zip(names, (self.forward_fn, *args))))
                 if call is not None and torch.equal(call(self.forward_fn, *args), bufs.logits):
                     self._direct[rows] = call
                     return
