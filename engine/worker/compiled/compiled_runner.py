@@ -25,7 +25,6 @@ import logging
 import os
 import threading
 import time
-import types
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +32,8 @@ import torch
 from engine.core.scheduler_output import ScheduledSeq
 from engine.heap import freeze_long_lived
 import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
+from engine.worker.compiled import direct_call
+from engine.worker.compiled.direct_call import decode_step
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
 from engine.worker.cuda_graph_runner import BATCH_BUCKETS, CudaGraphRunner, DecodeBuffers, bucket_for
 from engine.worker.paged_model_runner import FEW_ROWS
@@ -64,46 +65,10 @@ and no other shape reaches the compiled function."""
 
 DIRECT_CALL = True
 """Once a bucket is compiled, call the function Dynamo made for it directly, not through
-Dynamo's frame hook: its cache lookup (the guards of :data:`SKIP_GUARDS` included) cost about
-1 ms of a 7 ms batch-1 graph call (7.2 against 6.4 ms for the same graph, ahead-of-time compiled
-and called without it: the same bits, medians of 200 calls). The function is the transformed
-bytecode of :func:`decode_step` that Dynamo keeps in its cache entry for the bucket, made a
-function over the same globals (where Dynamo put the compiled graph); it is checked against
-Dynamo's own call, bit for bit, before it is used. Safe for the reasons of
-:data:`SKIP_GUARDS`."""
-
-
-def decode_step(forward, input_ids, positions, slots, blocks, lens):
-    """The frame ``torch.compile`` traces: one call of the compact forward
-    (:class:`engine.worker.compiled.llama_decode.LlamaDecodeForward`) on a bucket's buffers.
-    A plain function, so that its compiled variants are found by its code object
-    (:data:`DIRECT_CALL`)."""
-    return forward(input_ids, positions, slots, blocks, lens)
-
-
-def _entry_codes() -> set[int] | None:
-    """Ids of the code objects in :func:`decode_step`'s Dynamo cache entries now (``None``
-    where this torch's Dynamo cannot list them: the buckets then go through its frame hook)."""
-    try:
-        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
-        return {id(e.code) for e in _debug_get_cache_entry_list(decode_step.__code__)}
-    except Exception:  # noqa: BLE001 - a private API: its absence must not fail compiling
-        log.info("Dynamo's cache entries can't be listed; no direct calls", exc_info=True)
-        return None
-
-
-def _direct_call(f_locals: dict):
-    """The function of :data:`DIRECT_CALL` for a call of :func:`decode_step` with ``f_locals``
-    (its arguments by name): made from the Dynamo cache entry whose guards (all of them, checked
-    here once) accept these arguments (an entry another runner of the process compiled with the
-    same options counts: Dynamo reuses it for this runner too); ``None`` when there is none."""
-    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
-    for entry in _debug_get_cache_entry_list(decode_step.__code__):
-        if not entry.code.co_freevars and entry.guard_manager.check(f_locals):
-            return types.FunctionType(entry.code, decode_step.__globals__, "decode_step")
-    return None
+Dynamo's frame hook (:mod:`.direct_call`): its cache lookup (the guards of :data:`SKIP_GUARDS`
+included) cost about 1 ms of a 7 ms batch-1 graph call (7.2 against 6.4 ms for the same graph,
+the same bits, medians of 200 calls). The function is checked against the runner's own Dynamo
+call, bit for bit, before it is used. Safe for the reasons of :data:`SKIP_GUARDS`."""
 
 
 @dataclass
@@ -210,7 +175,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
             try:
                 bufs = self._static_buffers(rows)
                 self._run(bufs)                     # traces and compiles this shape
-                if DIRECT_CALL and self._fn is not decode_step and _entry_codes() is not None:
+                if DIRECT_CALL and self._fn is not decode_step:   # not the identity
                     self._find_direct_call(bufs)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
                 log.warning("compiling the decode step failed; decode stays eager",
@@ -243,14 +208,14 @@ class CompiledDecodeRunner(CudaGraphRunner):
         rows = bufs.blocks.shape[0]
         args = (bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots, bufs.blocks,
                 bufs.lens)
+        names = ("forward", "input_ids", "positions", "slots", "blocks", "lens")
         try:
             with torch.inference_mode():
-                names = ("forward", "input_ids", "positions", "slots", "blocks", "lens")
-                call = _direct_call(dict(zip(names, (self.forward_fn, *args))))
+                call = direct_call.find(dict(zip(names, (self.forward_fn, *args))))
                 if call is not None and torch.equal(call(self.forward_fn, *args), bufs.logits):
                     self._direct[rows] = call
                     return
-        except Exception:  # noqa: BLE001 - Dynamo's internals moved: keep its own call
+        except Exception:  # noqa: BLE001 - an unusable function: keep Dynamo's own call
             log.info("direct call of decode bucket %d failed", rows, exc_info=True)
         log.info("decode bucket %d runs through Dynamo's frame hook", rows)
 
