@@ -20,7 +20,6 @@
 // by 3, 2 or 1 with the same per-row sequence), and threads split column blocks only. So a row's
 // bits depend on that row alone.
 
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -30,10 +29,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernel_pool.h"
+
 namespace {
 
 constexpr int64_t kCols = 32;   // output columns per block (two zmm of fp32)
 constexpr int64_t kGroup = 32;  // inputs per scale group
+// Least work per thread, in row × input products per column (times 32 columns a block):
+// a one-row product of K = 576 inputs splits from 8 column blocks (256 columns) up.
+constexpr int64_t kPartWork = int64_t(1) << 12;
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -166,8 +170,8 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
                   reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>()), K, N};
   // Enough work per task that a small product stays on the calling thread.
   const int64_t per_block = M * K;
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(per_block, 1));
-  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) { run(p, M, b0, b1); });
+  const int64_t grain = std::max<int64_t>(1, kPartWork / std::max<int64_t>(per_block, 1));
+  kernel_pool::parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) { run(p, M, b0, b1); });
   return y;
 }
 
@@ -263,8 +267,8 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   const auto* sp = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
   const int8_t* cp = codes.data_ptr<int8_t>();
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(M * K, 1));
-  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+  const int64_t grain = std::max<int64_t>(1, kPartWork / std::max<int64_t>(M * K, 1));
+  kernel_pool::parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
     run8(xp, cp, sp, yp, M, K, N, b0, b1);
   });
   return y;
@@ -272,12 +276,22 @@ at::Tensor int8_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
 
 bool int4_available() { return cpu_ok(); }
 
+int64_t set_threads(int64_t threads, int64_t spin_us) {
+  TORCH_CHECK(threads >= 1 && spin_us >= 0, "set_threads: threads >= 1 and spin_us >= 0 expected");
+  kernel_pool::Pool::get().configure(static_cast<int>(threads), spin_us);
+  return kernel_pool::Pool::get().threads();
+}
+
+int64_t get_threads() { return kernel_pool::Pool::get().threads(); }
+
 }  // namespace
 
 TORCH_LIBRARY(playground_int4, m) {
   m.def("int4_mm(Tensor x, Tensor codes, Tensor sz) -> Tensor");
   m.def("int8_mm(Tensor x, Tensor codes, Tensor scales) -> Tensor");
   m.def("available() -> bool", &int4_available);
+  m.def("set_threads(int threads, int spin_us) -> int", &set_threads);
+  m.def("threads() -> int", &get_threads);
 }
 
 TORCH_LIBRARY_IMPL(playground_int4, CPU, m) {

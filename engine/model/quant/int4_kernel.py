@@ -35,14 +35,21 @@ from engine.native_build import build_cached
 log = logging.getLogger("engine")
 
 SOURCE = Path(__file__).with_name("int4_kernel.cpp")
-FLAGS = ("-O3", "-shared", "-fPIC", "-std=c++20", "-fopenmp", "-ffp-contract=off", "-w")
+HEADERS = (Path(__file__).with_name("kernel_pool.h"),)
+FLAGS = ("-O3", "-shared", "-fPIC", "-std=c++20", "-pthread", "-ffp-contract=off", "-w")
 """``-ffp-contract=off``: the kernel's order of operations is written out in intrinsics; no
-fusing of a multiply and an add that the source keeps apart. ``-fopenmp``: ATen's
-``parallel_for`` is inlined from its header as an OpenMP region (the same libgomp torch uses)."""
+fusing of a multiply and an add that the source keeps apart. ``-pthread``: the products split
+their columns over the kernels' own thread pool (``kernel_pool.h``), not OpenMP."""
 COLUMNS = 32
 """Output columns per block of the kernel's layout: a layer takes the kernel when its outputs are
 a multiple of 32 and its group size is 32."""
 GROUP = 32
+
+SPIN_US = 2000
+"""Microseconds a helper thread of the kernels' pool keeps spinning (yielding its core to any
+other runnable thread) after its last part before it sleeps: a decode step's products come
+20-60 µs apart and its steps about 1 ms apart, so while the engine decodes the helpers never
+sleep, and an idle engine costs no CPU after 2 ms."""
 
 _lock = threading.Lock()
 _state: dict = {}       # "ok": True once loaded, or "error": why not
@@ -66,7 +73,7 @@ def _command(compiler: str, target: str) -> list[str]:
 def _build(compiler: str) -> Path:
     """Compile the source into the cache (if not there yet) and return the library's path.
     The cache key covers the source, the flags, the compiler and the torch build."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, *HEADERS)) + " ".join(
         (compiler, *FLAGS, torch.__version__, str(Path(torch.__file__).parent))).encode()).hexdigest()[:16]
     return build_cached("int4_kernel", key, lambda tmp: _command(compiler, tmp), 300)
 
@@ -106,12 +113,41 @@ def available() -> bool:
             if not torch.ops.playground_int4.available():
                 raise RuntimeError("the kernel's CPU check failed")
             _register_fake()
+            set_threads(_default_threads())
             _state["ok"] = True
         except Exception as exc:  # noqa: BLE001 - any failure: keep PyTorch's kernel, say why
             _state["error"] = f"{type(exc).__name__}: {exc}"[:400]
             log.info("int4 kernel unavailable (%s); int4 layers use PyTorch's kernel",
                      _state["error"])
         return "ok" in _state
+
+
+def _default_threads() -> int:
+    """``$LLM_PLAYGROUND_KERNEL_THREADS``, else the CPUs this process may run on."""
+    env = os.environ.get("LLM_PLAYGROUND_KERNEL_THREADS", "")
+    if env.strip().isdigit() and int(env) >= 1:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def set_threads(n: int) -> int:
+    """Let the int4 and int8 products use ``n`` threads in all (the calling thread and ``n - 1``
+    helpers of the kernels' own pool, ``kernel_pool.h``), whatever PyTorch's intra-op thread
+    count is; returns the count in use. Results do not depend on it: threads split output
+    columns, and every column is computed by one thread in the same order.
+
+    Raises:
+        ValueError: ``n`` below 1.
+        RuntimeError: the kernel is not loaded (see :func:`available`).
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"kernel threads must be an integer >= 1, got {n!r}")
+    return int(torch.ops.playground_int4.set_threads(n, SPIN_US))
+
+
+def threads() -> int:
+    """Threads the products use (1 when the kernel is unavailable)."""
+    return int(torch.ops.playground_int4.threads()) if available() else 1
 
 
 def unavailable_reason() -> str | None:

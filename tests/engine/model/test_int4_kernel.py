@@ -20,13 +20,16 @@ N, K = 1536, 576          # the embedded model's gate/up outputs and hidden size
 
 @contextmanager
 def threads(n: int):
-    """Intra-op threads set to ``n`` for the block, then restored."""
-    before = torch.get_num_threads()
+    """PyTorch's intra-op threads and the kernels' own pool set to ``n`` for the block, then
+    restored."""
+    before, pool = torch.get_num_threads(), kernel.threads()
     torch.set_num_threads(n)
+    kernel.set_threads(n)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+        kernel.set_threads(pool)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,41 @@ def test_a_row_has_the_same_bits_alone_and_in_any_batch(weight, n):
         for i in (0, 5, 36):
             assert torch.equal(kernel.int4_mm(x[i:i + 1].contiguous(), codes, sz), full[i:i + 1])
     assert torch.equal(kernel.int4_mm(x, codes, sz), full)   # the other thread count
+
+
+def test_the_pool_splits_columns_and_wakes_from_sleep(weight):
+    """With three threads a one-row product of 1536 columns is cut into three parts; the bits
+    equal the one-thread answer, also after the helpers have gone to sleep (idle longer than
+    ``SPIN_US``) and when four Python threads call at once (the pool takes one caller at a time;
+    the others run their parts themselves)."""
+    import threading
+    import time
+
+    *_, codes, sz, _ = weight
+    xs = [torch.randn(rows, K).to(torch.bfloat16) for rows in (1, 2, 5, 1)]
+    with threads(1):
+        want = [kernel.int4_mm(x, codes, sz) for x in xs]
+    with threads(3):
+        assert kernel.threads() == 3
+        for x, w in zip(xs, want):
+            assert torch.equal(kernel.int4_mm(x, codes, sz), w)
+            time.sleep(3 * kernel.SPIN_US / 1e6)
+            assert torch.equal(kernel.int4_mm(x, codes, sz), w)
+        bad = []
+
+        def call(i: int):
+            for _ in range(30):
+                if not torch.equal(kernel.int4_mm(xs[i], codes, sz), want[i]):
+                    bad.append(i)
+
+        callers = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join(60)
+        assert not bad and not any(t.is_alive() for t in callers)
+    with pytest.raises(ValueError, match="kernel threads"):
+        kernel.set_threads(0)
 
 
 def test_the_layout_is_read_back_exactly(weight):
