@@ -1,12 +1,14 @@
 """Building the engine's own C and C++ kernels into the cache, once.
 
-Used by :mod:`engine.worker.kernels.decode_attention` (C, loaded with ``ctypes``) and
-:mod:`engine.model.quant.int4_kernel` (C++, a torch operator library).
+Used by :mod:`engine.worker.kernels.decode_attention` (C, loaded with ``ctypes``, and its C++
+operator) and :mod:`engine.model.quant.int4_kernel` (C++, a torch operator library).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -47,3 +49,37 @@ def build_cached(stem: str, key: str, command: Callable[[str], list[str]], timeo
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def cxx_compiler() -> str | None:
+    """``$CXX``, else ``c++`` or ``g++`` on the PATH; ``None`` when there is none."""
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+
+
+def build_torch_library(stem: str, sources: tuple[Path, ...], flags: tuple[str, ...],
+                        compiler: str, timeout: float = 300) -> Path:
+    """A torch operator library (``TORCH_LIBRARY``) compiled from ``sources`` (the first is
+    compiled, the rest are headers it includes) against this torch's headers and libraries, in
+    the cache (:func:`build_cached`); the key covers the sources, the flags, the compiler and the
+    torch build. Load it with ``torch.ops.load_library``.
+
+    Raises:
+        RuntimeError, subprocess.TimeoutExpired: as :func:`build_cached`.
+    """
+    import sysconfig
+
+    import torch
+    from torch.utils import cpp_extension
+
+    lib = Path(torch.__file__).parent / "lib"
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in sources) + " ".join(
+        (compiler, *flags, torch.__version__, str(lib))).encode()).hexdigest()[:16]
+    abi = int(torch.compiled_with_cxx11_abi())
+
+    def command(target: str) -> list[str]:
+        return [compiler, *flags, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                *(f"-I{p}" for p in cpp_extension.include_paths()),
+                f"-I{sysconfig.get_paths()['include']}", str(sources[0]), "-o", target,
+                f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
+
+    return build_cached(stem, key, command, timeout)

@@ -20,17 +20,14 @@ PyTorch's kernel and :func:`unavailable_reason` says why.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import shutil
-import sysconfig
 import threading
 from pathlib import Path
 
 import torch
 
-from engine.native_build import build_cached
+from engine.native_build import build_torch_library, cxx_compiler
 
 log = logging.getLogger("engine")
 
@@ -56,26 +53,12 @@ _state: dict = {}       # "ok": True once loaded, or "error": why not
 
 
 def _compiler() -> str | None:
-    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-
-
-def _command(compiler: str, target: str) -> list[str]:
-    from torch.utils import cpp_extension
-
-    lib = Path(torch.__file__).parent / "lib"
-    abi = int(torch.compiled_with_cxx11_abi())
-    return [compiler, *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-            *(f"-I{p}" for p in cpp_extension.include_paths()),
-            f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", target,
-            f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
+    return cxx_compiler()
 
 
 def _build(compiler: str) -> Path:
-    """Compile the source into the cache (if not there yet) and return the library's path.
-    The cache key covers the source, the flags, the compiler and the torch build."""
-    key = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, *HEADERS)) + " ".join(
-        (compiler, *FLAGS, torch.__version__, str(Path(torch.__file__).parent))).encode()).hexdigest()[:16]
-    return build_cached("int4_kernel", key, lambda tmp: _command(compiler, tmp), 300)
+    """Compile the source into the cache (if not there yet) and return the library's path."""
+    return build_torch_library("int4_kernel", (SOURCE, *HEADERS), FLAGS, compiler)
 
 
 def _cpu_has_bf16_dot() -> bool:

@@ -75,3 +75,28 @@ _LIB.impl("paged_decode_attention", paged_decode_attention, "CUDA")
 @torch.library.register_fake("playground::paged_decode_attention")
 def _(q, k, v, k_pool, v_pool, slots, blocks, lens, block_size, scale):
     return torch.empty_like(q)
+
+
+def attention_for(q_probe: torch.Tensor, pool_dtype: torch.dtype):
+    """The op a compiled graph calls for queries like ``q_probe`` over a pool of
+    ``pool_dtype``: the C++ operator of :func:`engine.worker.kernels.decode_attention.native_op`
+    where the C kernel applies and that operator could be built (the same arithmetic, without
+    about 20 µs of Python per call), else ``torch.ops.playground.paged_decode_attention``."""
+    op = kernel.native_op() if kernel.applies(q_probe, pool_dtype) else None
+    if op is None:
+        return torch.ops.playground.paged_decode_attention
+    _register_native_fake()
+    return op
+
+
+def _register_native_fake() -> None:
+    if _NATIVE_FAKE:
+        return
+    _NATIVE_FAKE.append(True)
+
+    @torch.library.register_fake("playground_attention::paged_decode_attention")
+    def _(q, k, v, k_pool, v_pool, slots, blocks, lens, block_size, scale):
+        return torch.empty_like(q)
+
+
+_NATIVE_FAKE: list = []

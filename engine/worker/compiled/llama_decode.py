@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.quant.fused import FusedMember
+from engine.worker.compiled.attention_op import attention_for
 
 FAMILIES = ("llama", "mistral", "qwen2")
 """``model_type`` values this forward computes (same block layout; Qwen2's q/k/v biases live in
@@ -115,6 +116,7 @@ class LlamaDecodeForward:
         with torch.inference_mode():
             cos, sin = inner.rotary_emb(probe, positions)                # [1, P, d]
         self.cos, self.sin = cos[0].clone(), sin[0].clone()
+        self.attend = attention_for(probe, self.k_pool[0].dtype)   # C++ op where it applies
 
     def _rms_norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """transformers' ``LlamaRMSNorm``: fp32 statistics, the weight applied in ``h``'s dtype."""
@@ -144,7 +146,7 @@ class LlamaDecodeForward:
         b = input_ids.shape[0]
         h = self.embed(input_ids)                                          # [B, hidden]
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]   # [B, 1, d]
-        attend = torch.ops.playground.paged_decode_attention
+        attend = self.attend
         for i, layer in enumerate(self.layers):
             x = self._rms_norm(h, layer.ln1)
             q, k, v = layer.qkv(x)

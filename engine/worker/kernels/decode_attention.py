@@ -90,6 +90,48 @@ def _load():
         return _state.get("lib")
 
 
+OP_SOURCE = Path(__file__).with_name("attention_op.cpp")
+OP_FLAGS = ("-O2", "-shared", "-fPIC", "-std=c++20", "-w")
+
+
+def native_op():
+    """``torch.ops.playground_attention.paged_decode_attention`` (``attention_op.cpp``): the
+    compiled decode step's attention as a C++ operator over this kernel, with the schema and the
+    arithmetic of :func:`engine.worker.compiled.attention_op.paged_decode_attention`'s kernel
+    branch; ``None`` when the kernel or a C++ compiler is missing (the Python op serves then,
+    and :func:`native_op_error` says why). Built once into the cache (about 15 s), thread-safe,
+    tried once per process."""
+    if "op" in _state:
+        return _state["op"]
+    if _load() is None:
+        return None
+    with _lock:
+        if "op" in _state or "op_error" in _state:
+            return _state.get("op")
+        try:
+            from engine.native_build import build_torch_library, cxx_compiler
+
+            compiler = cxx_compiler()
+            if compiler is None:
+                raise RuntimeError("no C++ compiler (c++, g++ or $CXX) on this machine")
+            if not hasattr(torch.ops.playground_attention, "set_kernel"):
+                torch.ops.load_library(str(build_torch_library("attention_op", (OP_SOURCE,),
+                                                               OP_FLAGS, compiler)))
+            address = ctypes.cast(_state["lib"].paged_decode_attention, ctypes.c_void_p).value
+            torch.ops.playground_attention.set_kernel(address)
+            _state["op"] = torch.ops.playground_attention.paged_decode_attention.default
+        except Exception as exc:  # noqa: BLE001 - any failure: the Python op serves
+            _state["op_error"] = f"{type(exc).__name__}: {exc}"[:400]
+            log.info("C++ attention op unavailable (%s); the Python op serves",
+                     _state["op_error"])
+        return _state.get("op")
+
+
+def native_op_error() -> str | None:
+    """Why :func:`native_op` is ``None`` (``None`` when it is there)."""
+    return None if native_op() is not None else (_state.get("op_error") or _state.get("error"))
+
+
 def unavailable_reason() -> str | None:
     """Why the kernel is not used (``None`` when it is built and loaded)."""
     return None if _load() is not None else _state.get("error")

@@ -1,0 +1,109 @@
+// The compiled decode step's paged attention as a C++ operator: the op
+// playground_attention::paged_decode_attention writes a step's new keys and values into one
+// layer's pool and calls the C kernel of paged_decode.c (engine/worker/kernels/decode_attention.py
+// loads that library and hands its entry point over once, with set_kernel).
+//
+// Why C++: the same op written in Python (engine/worker/compiled/attention_op.py) paid about
+// 20 µs of interpreter and ctypes work per call, 30 calls a step; here a call costs about what an
+// ATen op does. The arithmetic is the C kernel's, so the results are the same bits.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+// paged_decode.c's entry point (see its comment for the arguments and return codes).
+using Kernel = int (*)(const void* q, const void* k, const void* v, const int64_t* table,
+                       int64_t table_stride, int64_t table_width, const int64_t* lens,
+                       int64_t rows, int heads, int kv_heads, int d, int64_t bs, int64_t slots,
+                       int kind, float scale, int threads, void* out);
+
+std::atomic<Kernel> g_kernel{nullptr};
+
+int64_t set_kernel(int64_t address) {
+  g_kernel.store(reinterpret_cast<Kernel>(address));
+  return address;
+}
+
+// pool[slots[b]] = x[b] for each row b: a copy of each row's kv_heads × d values (what
+// index_copy_ does, without its dispatch: two of these per layer and step).
+void write_slots(const at::Tensor& pool, const at::Tensor& slots, const at::Tensor& x) {
+  const int64_t rows = x.size(0), row = pool.size(1) * pool.size(2), n = pool.size(0);
+  TORCH_CHECK(slots.scalar_type() == at::kLong && slots.dim() == 1 && slots.size(0) == rows &&
+              x.size(1) == pool.size(1) && x.size(2) == pool.size(2),
+              "paged_decode_attention: slots must be int64 [B], k and v [B, kv_heads, d]");
+  if (!x.is_contiguous() || !slots.is_contiguous()) {
+    pool.index_copy_(0, slots, x);
+    return;
+  }
+  const int64_t* s = slots.data_ptr<int64_t>();
+  const size_t bytes = static_cast<size_t>(row) * x.element_size();
+  auto* dst = static_cast<char*>(pool.data_ptr());
+  const auto* src = static_cast<const char*>(x.data_ptr());
+  for (int64_t b = 0; b < rows; ++b) {
+    TORCH_CHECK(s[b] >= 0 && s[b] < n, "paged_decode_attention: slots: ", s[b],
+                " is outside the pool's ", n, " slots");
+    std::memcpy(dst + s[b] * bytes, src + b * bytes, bytes);
+  }
+}
+
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& k_pool, const at::Tensor& v_pool,
+                                  const at::Tensor& slots, const at::Tensor& blocks,
+                                  const at::Tensor& lens, int64_t block_size, double scale) {
+  const Kernel kernel = g_kernel.load();
+  TORCH_CHECK(kernel != nullptr, "paged_decode_attention: the C kernel is not loaded");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "paged_decode_attention: q, k and v "
+              "must be [B, heads, d]");
+  const auto dtype = q.scalar_type();
+  TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf,
+              "paged_decode_attention: q must be bf16 or fp16");
+  TORCH_CHECK(k_pool.scalar_type() == dtype && v_pool.scalar_type() == dtype &&
+              k_pool.is_contiguous() && v_pool.is_contiguous() && k_pool.dim() == 3,
+              "paged_decode_attention: k_pool and v_pool must be contiguous [slots, kv_heads, d] "
+              "in q's dtype");
+  TORCH_CHECK(blocks.scalar_type() == at::kLong && blocks.dim() == 2 && blocks.is_contiguous(),
+              "paged_decode_attention: blocks must be contiguous int64 [B, W]");
+  const int64_t rows = q.size(0), heads = q.size(1), d = q.size(2);
+  TORCH_CHECK(lens.scalar_type() == at::kLong && lens.is_contiguous() && lens.numel() == rows &&
+              blocks.size(0) == rows, "paged_decode_attention: lens must be contiguous int64 [B]");
+  write_slots(k_pool, slots, k.to(dtype));
+  write_slots(v_pool, slots, v.to(dtype));
+  const at::Tensor qc = q.contiguous();
+  at::Tensor out = at::empty({rows, heads, d}, q.options().dtype(
+      dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat));
+  const int64_t width = blocks.size(1);
+  const int rc = kernel(qc.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(),
+                        blocks.data_ptr<int64_t>(), width, width, lens.data_ptr<int64_t>(), rows,
+                        static_cast<int>(heads), static_cast<int>(k_pool.size(1)),
+                        static_cast<int>(d), block_size, k_pool.size(0),
+                        dtype == at::kBFloat16 ? 1 : 2, static_cast<float>(scale),
+                        at::get_num_threads(), out.data_ptr());
+  TORCH_CHECK(rc != -1, "paged_decode_attention: sizes the kernel does not take (head_dim over "
+              "256, more than 16 query heads per KV head, or a length below 1)");
+  TORCH_CHECK(rc != -2, "paged_decode_attention: out of memory for the attention scores");
+  TORCH_CHECK(rc != -3, "paged_decode_attention: a block table points outside the KV pool");
+  TORCH_CHECK(rc != -4, "paged_decode_attention: lens: a length beyond its table's ",
+              width * block_size, " slots");
+  TORCH_CHECK(rc == 0, "paged_decode_attention: error ", rc);
+  return out.scalar_type() == dtype ? out : out.to(dtype);
+}
+
+}  // namespace
+
+TORCH_LIBRARY(playground_attention, m) {
+  m.def("paged_decode_attention(Tensor q, Tensor k, Tensor v, Tensor(a!) k_pool, "
+        "Tensor(b!) v_pool, Tensor slots, Tensor blocks, Tensor lens, int block_size, "
+        "float scale) -> Tensor");
+  m.def("set_kernel(int address) -> int", &set_kernel);
+}
+
+TORCH_LIBRARY_IMPL(playground_attention, CPU, m) {
+  m.impl("paged_decode_attention", &paged_decode_attention);
+}
