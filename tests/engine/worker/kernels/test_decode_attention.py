@@ -121,3 +121,36 @@ def test_a_build_goes_into_the_cache_once(monkeypatch, tmp_path):
     assert kernel.unavailable_reason() is None
     built = list((tmp_path / "kernels").glob("paged_decode-*.so"))
     assert len(built) == 1 and not list((tmp_path / "kernels").glob(".*"))
+
+
+def test_the_cpp_operator_gives_the_python_operators_bits(pool):
+    """``attention_op.cpp`` (the compiled step's op where the kernel applies) writes the same
+    pool slots and returns the same bits as the Python op it stands in for, refuses a slot
+    outside the pool and a length beyond its table by name, and the compiled forward picks it
+    for a bf16 pool (the Python op for fp32, the parity reference)."""
+    from engine.worker.compiled.attention_op import attention_for, paged_decode_attention
+
+    op = kernel.native_op()
+    if op is None:
+        pytest.skip(f"C++ attention op unavailable: {kernel.native_op_error()}")
+    g = torch.Generator().manual_seed(7)
+    rows = 5
+    q = torch.randn(rows, HEADS, D, generator=g).to(torch.bfloat16)
+    k = torch.randn(rows, KV_HEADS, D, generator=g).to(torch.bfloat16)
+    v = torch.randn(rows, KV_HEADS, D, generator=g).to(torch.bfloat16)
+    table = tables(rows)
+    lens = torch.tensor([1, 17, 40, 100, 12 * BS])
+    slots = table[torch.arange(rows), (lens - 1) // BS] * BS + (lens - 1) % BS
+    pools_py = [p.clone() for p in pool]
+    pools_cpp = [p.clone() for p in pool]
+    want = paged_decode_attention(q, k, v, *pools_py, slots, table, lens, BS, D ** -0.5)
+    got = op(q, k, v, *pools_cpp, slots, table, lens, BS, D ** -0.5)
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(pools_py, pools_cpp))
+    assert torch.equal(pools_cpp[0][slots], k) and torch.equal(pools_cpp[1][slots], v)
+    with pytest.raises(RuntimeError, match="slots: .* outside the pool"):
+        op(q, k, v, *pools_cpp, slots + BLOCKS * BS, table, lens, BS, D ** -0.5)
+    with pytest.raises(RuntimeError, match="lens: a length beyond"):
+        op(q, k, v, *pools_cpp, slots, table, lens + 12 * BS, BS, D ** -0.5)
+    assert attention_for(q, torch.bfloat16) is op
+    assert attention_for(q.float(), torch.float32) is torch.ops.playground.paged_decode_attention
