@@ -51,7 +51,10 @@ class EngineConfig:
             2-core machine: int4 batch-1 decode ran 1.47× faster on one thread there, bf16
             1.30×), else (fp32, the exact reference) PyTorch's setting. Larger steps (prefill,
             more sequences, where the kernels are compute-bound) keep PyTorch's setting; the
-            one-request-at-a-time runner (no batching) never changes it.
+            one-request-at-a-time runner (no batching) never changes it. The engine's own
+            int4 and int8 kernels do not follow it: they split their columns over a pool of
+            their own, one thread per CPU (``engine.model.quant.int4_kernel.set_threads``,
+            ``$LLM_PLAYGROUND_KERNEL_THREADS``).
         kv_cache_dtype: storage of the paged KV cache, one of :data:`KV_CACHE_DTYPES`; the KV
             formula's bytes per element follow it (fp8: 1, bf16/fp16: 2). Anything but
             ``auto`` needs the paged cache (``batching`` on a paged family).
