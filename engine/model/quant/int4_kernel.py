@@ -8,7 +8,9 @@ bf16 from 8 concurrent streams. This kernel turns each code into a bf16 in regis
 multiplies on ``vdpbf16ps`` for four rows at once, so it is bound by the weights' bytes at a few
 rows and by bf16 arithmetic at many: 2.7-3.0 / 8.1-11.2 / 24.6-28.5 ms for the same products
 (``docs/performance.md`` has the table). Each output element goes through the same instructions
-whatever the number of rows, so rows are batch-invariant.
+whatever the number of rows, so rows are batch-invariant. Products split their output columns
+over a thread pool of their own (``kernel_pool.h``, :func:`set_threads`), not PyTorch's OpenMP
+threads, whose helpers sleep between a decode step's small products.
 
 The source is compiled against this torch's headers with the machine's C++ compiler (``$CXX``,
 ``c++`` or ``g++``; about 10 s, once) into ``<cache_dir()>/kernels/int4_kernel-<hash>.so`` and

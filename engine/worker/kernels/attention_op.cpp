@@ -4,8 +4,9 @@
 // loads that library and hands its entry point over once, with set_kernel).
 //
 // Why C++: the same op written in Python (engine/worker/compiled/attention_op.py) paid about
-// 20 µs of interpreter and ctypes work per call, 30 calls a step; here a call costs about what an
-// ATen op does. The arithmetic is the C kernel's, so the results are the same bits.
+// 8 µs of interpreter, index_copy_ and ctypes work per call on top of the kernel (18.7 against
+// 10.3 µs for one row of 100 keys), 30 calls a step. The arithmetic is the C kernel's, so the
+// results are the same bits.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
