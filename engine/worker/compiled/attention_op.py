@@ -15,8 +15,6 @@ kernel applies, the graph calls the same op written in C++ instead (:func:`atten
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from engine.worker.kernels import decode_attention as kernel
@@ -88,23 +86,4 @@ def attention_for(q_probe: torch.Tensor, pool_dtype: torch.dtype):
     about 8 µs less per call: 10.3 against 18.7 µs for one row of 100 keys, docs/compiled-decode.md),
     else ``torch.ops.playground.paged_decode_attention``."""
     op = kernel.native_op() if kernel.applies(q_probe, pool_dtype) else None
-    if op is None:
-        return torch.ops.playground.paged_decode_attention
-    _register_native_fake()
-    return op
-
-
-def _register_native_fake() -> None:
-    """The C++ op's shapes for tracing (once per process)."""
-    with _FAKE_LOCK:
-        if _NATIVE_FAKE:
-            return
-        _NATIVE_FAKE.append(True)
-
-        @torch.library.register_fake("playground_attention::paged_decode_attention")
-        def _(q, k, v, k_pool, v_pool, slots, blocks, lens, block_size, scale):
-            return torch.empty_like(q)
-
-
-_NATIVE_FAKE: list = []
-_FAKE_LOCK = threading.Lock()
+    return torch.ops.playground.paged_decode_attention if op is None else op

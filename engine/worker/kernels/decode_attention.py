@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from engine.native_build import build_cached
+from engine.native_build import build_cached, build_torch_library, cxx_compiler
 
 log = logging.getLogger("engine")
 
@@ -109,14 +109,14 @@ def native_op():
         if "op" in _state or "op_error" in _state:
             return _state.get("op")
         try:
-            from engine.native_build import build_torch_library, cxx_compiler
-
             compiler = cxx_compiler()
             if compiler is None:
                 raise RuntimeError("no C++ compiler (c++, g++ or $CXX) on this machine")
             if not hasattr(torch.ops.playground_attention, "set_kernel"):
                 torch.ops.load_library(str(build_torch_library("attention_op", (OP_SOURCE,),
                                                                OP_FLAGS, compiler)))
+                torch.library.register_fake("playground_attention::paged_decode_attention")(
+                    lambda q, *_: torch.empty_like(q))      # its shape, for tracing
             address = ctypes.cast(_state["lib"].paged_decode_attention, ctypes.c_void_p).value
             torch.ops.playground_attention.set_kernel(address)
             _state["op"] = torch.ops.playground_attention.paged_decode_attention.default
