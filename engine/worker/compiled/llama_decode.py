@@ -5,7 +5,7 @@ model it is also about 450 module calls and 1,700 small operations, which cost m
 arithmetic. This forward computes the same decode step (one new token per sequence) in about
 20 operations per layer, written so that ``torch.compile`` traces it as one graph:
 
-    h = embed(ids)
+    h = embed(ids)                   (behind a fusion barrier: batch invariance, barrier_op.py)
     for each layer:  x = rms_norm(h);  q, k, v = qkv(x);  rotate q, k;
                      h = h + o_proj(paged_decode_attention(q, k, v))
                      x = rms_norm(h);  h = h + down(silu(gate(x)) * up(x))
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.model.quant.fused import FusedMember
+import engine.worker.compiled.barrier_op  # noqa: F401 - registers the fusion barrier
 from engine.worker.compiled.attention_op import attention_for
 
 FAMILIES = ("llama", "mistral", "qwen2")
@@ -144,7 +145,8 @@ class LlamaDecodeForward:
             ``[B, vocab]`` logits in the model's dtype.
         """
         b = input_ids.shape[0]
-        h = self.embed(input_ids)                                          # [B, hidden]
+        # the lookup is kept out of the norms' kernels: batch invariance (barrier_op.py)
+        h = torch.ops.playground.fusion_barrier(self.embed(input_ids))     # [B, hidden]
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]   # [B, 1, d]
         attend = self.attend
         for i, layer in enumerate(self.layers):

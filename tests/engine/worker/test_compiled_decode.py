@@ -165,6 +165,53 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
         eng.shutdown()
 
 
+def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
+    """The inductor graphs themselves, on K/V drawn at random (which makes rounding flips
+    frequent): 320 rows run as 40 batch-8 steps, each row's logits bit-equal to that row run in
+    the batch-1 graph. Fails when a fused kernel sums a row in an order that depends on the
+    bucket (inductor vectorized the norms across rows while the embedding lookup was fused into
+    them: 6 of 304 rows differed, docs/compiled-decode.md)."""
+    eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False,
+                    enable_prefix_caching=False)
+    try:
+        assert eng.wait_compiled(1500)["status"] == "ready"
+        runner = eng.runner
+        fwd, bs = runner.forward_fn, runner.block_size
+        gen = torch.Generator().manual_seed(0)
+        for pool in (*fwd.k_pool, *fwd.v_pool):     # nothing is cached: any K/V will do
+            pool.copy_(torch.randn(pool.shape, generator=gen))
+        per_row = -(-200 // bs)                    # each row its own blocks, below the scratch one
+        assert 8 * per_row < runner.scratch_block
+
+        def run(toks, positions, firsts):
+            bufs = runner.buffers[(8 if len(toks) > 1 else 1, runner.width)]
+            bufs.slots.fill_(runner.scratch_block * bs)
+            bufs.blocks.fill_(runner.scratch_block)
+            bufs.lens.fill_(1)
+            bufs.input_ids.zero_()
+            bufs.position_ids.zero_()
+            for j, (t, p, first) in enumerate(zip(toks, positions, firsts)):
+                table = torch.arange(first, first + p // bs + 1)
+                bufs.input_ids.view(-1)[j], bufs.position_ids.view(-1)[j] = t, p
+                bufs.blocks[j, :len(table)] = table
+                bufs.slots[j] = table[-1] * bs + p % bs
+                bufs.lens[j] = p + 1
+            runner._run(bufs)
+            return bufs.logits[:len(toks)].clone()
+
+        differing = 0
+        for _ in range(40):
+            toks = torch.randint(0, int4.model.config.vocab_size, (8,), generator=gen).tolist()
+            positions = torch.randint(5, 200, (8,), generator=gen).tolist()
+            firsts = [r * per_row for r in range(8)]
+            batch = run(toks, positions, firsts)
+            differing += sum(not torch.equal(batch[j], run([toks[j]], [positions[j]], [firsts[j]])[0])
+                             for j in range(8))
+        assert differing == 0, f"{differing} of 320 rows differ from the row alone"
+    finally:
+        eng.shutdown()
+
+
 def test_inductor_caches_go_to_the_playground_cache_unless_told_otherwise(monkeypatch, tmp_path):
     """torch sets $TORCHINDUCTOR_CACHE_DIR to its /tmp default once inductor runs; that default
     gives way to the playground's cache folder, a folder the user chose does not."""
