@@ -15,7 +15,7 @@ from engine.worker.runner_output import SampleResult
 from engine.params import SamplingParams
 from engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
 from engine.worker.sampler import TOP_CANDIDATES
-from engine.worker.sampling_ops import min_p_rows, top_k_rows, top_p_rows
+from engine.worker.sampling_ops import min_p_rows, row_argmax, row_topk, top_k_rows, top_p_rows
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -23,7 +23,8 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     and min-p (the sampler's rules; greedy requests get temperature 1, as the sampler shows).
 
     Args:
-        logits: ``[R, V]`` logits of one request's verified positions.
+        logits: ``[R, V]`` logits of one request's verified positions (any float dtype; fp32
+            is used as is).
     """
     x = logits.float()
     r = x.shape[0]
@@ -52,12 +53,15 @@ def verify_one(logits: torch.Tensor, draft_ids: list[int], params: SamplingParam
     Raises:
         NonFiniteLogitsError: the logits hold NaN or inf.
     """
-    if not bool(torch.isfinite(logits).all()):
-        bad = int((~torch.isfinite(logits)).sum())
-        raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
-    probs = target_probs(logits, params)
+    x = logits.float()
+    # one summation per row finds NaN or inf (as the sampler does); only then count them
+    if not bool(torch.isfinite(x.sum(dim=-1)).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        if bad:
+            raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
+    probs = target_probs(x, params)
     if params.greedy:
-        argmax = torch.argmax(logits.float(), dim=-1).tolist()
+        argmax = row_argmax(x).tolist()     # torch.argmax's index, without its scalar loop
         a = greedy_verify(argmax, draft_ids)
         tokens = list(draft_ids[:a]) + [argmax[a]]
     else:
@@ -65,11 +69,11 @@ def verify_one(logits: torch.Tensor, draft_ids: list[int], params: SamplingParam
         tokens = list(draft_ids[:a]) + [last]
     rows = probs[:a + 1]
     k = min(TOP_CANDIDATES, rows.shape[-1])
-    top = torch.topk(rows, k, dim=-1)
+    top_values, top_indices = row_topk(rows, k)      # the sampler's candidates, the same way
     chosen = rows.gather(1, torch.tensor(tokens, device=rows.device)[:, None])[:, 0]
     results = []
-    for tok, p, ids, ps in zip(tokens, chosen.tolist(), top.indices.tolist(),
-                               top.values.tolist()):
+    for tok, p, ids, ps in zip(tokens, chosen.tolist(), top_indices.tolist(),
+                               top_values.tolist()):
         pairs = [(i, q) for i, q in zip(ids, ps) if q > 0]
         results.append(SampleResult(token_id=tok, prob=p, top_ids=[i for i, _ in pairs],
                                     top_probs=[q for _, q in pairs]))
