@@ -3,10 +3,18 @@
 Two greedy prompts, each run plain and with ``--speculative ngram`` in alternating turns
 (A B A B after one warm-up of each, medians): a copy-heavy one (fix a typo in a function and
 print it again), where drafts from the prompt are often right, and an open question, where they
-seldom are and drafting pauses itself. Result fields beyond the common ones (see :mod:`.common`):
+seldom are and drafting pauses itself. Each request generates its answer: it stops at the end of
+sequence token, or at ``new_tokens``. The prompts' text is the same in every run (a cache salt,
+not a tag in the text, keeps each prefill its own), so every run measures the same answers.
+(Until 2026-12-03 the requests ran ``new_tokens`` past the end, behind a random tag in the
+prompt: the tag changed the answer from run to run, and after the copied function ended the
+model made up a new chat turn, which is not copying; those tokens pulled the copy-heavy row
+down to 1.25-1.40×.)
+Result fields beyond the common ones (see :mod:`.common`):
 
 - ``new_tokens``, ``pairs``, ``num_speculative_tokens``.
-- ``rows``: one per prompt: ``name``, ``prompt_tokens``, ``plain_tok_s`` and ``spec_tok_s``
+- ``rows``: one per prompt: ``name``, ``prompt_tokens``, ``output_tokens`` (of the last
+  speculative turn), ``plain_tok_s`` and ``spec_tok_s``
   (decode tokens/s of each turn), ``ratios`` (spec / plain of each pair), ``ratio_median``,
   ``identical_tokens`` (every speculative turn gave the plain greedy tokens), ``acceptance_rate``,
   ``mean_accepted_length``, ``tokens_per_step`` (of the last speculative turn).
@@ -19,7 +27,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from engine.experiments.common import engine_config, engine_for, median, report, result, row, salted
+from engine.experiments.common import (engine_config, engine_for, fresh_salt, median, report, result,
+                                       row)
 
 NAME = "speculative"
 TITLE = "Speculative decoding: prompt lookup vs plain decode at batch 1"
@@ -49,7 +58,7 @@ PROMPTS = {
 def _run(eng, prompt: str, n: int, spec: bool, k: int):
     from engine.params import SamplingParams
 
-    h = eng.submit(prompt, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True),
+    h = eng.submit(prompt, SamplingParams(temperature=0, max_tokens=n), cache_salt=fresh_salt(),
                    speculative="ngram" if spec else False, num_speculative_tokens=k)
     out = h.result()
     if not out.finished_ok:
@@ -82,7 +91,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         config = engine_config(eng)
         for name, base in prompts.items():
             plain_rates, spec_rates, same, last = [], [], True, None
-            prompt = salted(base)
+            prompt = base
             for turn in range(pairs + 1):  # turn 0 warms both up and is not counted
                 report(progress, done / total, f"{name}: turn {turn} of {pairs}")
                 a, _ = _run(eng, prompt, n, False, k)
@@ -103,6 +112,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
             ratios = [s / p for p, s in zip(plain_rates, spec_rates) if p > 0]
             s = last.speculative
             rows.append({"name": name, "prompt_tokens": len(last.prompt_token_ids),
+                         "output_tokens": len(last.token_ids),
                          "plain_tok_s": plain_rates, "spec_tok_s": spec_rates, "ratios": ratios,
                          "ratio_median": median(ratios), "identical_tokens": same,
                          "acceptance_rate": s["acceptance_rate"],
@@ -121,13 +131,15 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
             row(f"{r['name']}: decode speed-up (median of pairs)", r["ratio_median"], "x"),
             row(f"{r['name']}: acceptance rate", r["acceptance_rate"], ""),
             row(f"{r['name']}: tokens per decode pass", r["tokens_per_step"], ""),
+            row(f"{r['name']}: answer tokens", r["output_tokens"], ""),
             row(f"{r['name']}: identical greedy tokens", str(r["identical_tokens"]), ""),
         ]
     if str(k) in cost:
         res["summary"].append(row(f"cost of verifying {k} drafts vs decoding 1 token",
                                   cost[str(k)], "x"))
     res["notes"].append("Ratios compare neighbouring turns of one run (plain, speculative, "
-                        "plain, ...); decode tokens/s = (output tokens - 1) / decode time.")
+                        "plain, ...); decode tokens/s = (output tokens - 1) / decode time; each "
+                        "answer stops at its end of sequence token or at the token cap.")
     return res
 
 
@@ -148,5 +160,5 @@ def plot(res: dict, path: str) -> str:
     ax2.axhline(1.0, color="grey", lw=0.8)
     ax2.set_xlabel("draft tokens verified in the step (0 = plain decode)")
     ax2.set_ylabel("step time / one-token step")
-    return save(fig, path, f"{res['new_tokens']} greedy tokens, {res['pairs']} pairs, "
+    return save(fig, path, f"greedy answers of up to {res['new_tokens']} tokens, {res['pairs']} pairs, "
                            f"k = {res['num_speculative_tokens']}")
