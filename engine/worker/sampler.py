@@ -18,6 +18,7 @@ import torch
 
 from engine.errors import NonFiniteLogitsError
 from engine.params import SAMPLING_EPS, SamplingParams
+from engine.worker.kernels import row_summary
 from engine.worker.runner_output import SampleResult
 from engine.worker.sampling_ops import (count_ids, min_p_rows, padded_ids, row_argmax, row_topk,
                                         top_k_rows, top_p_rows)
@@ -157,7 +158,9 @@ class Sampler:
         Penalties, temperature, top-k, top-p and min-p run on ``[N, V]`` (each only on the rows
         that use it), greedy rows take the argmax, each sampled row draws once from its own
         generator, and tokens, probabilities, candidates and the finite check come back to
-        the host in one packed transfer. Each row gets bit for bit what it would get alone.
+        the host in one packed transfer (on the CPU made by one operator,
+        :mod:`engine.worker.kernels.row_summary`, with the same values). Each row gets bit for
+        bit what it would get alone.
 
         Args:
             logits: ``[N, V]`` logits, one row per sequence.
@@ -173,10 +176,11 @@ class Sampler:
         x = logits.float()
         n, vocab = x.shape
         dev = x.device
+        fast = row_summary.available(x)    # CPU: one operator for the results (below)
         # one summation tells finite rows apart (NaN or inf makes the sum non-finite); a row
         # flagged here is checked element by element after the transfer (a finite row whose
         # sum overflows is not an error)
-        finite = torch.isfinite(x.sum(dim=-1))
+        finite = None if fast else torch.isfinite(x.sum(dim=-1))
         x = self._penalize(x, params, context)
         scored = x  # greedy rows take the argmax of the penalised logits
         temps = [1.0 if p.greedy else p.temperature for p in params]
@@ -186,28 +190,41 @@ class Sampler:
         x = top_p_rows(x, [p.top_p for p in params], [p.top_k for p in params])
         probs = torch.softmax(x, dim=-1)
         probs = min_p_rows(probs, [p.min_p for p in params])
-        tokens = row_argmax(scored)
+        k = min(TOP_CANDIDATES, vocab)
         drawn = [i for i, p in enumerate(params) if not p.greedy]
         failed: dict[int, Exception] = {}
-        if drawn:
-            # a NaN row must not reach a GPU's multinomial (a device-side assert); on CPU it
-            # raises, and that row fails alone
-            safe = (torch.where(finite[:, None], probs, 1.0 / vocab) if dev.type == "cuda"
-                    else probs)
-            for i in drawn:
+        if fast:
+            chosen = torch.full((n,), -1, dtype=torch.long)     # -1: the row's argmax
+            for i in drawn:  # a NaN row raises here, and that row fails alone
                 try:
-                    tokens[i] = torch.multinomial(safe[i], 1, generator=generators[i])[0]
+                    chosen[i] = torch.multinomial(probs[i], 1, generator=generators[i])[0]
                 except RuntimeError as exc:
                     failed[i] = exc
-        k = min(TOP_CANDIDATES, vocab)
-        top_values, top_indices = row_topk(probs, k)
-        packed = torch.cat([tokens.double()[:, None],
-                            probs.gather(1, tokens[:, None]).double(),
-                            top_indices.double(), top_values.double(),
-                            finite.double()[:, None]], dim=1)
+            # the token, its probability, the finite flag and the top k in one pass per row
+            rows = row_summary.row_summary(scored.contiguous(), probs.contiguous(), chosen,
+                                           k).tolist()                         # one transfer
+            packed = [(r[0], r[1], r[3:3 + k], r[3 + k:], r[2]) for r in rows]
+        else:
+            tokens = row_argmax(scored)
+            if drawn:
+                # a NaN row must not reach a GPU's multinomial (a device-side assert); on CPU
+                # it raises, and that row fails alone
+                safe = (torch.where(finite[:, None], probs, 1.0 / vocab) if dev.type == "cuda"
+                        else probs)
+                for i in drawn:
+                    try:
+                        tokens[i] = torch.multinomial(safe[i], 1, generator=generators[i])[0]
+                    except RuntimeError as exc:
+                        failed[i] = exc
+            top_values, top_indices = row_topk(probs, k)
+            flat = torch.cat([tokens.double()[:, None],
+                              probs.gather(1, tokens[:, None]).double(),
+                              top_indices.double(), top_values.double(),
+                              finite.double()[:, None]], dim=1).tolist()  # one transfer
+            packed = [(r[0], r[1], r[2:2 + k], r[2 + k:2 + 2 * k], r[-1]) for r in flat]
         out: list[SampleResult | Exception] = []
-        for i, row in enumerate(packed.tolist()):  # the step's one host-device transfer
-            if not row[-1] or i in failed:  # rare: one more transfer for this row
+        for i, (token, prob, top_ids, top_probs, ok) in enumerate(packed):
+            if not ok or i in failed:  # rare: one more transfer for this row
                 bad = int((~torch.isfinite(logits[i])).sum())
                 if bad:
                     out.append(NonFiniteLogitsError(
@@ -216,8 +233,7 @@ class Sampler:
                 if i in failed:
                     out.append(failed[i])
                     continue
-            out.append(_result(int(row[0]), row[1], [int(t) for t in row[2:2 + k]],
-                               row[2 + k:2 + 2 * k]))
+            out.append(_result(int(token), prob, [int(t) for t in top_ids], top_probs))
         return out
 
     def _penalize(self, x: torch.Tensor, params: list[SamplingParams], context) -> torch.Tensor:
