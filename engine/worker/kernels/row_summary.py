@@ -11,9 +11,10 @@ thread); in the engine a batch-1 step's sampling went from 0.34-0.39 to 0.10-0.1
 selects every value, computing none, so the numbers are those of the PyTorch operations (among
 equal probabilities the lower index comes first).
 
-The operator is built with the machine's C++ compiler on first use (about 10 s, cached like the
-other kernels); without a compiler, or on other devices, :func:`available` is ``False`` and the
-sampler keeps its PyTorch operations.
+The operator is built with the machine's C++ compiler (about 10 s, cached like the other
+kernels) in a background thread that the first :func:`available` call starts, so no request
+waits for it: until it is loaded, and without a compiler or on other devices, :func:`available`
+is ``False`` and the sampler keeps its PyTorch operations.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ _state: dict = {}
 _lock = threading.Lock()
 
 
-def _op():
-    """The loaded operator, or ``None`` (built and loaded once per process; thread-safe)."""
+def load():
+    """The loaded operator, or ``None`` when it can't be built (built and loaded once per
+    process; blocks while it is being built; thread-safe)."""
     if "op" in _state or "error" in _state:
         return _state.get("op")
     with _lock:
@@ -58,13 +60,23 @@ def _op():
 
 
 def available(x: torch.Tensor) -> bool:
-    """Whether :func:`row_summary` serves logits like ``x``: on the CPU, once built."""
-    return x.device.type == "cpu" and _op() is not None
+    """Whether :func:`row_summary` serves logits like ``x`` now: on the CPU, once loaded. Never
+    blocks: the first call starts building the operator in a background thread."""
+    if x.device.type != "cpu":
+        return False
+    if "op" in _state:
+        return True
+    if "error" not in _state and not _state.get("building"):
+        with _lock:
+            if "op" not in _state and "error" not in _state and not _state.get("building"):
+                _state["building"] = True
+                threading.Thread(target=load, name="row-summary-build", daemon=True).start()
+    return False
 
 
 def unavailable_reason() -> str | None:
-    """Why the operator is not used (``None`` when it is loaded)."""
-    return None if _op() is not None else _state.get("error")
+    """Why the operator is not used (``None`` when it is loaded; blocks while it is built)."""
+    return None if load() is not None else _state.get("error")
 
 
 def row_summary(scored: torch.Tensor, probs: torch.Tensor, chosen: torch.Tensor,
@@ -89,7 +101,7 @@ def row_summary(scored: torch.Tensor, probs: torch.Tensor, chosen: torch.Tensor,
         RuntimeError: the operator is unavailable (see :func:`available`), or a shape, dtype,
             ``chosen`` index or ``k`` the operator rejects.
     """
-    op = _op()
+    op = load()
     if op is None:
         raise RuntimeError(f"row_summary is unavailable: {_state.get('error')}")
     return op(scored, probs, chosen, k)
