@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from engine.errors import NonFiniteLogitsError
+from engine.worker.kernels import row_summary
 from engine.worker.runner_output import SampleResult
 from engine.params import SamplingParams
 from engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
@@ -60,6 +61,13 @@ def verify_one(logits: torch.Tensor, draft_ids: list[int], params: SamplingParam
         if bad:
             raise NonFiniteLogitsError(f"model produced {bad} non-finite logits (NaN or inf)")
     probs = target_probs(x, params)
+    k = min(TOP_CANDIDATES, probs.shape[-1])
+    if params.greedy and row_summary.available(x):
+        # every row's argmax, its probability and candidates in one pass (as the sampler)
+        rows = row_summary.row_summary(x.contiguous(), probs.contiguous(),
+                                       torch.full((x.shape[0],), -1, dtype=torch.long), k).tolist()
+        a = greedy_verify([int(r[0]) for r in rows], draft_ids)
+        return [_result(int(r[0]), r[1], r[3:3 + k], r[3 + k:]) for r in rows[:a + 1]]
     if params.greedy:
         argmax = row_argmax(x).tolist()     # torch.argmax's index, without its scalar loop
         a = greedy_verify(argmax, draft_ids)
@@ -68,16 +76,17 @@ def verify_one(logits: torch.Tensor, draft_ids: list[int], params: SamplingParam
         a, last = rejection_sample(probs, draft_ids, None, generator)
         tokens = list(draft_ids[:a]) + [last]
     rows = probs[:a + 1]
-    k = min(TOP_CANDIDATES, rows.shape[-1])
     top_values, top_indices = row_topk(rows, k)      # the sampler's candidates, the same way
     chosen = rows.gather(1, torch.tensor(tokens, device=rows.device)[:, None])[:, 0]
-    results = []
-    for tok, p, ids, ps in zip(tokens, chosen.tolist(), top_indices.tolist(),
-                               top_values.tolist()):
-        pairs = [(i, q) for i, q in zip(ids, ps) if q > 0]
-        results.append(SampleResult(token_id=tok, prob=p, top_ids=[i for i, _ in pairs],
-                                    top_probs=[q for _, q in pairs]))
-    return results
+    return [_result(tok, p, ids, ps) for tok, p, ids, ps in
+            zip(tokens, chosen.tolist(), top_indices.tolist(), top_values.tolist())]
+
+
+def _result(token: int, prob: float, top_ids, top_probs) -> SampleResult:
+    """A :class:`SampleResult` whose candidates leave out filtered tokens (probability 0)."""
+    pairs = [(int(i), q) for i, q in zip(top_ids, top_probs) if q > 0]
+    return SampleResult(token_id=token, prob=prob, top_ids=[i for i, _ in pairs],
+                        top_probs=[q for _, q in pairs])
 
 
 def verify_drafts(entries, logits: torch.Tensor, out) -> torch.Tensor:

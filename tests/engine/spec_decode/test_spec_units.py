@@ -55,6 +55,34 @@ def _chi2_ok(counts, probs, n):
     return chi2 < 18.47, chi2
 
 
+def test_greedy_verification_reports_the_sampler_numbers_with_or_without_its_operator(
+        monkeypatch):
+    """verify_one on the CPU takes argmax, probabilities and candidates from the row summary
+    operator; with the PyTorch operations (no operator) the accepted tokens, their
+    probabilities and their candidates are the same."""
+    from engine.spec_decode.verify import verify_one
+    from engine.worker.kernels import row_summary
+
+    if row_summary.load() is None:
+        pytest.skip(f"no row summary operator: {row_summary.unavailable_reason()}")
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(6):
+        logits = (torch.randn(4, 3000, generator=gen) * 3).bfloat16()
+        best = logits.float().argmax(-1).tolist()
+        right = trial % 4                                           # drafts equal to the argmax
+        drafts = best[:right] + [t for t in (7, 8, 9, 10) if t != best[min(right, 3)]][:3 - right]
+        params = SamplingParams(temperature=0, top_k=40 if trial % 2 else 0)
+        fast = verify_one(logits, drafts, params, None)
+        with monkeypatch.context() as m:
+            m.setattr(row_summary, "available", lambda x: False)
+            slow = verify_one(logits, drafts, params, None)
+        assert [r.token_id for r in fast] == [r.token_id for r in slow] == best[:len(fast)]
+        assert len(fast) == right + 1
+        for f, s_ in zip(fast, slow):
+            assert (f.prob, f.top_probs) == (s_.prob, s_.top_probs)
+            assert set(f.top_ids[:-1]) <= set(s_.top_ids)
+
+
 @pytest.mark.parametrize("drafter", ["fixed-token", "distribution"])
 def test_rejection_sampling_keeps_the_target_distribution(drafter):
     """The first emitted token of a step is distributed as the target's p_0, whatever the drafts.
