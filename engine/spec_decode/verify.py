@@ -15,7 +15,7 @@ from engine.worker.kernels import row_summary
 from engine.worker.runner_output import SampleResult
 from engine.params import SamplingParams
 from engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
-from engine.worker.sampler import TOP_CANDIDATES
+from engine.worker.sampler import TOP_CANDIDATES, sample_result
 from engine.worker.sampling_ops import min_p_rows, row_argmax, row_topk, top_k_rows, top_p_rows
 
 
@@ -67,7 +67,7 @@ def verify_one(logits: torch.Tensor, draft_ids: list[int], params: SamplingParam
         rows = row_summary.row_summary(x.contiguous(), probs.contiguous(),
                                        torch.full((x.shape[0],), -1, dtype=torch.long), k).tolist()
         a = greedy_verify([int(r[0]) for r in rows], draft_ids)
-        return [_result(int(r[0]), r[1], r[3:3 + k], r[3 + k:]) for r in rows[:a + 1]]
+        return [sample_result(int(r[0]), r[1], r[3:3 + k], r[3 + k:]) for r in rows[:a + 1]]
     if params.greedy:
         argmax = row_argmax(x).tolist()     # torch.argmax's index, without its scalar loop
         a = greedy_verify(argmax, draft_ids)
@@ -78,15 +78,8 @@ def verify_one(logits: torch.Tensor, draft_ids: list[int], params: SamplingParam
     rows = probs[:a + 1]
     top_values, top_indices = row_topk(rows, k)      # the sampler's candidates, the same way
     chosen = rows.gather(1, torch.tensor(tokens, device=rows.device)[:, None])[:, 0]
-    return [_result(tok, p, ids, ps) for tok, p, ids, ps in
+    return [sample_result(tok, p, ids, ps) for tok, p, ids, ps in
             zip(tokens, chosen.tolist(), top_indices.tolist(), top_values.tolist())]
-
-
-def _result(token: int, prob: float, top_ids, top_probs) -> SampleResult:
-    """A :class:`SampleResult` whose candidates leave out filtered tokens (probability 0)."""
-    pairs = [(int(i), q) for i, q in zip(top_ids, top_probs) if q > 0]
-    return SampleResult(token_id=token, prob=prob, top_ids=[i for i, _ in pairs],
-                        top_probs=[q for _, q in pairs])
 
 
 def verify_drafts(entries, logits: torch.Tensor, out) -> torch.Tensor:

@@ -233,7 +233,7 @@ class Sampler:
                 if i in failed:
                     out.append(failed[i])
                     continue
-            out.append(_result(int(token), prob, [int(t) for t in top_ids], top_probs))
+            out.append(sample_result(int(token), prob, top_ids, top_probs))
         return out
 
     def _penalize(self, x: torch.Tensor, params: list[SamplingParams], context) -> torch.Tensor:
@@ -277,8 +277,9 @@ class Sampler:
         return x
 
 
-def _result(token: int, prob: float, top_ids: list[int], top_probs: list[float]) -> SampleResult:
-    """A :class:`SampleResult` whose candidates leave out filtered tokens (probability 0)."""
-    pairs = [(i, p) for i, p in zip(top_ids, top_probs) if p > 0]
+def sample_result(token: int, prob: float, top_ids, top_probs) -> SampleResult:
+    """A :class:`SampleResult` whose candidates leave out filtered tokens (probability 0);
+    ``top_ids`` may be floats from a packed transfer (they become ints)."""
+    pairs = [(int(i), p) for i, p in zip(top_ids, top_probs) if p > 0]
     return SampleResult(token_id=token, prob=prob, top_ids=[i for i, _ in pairs],
                         top_probs=[p for _, p in pairs])
