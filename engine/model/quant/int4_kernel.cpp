@@ -284,6 +284,16 @@ int64_t set_threads(int64_t threads, int64_t spin_us) {
 
 int64_t get_threads() { return kernel_pool::Pool::get().threads(); }
 
+// The pool for other libraries of the engine (the compiled step's attention operator): its
+// entry point's address, handed over once, so that one pool serves every kernel of a step.
+extern "C" void playground_pool_parallel_for(int64_t n, int64_t grain,
+                                             void (*fn)(void* ctx, int64_t b0, int64_t b1),
+                                             void* ctx) {
+  kernel_pool::parallel_for(n, grain, [&](int64_t b0, int64_t b1) { fn(ctx, b0, b1); });
+}
+
+int64_t pool_entry() { return reinterpret_cast<int64_t>(&playground_pool_parallel_for); }
+
 }  // namespace
 
 TORCH_LIBRARY(playground_int4, m) {
@@ -292,6 +302,7 @@ TORCH_LIBRARY(playground_int4, m) {
   m.def("available() -> bool", &int4_available);
   m.def("set_threads(int threads, int spin_us) -> int", &set_threads);
   m.def("threads() -> int", &get_threads);
+  m.def("pool_entry() -> int", &pool_entry);
 }
 
 TORCH_LIBRARY_IMPL(playground_int4, CPU, m) {

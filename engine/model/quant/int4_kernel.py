@@ -130,6 +130,13 @@ def set_threads(n: int) -> int:
     return int(torch.ops.playground_int4.set_threads(n, SPIN_US))
 
 
+def pool_entry() -> int | None:
+    """The address of the kernels' pool's C entry point (``playground_pool_parallel_for`` in
+    ``int4_kernel.cpp``), for other libraries of the engine to run their parts on the same
+    threads (the compiled step's attention operator); ``None`` when the kernel is unavailable."""
+    return int(torch.ops.playground_int4.pool_entry()) if available() else None
+
+
 def threads() -> int:
     """Threads the products use (1 when the kernel is unavailable)."""
     return int(torch.ops.playground_int4.threads()) if available() else 1

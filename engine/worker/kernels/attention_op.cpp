@@ -27,6 +27,17 @@ using Kernel = int (*)(const void* q, const void* k, const void* v, const int64_
 
 std::atomic<Kernel> g_kernel{nullptr};
 
+// The int4 library's thread pool (engine/model/quant/kernel_pool.h), when it is loaded: rows of
+// a step are split over its threads, each row computed by one thread start to end (the same
+// bits as on one thread). Without it the kernel runs on at::get_num_threads() OpenMP threads.
+using PoolFor = void (*)(int64_t n, int64_t grain, void (*fn)(void*, int64_t, int64_t), void*);
+std::atomic<PoolFor> g_pool{nullptr};
+
+int64_t set_pool(int64_t address) {
+  g_pool.store(reinterpret_cast<PoolFor>(address));
+  return address;
+}
+
 int64_t set_kernel(int64_t address) {
   g_kernel.store(reinterpret_cast<Kernel>(address));
   return address;
@@ -80,12 +91,34 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k, cons
   at::Tensor out = at::empty({rows, heads, d}, q.options().dtype(
       dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat));
   const int64_t width = blocks.size(1);
-  const int rc = kernel(qc.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(),
-                        blocks.data_ptr<int64_t>(), width, width, lens.data_ptr<int64_t>(), rows,
-                        static_cast<int>(heads), static_cast<int>(k_pool.size(1)),
-                        static_cast<int>(d), block_size, k_pool.size(0),
-                        dtype == at::kBFloat16 ? 1 : 2, static_cast<float>(scale),
-                        at::get_num_threads(), out.data_ptr());
+  const int kind = dtype == at::kBFloat16 ? 1 : 2;
+  const int64_t out_row = heads * d * out.element_size(), q_row = heads * d * qc.element_size();
+  struct Part {
+    Kernel kernel; const char* q; const void *kp, *vp; const int64_t *table, *lens; int64_t width;
+    int heads, kv_heads, d; int64_t bs, slots; int kind; float scale; char* out;
+    int64_t q_row, out_row; std::atomic<int> rc;
+  } part{kernel, static_cast<const char*>(qc.data_ptr()), k_pool.data_ptr(), v_pool.data_ptr(),
+         blocks.data_ptr<int64_t>(), lens.data_ptr<int64_t>(), width, static_cast<int>(heads),
+         static_cast<int>(k_pool.size(1)), static_cast<int>(d), block_size, k_pool.size(0), kind,
+         static_cast<float>(scale), static_cast<char*>(out.data_ptr()), q_row, out_row, {0}};
+  const PoolFor pool = g_pool.load();
+  int rc;
+  if (pool != nullptr && rows > 1) {
+    pool(rows, 1, [](void* c, int64_t b0, int64_t b1) {
+      auto& p = *static_cast<Part*>(c);
+      const int r = p.kernel(p.q + b0 * p.q_row, p.kp, p.vp, p.table + b0 * p.width, p.width,
+                             p.width, p.lens + b0, b1 - b0, p.heads, p.kv_heads, p.d, p.bs,
+                             p.slots, p.kind, p.scale, 1, p.out + b0 * p.out_row);
+      if (r != 0) p.rc.store(r);
+    }, &part);
+    rc = part.rc.load();
+  } else {
+    rc = kernel(qc.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), blocks.data_ptr<int64_t>(),
+                width, width, lens.data_ptr<int64_t>(), rows, static_cast<int>(heads),
+                static_cast<int>(k_pool.size(1)), static_cast<int>(d), block_size,
+                k_pool.size(0), kind, static_cast<float>(scale),
+                pool != nullptr ? 1 : at::get_num_threads(), out.data_ptr());
+  }
   TORCH_CHECK(rc != -1, "paged_decode_attention: sizes the kernel does not take (head_dim over "
               "256, more than 16 query heads per KV head, or a length below 1)");
   TORCH_CHECK(rc != -2, "paged_decode_attention: out of memory for the attention scores");
@@ -103,6 +136,7 @@ TORCH_LIBRARY(playground_attention, m) {
         "Tensor(b!) v_pool, Tensor slots, Tensor blocks, Tensor lens, int block_size, "
         "float scale) -> Tensor");
   m.def("set_kernel(int address) -> int", &set_kernel);
+  m.def("set_pool(int address) -> int", &set_pool);
 }
 
 TORCH_LIBRARY_IMPL(playground_attention, CPU, m) {

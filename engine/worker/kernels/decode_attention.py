@@ -100,7 +100,9 @@ def native_op():
     arithmetic of :func:`engine.worker.compiled.attention_op.paged_decode_attention`'s kernel
     branch; ``None`` when the kernel or a C++ compiler is missing (the Python op serves then,
     and :func:`native_op_error` says why). Built once into the cache (about 15 s), thread-safe,
-    tried once per process."""
+    tried once per process. Where the int4 kernel's library is available its thread pool runs
+    the rows of a step (each row on one thread, start to end: the same bits), else the C kernel
+    runs on PyTorch's intra-op thread count."""
     if "op" in _state:
         return _state["op"]
     if _load() is None:
@@ -119,6 +121,11 @@ def native_op():
                     lambda q, *_: torch.empty_like(q))      # its shape, for tracing
             address = ctypes.cast(_state["lib"].paged_decode_attention, ctypes.c_void_p).value
             torch.ops.playground_attention.set_kernel(address)
+            from engine.model.quant import int4_kernel
+
+            pool = int4_kernel.pool_entry()     # rows over the kernels' own threads, if built
+            if pool:
+                torch.ops.playground_attention.set_pool(pool)
             _state["op"] = torch.ops.playground_attention.paged_decode_attention.default
         except Exception as exc:  # noqa: BLE001 - any failure: the Python op serves
             _state["op_error"] = f"{type(exc).__name__}: {exc}"[:400]

@@ -154,3 +154,16 @@ def test_the_cpp_operator_gives_the_python_operators_bits(pool):
         op(q, k, v, *pools_cpp, slots, table, lens + 12 * BS, BS, D ** -0.5)
     assert attention_for(q, torch.bfloat16) is op
     assert attention_for(q.float(), torch.float32) is torch.ops.playground.paged_decode_attention
+    # rows split over the int4 kernels' pool, where it is built: the same bits as one thread
+    from engine.model.quant import int4_kernel
+
+    entry = int4_kernel.pool_entry()
+    if entry:
+        try:
+            torch.ops.playground_attention.set_pool(0)     # no pool: the kernel's own threads
+            alone = op(q, k, v, *[p.clone() for p in pool], slots, table, lens, BS, D ** -0.5)
+        finally:
+            torch.ops.playground_attention.set_pool(entry)
+        assert torch.equal(alone, want)
+        with pytest.raises(RuntimeError, match="lens: a length beyond"):   # from a pool thread
+            op(q, k, v, *pools_cpp, slots, table, lens + 12 * BS, BS, D ** -0.5)
