@@ -193,35 +193,8 @@ class Sampler:
         k = min(TOP_CANDIDATES, vocab)
         drawn = [i for i, p in enumerate(params) if not p.greedy]
         failed: dict[int, Exception] = {}
-        if fast:
-            chosen = torch.full((n,), -1, dtype=torch.long)     # -1: the row's argmax
-            for i in drawn:  # a NaN row raises here, and that row fails alone
-                try:
-                    chosen[i] = torch.multinomial(probs[i], 1, generator=generators[i])[0]
-                except RuntimeError as exc:
-                    failed[i] = exc
-            # the token, its probability, the finite flag and the top k in one pass per row
-            rows = row_summary.row_summary(scored.contiguous(), probs.contiguous(), chosen,
-                                           k).tolist()                         # one transfer
-            packed = [(r[0], r[1], r[3:3 + k], r[3 + k:], r[2]) for r in rows]
-        else:
-            tokens = row_argmax(scored)
-            if drawn:
-                # a NaN row must not reach a GPU's multinomial (a device-side assert); on CPU
-                # it raises, and that row fails alone
-                safe = (torch.where(finite[:, None], probs, 1.0 / vocab) if dev.type == "cuda"
-                        else probs)
-                for i in drawn:
-                    try:
-                        tokens[i] = torch.multinomial(safe[i], 1, generator=generators[i])[0]
-                    except RuntimeError as exc:
-                        failed[i] = exc
-            top_values, top_indices = row_topk(probs, k)
-            flat = torch.cat([tokens.double()[:, None],
-                              probs.gather(1, tokens[:, None]).double(),
-                              top_indices.double(), top_values.double(),
-                              finite.double()[:, None]], dim=1).tolist()  # one transfer
-            packed = [(r[0], r[1], r[2:2 + k], r[2 + k:2 + 2 * k], r[-1]) for r in flat]
+        packed = (_pack_by_operator(scored, probs, drawn, generators, k, failed) if fast else
+                  _pack_by_torch(scored, probs, finite, drawn, generators, k, failed))
         out: list[SampleResult | Exception] = []
         for i, (token, prob, top_ids, top_probs, ok) in enumerate(packed):
             if not ok or i in failed:  # rare: one more transfer for this row
@@ -276,6 +249,40 @@ class Sampler:
         x[rows] = sub
         return x
 
+
+
+def _draw(probs: torch.Tensor, drawn: list[int], generators, failed: dict, into: torch.Tensor):
+    """One multinomial draw per sampled row ``i`` in ``drawn`` into ``into[i]`` (a row whose
+    draw raises, e.g. NaN probabilities on CPU, goes to ``failed`` and fails alone)."""
+    for i in drawn:
+        try:
+            into[i] = torch.multinomial(probs[i], 1, generator=generators[i])[0]
+        except RuntimeError as exc:
+            failed[i] = exc
+
+
+def _pack_by_operator(scored, probs, drawn, generators, k, failed) -> list[tuple]:
+    """``(token, prob, top ids, top probs, finite)`` per row from one pass of the row summary
+    operator (CPU) and one transfer."""
+    chosen = torch.full((scored.shape[0],), -1, dtype=torch.long)     # -1: the row's argmax
+    _draw(probs, drawn, generators, failed, chosen)
+    rows = row_summary.row_summary(scored.contiguous(), probs.contiguous(), chosen, k).tolist()
+    return [(r[0], r[1], r[3:3 + k], r[3 + k:], r[2]) for r in rows]
+
+
+def _pack_by_torch(scored, probs, finite, drawn, generators, k, failed) -> list[tuple]:
+    """The same as :func:`_pack_by_operator` with PyTorch operations (any device)."""
+    tokens = row_argmax(scored)
+    if drawn:
+        # a NaN row must not reach a GPU's multinomial (a device-side assert)
+        safe = (torch.where(finite[:, None], probs, 1.0 / probs.shape[-1])
+                if probs.device.type == "cuda" else probs)
+        _draw(safe, drawn, generators, failed, tokens)
+    top_values, top_indices = row_topk(probs, k)
+    flat = torch.cat([tokens.double()[:, None], probs.gather(1, tokens[:, None]).double(),
+                      top_indices.double(), top_values.double(),
+                      finite.double()[:, None]], dim=1).tolist()          # one transfer
+    return [(r[0], r[1], r[2:2 + k], r[2 + k:2 + 2 * k], r[-1]) for r in flat]
 
 def sample_result(token: int, prob: float, top_ids, top_probs) -> SampleResult:
     """A :class:`SampleResult` whose candidates leave out filtered tokens (probability 0);
