@@ -34,5 +34,10 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``llm-playground`` console script: ``python -m app`` under another name."""
     exit_now(_main())
+
+
+if __name__ == "__main__":
+    cli()

