@@ -9,7 +9,6 @@ import pytest
 
 from app.render.structured import EXAMPLES, example_text, mask_label, remote_fields, structure_from
 from app.tabs.playground import handlers
-from tests.support.paths import REPO
 
 
 def test_the_sidebar_choice_becomes_the_engines_structure():
@@ -58,18 +57,6 @@ def test_the_page_builds_with_the_structured_controls_and_the_lesson(pg):
     demo = build_demo(pg)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"structure-kind", "structure-example", "structure-text", "lesson-cd-run"} <= ids
-
-
-@pytest.mark.parametrize("name", ["render/structured.py", "tabs/playground/layout.py",
-                                  "tabs/lessons/constrained.py"])
-def test_the_page_modules_do_not_import_torch(name):
-    import ast
-
-    path = REPO / "app" / name
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not any(m == "torch" or m.startswith("torch.") for m in mods)
 
 
 def test_a_remote_server_gets_the_structure_in_the_openai_and_vllm_fields():

@@ -94,16 +94,6 @@ def test_the_tab_builds():
     assert {"mode", "width", "run", "view", "status"} <= set(c)
 
 
-def test_the_explorer_and_the_beams_tab_point_to_each_other():
-    from app.render.beams import LESSON
-    from app.tabs.lessons.sampling import USE_CASES
-    from tests.support.paths import REPO
-
-    assert "k times the KV cache" in USE_CASES and "**Beams and samples** tab" in USE_CASES
-    assert "sampling explorer" in LESSON and "k times the KV cache" in LESSON
-    assert 'gr.Tab("Beams and samples"' in (REPO / "app" / "page.py").read_text(encoding="utf-8")
-
-
 def test_the_status_counts_each_finish_reason():
     from app.render.beams import finish_summary
 

@@ -86,7 +86,7 @@ def test_batch_lesson_defines_and_computes_both_throughputs(engine):
 
     text = lesson_batch.TEXT
     assert "decode-only = batch ÷ TPOT" in text and "batch × new tokens ÷ wall time" in text
-    assert "prefill" in text and "3 times, in turns" in text and "median" in text
+    assert "prefill" in text and f"{lesson_batch.REPEATS} times, in turns" in text and "median" in text
     res = lesson_batch.run_batch(engine, 4)
     rows = sorted(res["rows"], key=lambda r: r["batch"])
     assert [r["batch"] for r in rows] == list(lesson_batch.SIZES) and res["repeats"] == lesson_batch.REPEATS == 3
