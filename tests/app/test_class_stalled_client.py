@@ -88,6 +88,7 @@ def page(engine, tmp_path):
     pg.close()
 
 
+@pytest.mark.slow  # the stalled page waits at least STALL_S = 10 s, then four requests finish
 def test_a_stalled_page_holds_up_neither_the_engine_nor_the_other_pages(page):
     demo, url, engine = page
     assert isinstance(engine, LLMEngine)
