@@ -10,6 +10,8 @@
 - :class:`RestDefaults`: ``POST /gradio_api/call/<name>`` with a short ``data`` list gets the
   endpoint's defaults for the arguments left out (Gradio 6 fills defaults only on
   ``/gradio_api/call/v2/<name>`` and in ``gradio_client``).
+- :func:`use_read_timeouts`: a client that sends a request's headers or body too slowly is
+  disconnected (:mod:`engine.serve.read_timeouts`).
 - :func:`private_temp_dir`: Gradio's upload and cache folder (``GRADIO_TEMP_DIR``) made
   private to this process (0700) and removed at shutdown.
 """
@@ -96,10 +98,27 @@ def _padded(body: bytes, defaults: list) -> bytes:
 
 
 
+def use_read_timeouts(timeouts=None) -> None:
+    """Serve every later uvicorn server of this process that asks for ``http="auto"`` (as
+    Gradio's does; it takes no protocol of ours) with read timeouts.
+
+    Args:
+        timeouts: an :class:`engine.serve.read_timeouts.ReadTimeouts`; ``None`` = its defaults.
+    """
+    from uvicorn import config
+
+    from engine.serve.read_timeouts import ReadTimeouts, timed_http_protocol
+
+    config.HTTP_PROTOCOLS["auto"] = timed_http_protocol(timeouts or ReadTimeouts())
+
+
 def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool = False,
-           max_threads: int = 40, **kwargs) -> tuple[str, str | None]:
+           max_threads: int = 40, read_timeouts=None, **kwargs) -> tuple[str, str | None]:
     """``demo.launch`` with this module's settings, without blocking; returns
-    ``(local_url, share_url)``. Extra keyword arguments (``theme``, ``css``...) go to ``launch``."""
+    ``(local_url, share_url)``. ``read_timeouts`` (an
+    :class:`engine.serve.read_timeouts.ReadTimeouts`, ``None`` = its defaults) bounds how long a
+    client may take to send a request. Extra keyword arguments (``theme``, ``css``...) go to
+    ``launch``."""
     from starlette.middleware import Middleware
 
     from .file_routes import FileRoutes
@@ -110,6 +129,7 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
                   Middleware(TextLimit),
                   Middleware(RestCalls, demo=demo),
                   Middleware(RestDefaults, defaults=api_defaults(demo))]
+    use_read_timeouts(read_timeouts)
     _, local_url, share_url = demo.launch(
         server_name=host, server_port=port, share=share, prevent_thread_lock=True, quiet=True,
         show_error=False, max_file_size=MAX_UPLOAD_BYTES, max_threads=max_threads,

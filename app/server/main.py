@@ -64,6 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-unauthenticated", action="store_true",
                    help="serve /v1 without a key on a non-loopback --host")
     p.add_argument("--no-api", action="store_true", help="no OpenAI-compatible /v1 routes")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a client may take to send a request's headers before the "
+                        "connection is closed (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a client may take to send a request's body after its headers "
+                        "(default 30)")
     return p.parse_args(argv)
 
 
@@ -77,6 +83,13 @@ def theme():
 def main(argv: list[str] | None = None) -> int:
     """Load the model (printing progress), build the page and serve it until interrupted."""
     args = parse_args(argv)
+    from engine.serve.read_timeouts import ReadTimeouts
+
+    try:
+        args.read_timeouts = ReadTimeouts(args.header_timeout, args.body_timeout)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     # warnings and errors (with the tracebacks behind a client's "internal error (request
     # err-...)") go to stderr with a timestamp; INFO stays off (it would log every HTTP call)
@@ -160,7 +173,8 @@ def serve(engine, args: argparse.Namespace) -> int:
             demo = build_demo(pg, max_concurrency=concurrency)
             demo.queue(default_concurrency_limit=concurrency)
             local_url, share_url = launch(demo, args.host, args.port, share=args.share, theme=theme(),
-                                          css=read_css(), max_threads=concurrency + 8)
+                                          css=read_css(), max_threads=concurrency + 8,
+                                          read_timeouts=getattr(args, "read_timeouts", None))
             shown = local_url if args.host not in ("0.0.0.0", "::") else f"http://127.0.0.1:{args.port}/"
             print(f"Playground running at {shown}" + (f" (public: {share_url})" if share_url else ""),
                   flush=True)

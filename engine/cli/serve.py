@@ -9,6 +9,7 @@ import sys
 from engine.cli.common import fail
 from engine.cli.generate import WEIGHTS
 from engine.config import COMPILE_MODES, KV_CACHE_DTYPES
+from engine.serve.read_timeouts import DEFAULT_BODY_TIMEOUT_S, DEFAULT_HEADER_TIMEOUT_S
 
 
 def register(sub) -> None:
@@ -35,6 +36,12 @@ def register(sub) -> None:
                         "background while eager serves), on, off (default: auto)")
     p.add_argument("--compile-wait", action="store_true",
                    help="compile every batch bucket before serving (benchmarks, image builds)")
+    p.add_argument("--header-timeout", type=float, default=DEFAULT_HEADER_TIMEOUT_S,
+                   help="seconds a client may take to send a request's headers before the "
+                        f"connection is closed (default {DEFAULT_HEADER_TIMEOUT_S:g})")
+    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S,
+                   help="seconds a client may take to send a request's body after its headers "
+                        f"(default {DEFAULT_BODY_TIMEOUT_S:g})")
     p.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     p.set_defaults(func=run)
 
@@ -47,10 +54,12 @@ def run(args) -> int:
     stops; the handler installed here only asks the server to exit, so the engine stops and the
     command returns 0."""
     from engine.serve.auth import check_bind, resolve_key
+    from engine.serve.read_timeouts import ReadTimeouts, timed_http_protocol
 
     key = resolve_key(args.api_key)
     try:
         check_bind(args.host, key, args.allow_unauthenticated)
+        timeouts = ReadTimeouts(args.header_timeout, args.body_timeout)
     except ValueError as exc:
         fail(str(exc), 2)
 
@@ -77,7 +86,8 @@ def run(args) -> int:
     name = args.served_model_name or engine.info.name
     app = create_server(engine, name, api_key=key, aliases={args.model, engine.info.name})
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=5, access_log=False)
+                            timeout_graceful_shutdown=5, access_log=False,
+                            http=timed_http_protocol(timeouts))
     server = uvicorn.Server(config)
     print(f"Serving {name} ({engine.info.weights} weights on {engine.info.device}) at "
           f"http://{args.host}:{args.port}/v1" + (" (API key required)" if key else ""),
