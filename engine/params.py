@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 
 SAMPLING_EPS = 1e-5
 """Temperatures below this are greedy (as in vLLM): dividing logits by 1e-37 overflows fp32."""
+MAX_TEMPERATURE = 100.0
+"""Highest temperature accepted. At 100 the distribution over a 49,152-token vocabulary is
+already close to uniform; far above it a structure's masked logits (-1e20) divided by the
+temperature come near real ones (from about 1e20 the mask stopped holding)."""
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
+"""Lowest and highest ``repetition_penalty``: dividing a logit by 1e-300 gives inf, and the
+sampler NaN; a masked logit multiplied by 1e30 is -inf in fp32."""
 
 
 @dataclass
@@ -17,7 +24,8 @@ class SamplingParams:
 
     Attributes:
         temperature: divides the logits before softmax; ``0`` (or anything below
-            :data:`SAMPLING_EPS` = 1e-5) means greedy (argmax). Range ``>= 0``.
+            :data:`SAMPLING_EPS` = 1e-5) means greedy (argmax). Range ``[0, 100]``
+            (:data:`MAX_TEMPERATURE`; vLLM sets no upper limit).
         top_p: nucleus sampling; keep the smallest set of tokens whose probability mass reaches
             ``top_p``. ``1.0`` is off. Range ``(0, 1]``. At least one token always survives.
         top_k: keep the ``top_k`` most likely tokens. ``0`` or ``-1`` is off; a value larger than
@@ -27,7 +35,7 @@ class SamplingParams:
         repetition_penalty: CTRL-style penalty (Keskar et al., 2019, as in Hugging Face's
             ``RepetitionPenaltyLogitsProcessor``) over every token of the prompt and the output:
             a positive logit is divided by it, a negative logit is multiplied by it. ``1.0`` is off.
-            Range ``> 0``. Prompt tokens count (Hugging Face's rule); EOS, stop tokens and the
+            Range ``[0.01, 100]`` (:data:`REPETITION_PENALTY_RANGE`; vLLM asks only ``> 0``). Prompt tokens count (Hugging Face's rule); EOS, stop tokens and the
             tokenizer's special tokens (chat-template markers) are never penalised.
         presence_penalty: subtracted once from the logit of every token already generated
             (OpenAI / vLLM definition, output tokens only). Range ``[-2, 2]``.
@@ -94,22 +102,26 @@ class SamplingParams:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         if self.stop is not None and not isinstance(self.stop, (list, tuple)):
-            raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
+            raise ValueError(f"stop must be a string or a list of strings, got {_short(self.stop)}")
         for s in self.stop or []:
             if not isinstance(s, str):
-                raise ValueError(f"stop must be a list of strings, got {s!r} in it")
+                raise ValueError(f"stop must be a list of strings, got {_short(s)} in it")
         self.stop = [s for s in (self.stop or []) if s]
         _check_stop_strings(self.stop)
         if self.stop_token_ids is not None and not isinstance(self.stop_token_ids, (list, tuple)):
-            raise ValueError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
+            raise ValueError("stop_token_ids must be a list of token ids, got "
+                             f"{_short(self.stop_token_ids)}")
         self.stop_token_ids = list(self.stop_token_ids or [])
         if len(self.stop_token_ids) > MAX_STOP_TOKEN_IDS:
             raise ValueError(f"stop_token_ids must hold at most {MAX_STOP_TOKEN_IDS} token ids, "
                              f"got {len(self.stop_token_ids)}")
-        _check_float("temperature", self.temperature, lambda v: v >= 0, ">= 0")
+        _check_float("temperature", self.temperature, lambda v: 0 <= v <= MAX_TEMPERATURE,
+                     f"in [0, {MAX_TEMPERATURE:g}]")
         _check_float("top_p", self.top_p, lambda v: 0 < v <= 1, "in (0, 1]")
         _check_float("min_p", self.min_p, lambda v: 0 <= v <= 1, "in [0, 1]")
-        _check_float("repetition_penalty", self.repetition_penalty, lambda v: v > 0, "> 0")
+        low, high = REPETITION_PENALTY_RANGE
+        _check_float("repetition_penalty", self.repetition_penalty,
+                     lambda v: low <= v <= high, f"in [{low:g}, {high:g}]")
         _check_float("presence_penalty", self.presence_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]")
         _check_float("frequency_penalty", self.frequency_penalty, lambda v: -2 <= v <= 2, "in [-2, 2]")
         _check_int("top_k", self.top_k, lambda v: v == -1 or v >= 0, "-1 (off), 0 (off) or >= 1")
@@ -227,7 +239,10 @@ def _check_float(name: str, value, ok, allowed: str) -> None:
 
 
 def _short(value) -> str:
-    """``repr`` of a refused value, cut to 40 characters (a 400-digit number stays readable)."""
+    """``repr`` of a refused value, cut to 40 characters (a 400-digit number stays readable;
+    a long list is named by its length, never printed whole)."""
+    if isinstance(value, (list, tuple, dict)) and len(value) > 8:
+        return f"a {type(value).__name__} of {len(value)} items"
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
