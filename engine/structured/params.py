@@ -11,6 +11,17 @@ MAX_SPEC_CHARS = 200_000
 """Longest schema, regex or grammar text accepted (characters): a bound on compile work."""
 MAX_CHOICES = 1024
 """Most strings a ``choice`` list may hold."""
+OPTIONS = ("explain", "disable_any_whitespace")
+"""Fields of :class:`StructuredOutputsParams` that are options, not structures."""
+SHOWN_CHARS = 80
+"""Longest refused value an error message repeats (characters)."""
+
+
+def shown(value) -> str:
+    """``repr(value)`` cut to :data:`SHOWN_CHARS` characters, for error messages."""
+    text = repr(value) if not isinstance(value, (list, dict)) or len(value) < 100 else \
+        f"a {type(value).__name__} of {len(value)} items"
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 class StructuredOutputError(ValueError):
@@ -41,6 +52,10 @@ class StructuredOutputsParams:
         explain: this engine's extra, not a structure: at each step also record the share of
             the probability (before the mask, at temperature 1) the mask removed and the most
             likely removed tokens, for the page's chips (a softmax per row per step).
+        disable_any_whitespace: vLLM's option, not a structure: JSON (``json``,
+            ``json_object``) comes out compact (``{"a":1}``). By default the model may write
+            JSON whitespace as it likes, at most 24 characters between two tokens (see
+            :data:`engine.structured.compiler.WHITESPACE`).
 
     Raises:
         StructuredOutputError: (a ``ValueError``) from ``__post_init__``: none or several set,
@@ -55,11 +70,13 @@ class StructuredOutputsParams:
     choice: list[str] | None = None
     grammar: str | None = None
     explain: bool = False
+    disable_any_whitespace: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.explain, bool):
-            raise StructuredOutputError("structured_outputs.explain",
-                                        f"must be true or false, got {self.explain!r}")
+        for flag in OPTIONS:
+            if not isinstance(getattr(self, flag), bool):
+                raise StructuredOutputError(f"structured_outputs.{flag}", "must be true or "
+                                            f"false, got {shown(getattr(self, flag))}")
         given = [k for k in KINDS if getattr(self, k) not in (None, False)]
         if len(given) != 1:
             raise StructuredOutputError(
@@ -73,6 +90,8 @@ class StructuredOutputsParams:
                     raise StructuredOutputError(f, f"schema longer than {MAX_SPEC_CHARS} characters")
                 try:
                     self.json = json.loads(self.json)
+                except RecursionError:
+                    raise StructuredOutputError(f, "nested too deeply") from None
                 except ValueError as exc:
                     raise StructuredOutputError(f, f"not valid JSON text ({exc})") from None
             if isinstance(self.json, bool):  # JSON Schema's true / false schemas
@@ -80,11 +99,14 @@ class StructuredOutputsParams:
             if not isinstance(self.json, dict):
                 raise StructuredOutputError(f, "a JSON schema must be an object, got "
                                             f"{type(self.json).__name__}")
+            from engine.structured.rewrite import check_depth
+
+            check_depth(self.json, f)
             if len(json.dumps(self.json)) > MAX_SPEC_CHARS:
                 raise StructuredOutputError(f, f"schema longer than {MAX_SPEC_CHARS} characters")
         elif kind == "json_object":
             if self.json_object is not True:
-                raise StructuredOutputError(f, f"must be true, got {self.json_object!r}")
+                raise StructuredOutputError(f, f"must be true, got {shown(self.json_object)}")
         elif kind == "choice":
             if not isinstance(self.choice, (list, tuple)):
                 raise StructuredOutputError(f, "must be a list of strings, got "
@@ -95,7 +117,8 @@ class StructuredOutputsParams:
                 raise StructuredOutputError(f, f"at most {MAX_CHOICES} choices, got {len(self.choice)}")
             for i, c in enumerate(self.choice):
                 if not isinstance(c, str) or not c:
-                    raise StructuredOutputError(f"{f}[{i}]", f"must be a non-empty string, got {c!r}")
+                    raise StructuredOutputError(f"{f}[{i}]", "must be a non-empty string, got "
+                                                f"{shown(c)}")
             self.choice = list(self.choice)
         else:  # regex, grammar
             text = getattr(self, kind)
@@ -116,13 +139,16 @@ class StructuredOutputsParams:
         """The field path of the structure, ``structured_outputs.<kind>``."""
         return f"structured_outputs.{self.kind}"
 
-    def key(self) -> tuple[str, str]:
-        """``(kind, canonical text)``: the grammar cache's key (a schema's keys sorted, so
-        the same schema written in another key order hits the cache)."""
+    def key(self) -> tuple[str, str, bool]:
+        """``(kind, canonical text, disable_any_whitespace)``: the grammar cache's key (a
+        schema's keys sorted, so the same schema written in another key order hits the
+        cache)."""
         value = getattr(self, self.kind)
         if isinstance(value, (dict, list)):
-            return self.kind, json.dumps(value, sort_keys=True, separators=(",", ":"))
-        return self.kind, str(value)
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+        else:
+            text = str(value)
+        return self.kind, text, self.disable_any_whitespace
 
     @classmethod
     def coerce(cls, value) -> "StructuredOutputsParams | None":
@@ -137,7 +163,7 @@ class StructuredOutputsParams:
         if not isinstance(value, dict):
             raise StructuredOutputError("structured_outputs", "must be an object with one of "
                                         f"{', '.join(KINDS)}, got {type(value).__name__}")
-        unknown = sorted(set(value) - set(KINDS) - {"explain"})
+        unknown = sorted(set(value) - set(KINDS) - set(OPTIONS))
         if unknown:
             raise StructuredOutputError("structured_outputs", f"unknown field {unknown[0]!r} "
                                         f"(known: {', '.join(KINDS)})")
