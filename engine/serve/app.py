@@ -17,6 +17,7 @@ from engine.serve.auth import KeyCheck
 from engine.serve.errors import APIError
 from engine.serve.limits import BodyLimit, api_body_limit
 from engine.serve.metrics import CONTENT_TYPE, EngineMetrics
+from engine.serve.parsing import check_token_ids, parse_body
 from engine.serve.protocol import ChatCompletionRequest, CompletionRequest
 from engine.serve.requests import submit_choices
 from engine.serve.structured import compile_off_loop
@@ -60,7 +61,8 @@ def create_api(state: ServeState, api_key: str | None = None) -> FastAPI:
     (:mod:`engine.serve.errors`); with ``api_key`` every route needs
     ``Authorization: Bearer <api_key>``, checked first. A body over
     :func:`engine.serve.limits.api_body_limit` is refused with 413 before it is read; the
-    prompt is tokenized on a worker thread, never on the event loop."""
+    body is parsed and checked, a structure compiled and the prompt tokenized on worker
+    threads, never on the event loop."""
     api = FastAPI(title="LLM playground engine (OpenAI-compatible)", docs_url=None,
                   redoc_url=None, openapi_url=None)
     errors.install(api)
@@ -76,20 +78,39 @@ def create_api(state: ServeState, api_key: str | None = None) -> FastAPI:
             "max_model_len": int(getattr(state.engine, "max_seq_tokens", info.context_len))}]}
 
     @api.post("/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request):
+    async def chat_completions(request: Request):
         state.check_open()
-        state.check_model(body.model)
-        messages, params, top = body.checked()
+        body, messages, params, top = await _checked(state, request, ChatCompletionRequest)
         return await _complete(state, request, "chat", messages, params, top, body)
 
     @api.post("/completions")
-    async def completions(body: CompletionRequest, request: Request):
+    async def completions(request: Request):
         state.check_open()
-        state.check_model(body.model)
-        prompt, params, top = body.checked()
+        body, prompt, params, top = await _checked(state, request, CompletionRequest)
         return await _complete(state, request, "completion", prompt, params, top, body)
 
     return api
+
+
+async def _checked(state: ServeState, request: Request, model) -> tuple:
+    """``(body, prompt or messages, sampling params, top logprobs)`` of a request, read here
+    and parsed and checked on a worker thread.
+
+    Raises:
+        APIError: 400 naming the field at fault, 404 for an unknown model.
+    """
+    raw = await request.body()
+    vocab = getattr(getattr(getattr(state.engine, "structured", None), "compiler", None),
+                    "vocab_size", None)
+
+    def check():
+        body = parse_body(model, raw, request.url.path)
+        state.check_model(body.model)
+        prompt, params, top = body.checked()
+        check_token_ids(params, vocab)
+        return body, prompt, params, top
+
+    return await anyio.to_thread.run_sync(check)
 
 
 async def _complete(state: ServeState, request: Request, kind: str, prompt, params, top, body):

@@ -17,6 +17,8 @@ from engine.errors import EngineShutdownError, QueueFullError
 
 log = logging.getLogger("engine.serve")
 
+MAX_MESSAGE_CHARS = 600
+"""Longest error message a client gets (characters)."""
 TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error",
          405: "invalid_request_error", 429: "rate_limit_error", 500: "server_error",
          503: "service_unavailable"}
@@ -30,10 +32,15 @@ class APIError(Exception):
         message: one line for the client (never a path or a traceback).
         param: the request field at fault (``"temperature"``, ``"messages[0].content"``), if any.
         code: OpenAI's machine-readable code (``"model_not_found"``, ``"invalid_api_key"``...).
+
+    A message over :data:`MAX_MESSAGE_CHARS` is cut there (a refused value is never echoed
+    whole).
     """
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  code: str | None = None) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS - 3] + "..."
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
 

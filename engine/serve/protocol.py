@@ -25,8 +25,11 @@ MAX_N = 16
 """Most choices one request may ask for (``n``); each is an engine request of its own."""
 MAX_TOP_LOGPROBS = 5
 """The sampler keeps the 5 most likely tokens of each step (``engine.worker.sampler``)."""
+MAX_MESSAGES = 4096
+"""Most messages of one chat request (each is checked; 60,000 empty ones cost seconds)."""
 PARAM_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                "presence_penalty", "frequency_penalty", "max_tokens", "seed", "stop", "ignore_eos")
+                "presence_penalty", "frequency_penalty", "max_tokens", "seed", "stop", "ignore_eos",
+                "stop_token_ids")
 
 
 class StreamOptions(BaseModel):
@@ -41,23 +44,25 @@ class _Common(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     model: str
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
     temperature: float | None = None
     top_p: float | None = None
-    n: int = Field(default=1, ge=1, le=MAX_N)
+    n: int = Field(default=1, ge=1, le=MAX_N, strict=True)
     stop: str | list[str] | None = None
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: Any = None  # refused when set; never validated key by key
     user: str | None = None
     # vLLM's extra sampling fields
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
     ignore_eos: bool = False
+    stop_token_ids: list[int] | None = Field(default=None, strict=True)
+    prompt_logprobs: Any = None  # refused when set
     # structured output: OpenAI's response_format; vLLM's structured_outputs and guided_*
     response_format: Any = None
     structured_outputs: Any = None
@@ -80,11 +85,14 @@ class _Common(BaseModel):
         if self.logit_bias:
             raise APIError(400, "logit_bias is not supported by this engine", "logit_bias",
                            "unsupported")
+        if self.prompt_logprobs is not None:
+            raise APIError(400, "prompt_logprobs is not supported by this engine (only the "
+                           "generated tokens' logprobs are)", "prompt_logprobs", "unsupported")
         values = {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
                   "min_p": self.min_p, "repetition_penalty": self.repetition_penalty,
                   "presence_penalty": self.presence_penalty,
                   "frequency_penalty": self.frequency_penalty, "seed": self.seed,
-                  "stop": self.stop}
+                  "stop": self.stop, "stop_token_ids": self.stop_token_ids}
         kwargs = {k: v for k, v in values.items() if v is not None}
         structure, fields = self.structure()
         try:
@@ -104,8 +112,8 @@ class _Common(BaseModel):
 class ChatCompletionRequest(_Common):
     """``POST /v1/chat/completions``. ``logprobs`` (bool) and ``top_logprobs`` (0-5)."""
 
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list | None = None

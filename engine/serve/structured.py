@@ -12,7 +12,7 @@ import asyncio
 import re
 
 from engine.serve.errors import APIError
-from engine.structured.params import KINDS, StructuredOutputError
+from engine.structured.params import KINDS, OPTIONS, StructuredOutputError
 
 GUIDED = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
           "guided_grammar": "grammar"}
@@ -28,6 +28,8 @@ def _bad(message: str, param: str) -> APIError:
 
 def structure_of(body) -> tuple[dict | None, dict[str, str]]:
     """The structure a request asks for, and where each of its parts came from.
+    ``structured_outputs`` may carry only options (``disable_any_whitespace``) beside a
+    structure asked for elsewhere (``response_format``, ``guided_json``).
 
     Args:
         body: a chat or text completion request with the fields of this module.
@@ -52,11 +54,14 @@ def structure_of(body) -> tuple[dict | None, dict[str, str]]:
             found.append(("response_format", structure,
                           {f"structured_outputs.{kind}": path, "structured_outputs": path}))
     so = getattr(body, "structured_outputs", None)
+    options: dict = {}
     if so is not None:
         if not isinstance(so, dict):
             raise _bad("must be an object with one of " + ", ".join(KINDS), "structured_outputs")
         given = {k: v for k, v in so.items() if k in KINDS and v is not None}
-        found.append(("structured_outputs", given, {}))
+        options = {k: so[k] for k in OPTIONS if k in so}
+        if given or not options:
+            found.append(("structured_outputs", {**given, **options}, {}))
     for name, kind in GUIDED.items():
         value = getattr(body, name, None)
         if value is not None:
@@ -67,7 +72,12 @@ def structure_of(body) -> tuple[dict | None, dict[str, str]]:
     if len(found) > 1:
         raise _bad(f"ask for one structure: {found[0][0]} and {found[1][0]} are both set",
                    found[1][0])
-    return found[0][1], found[0][2]
+    structure, fields = found[0][1], found[0][2]
+    if options and found[0][0] != "structured_outputs":  # e.g. response_format + options
+        structure = {**structure, **options}
+        fields = {**fields, **{f"structured_outputs.{k}": f"structured_outputs.{k}"
+                               for k in options}}
+    return structure, fields
 
 
 def _response_format(rf) -> dict | None:
