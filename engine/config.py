@@ -29,6 +29,11 @@ class EngineConfig:
         max_num_seqs: sequences running at once (continuous batching); 1 without batching.
         max_num_batched_tokens: tokens fed to the model in one step (prefill chunks
             included); longer prompts are prefilled in chunks of at most this many tokens.
+        long_prefill_token_threshold: most tokens of one prefill chunk (or one piece of a
+            no-cache recompute) per step, vLLM's name; ``None`` = a quarter of
+            ``max_num_batched_tokens`` (128 of 512), 0 = no cap beyond the budget. Smaller
+            chunks keep each step short, so running decodes and newly arrived requests share
+            every step with a long prompt instead of waiting for its whole prefill.
         block_size: tokens per KV block of the paged cache.
         kv_cache_bytes: bytes of the KV block pool; ``None`` = 512 MiB on CPU, half the free
             memory on a GPU.
@@ -84,6 +89,7 @@ class EngineConfig:
     max_queue: int = 32
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512
+    long_prefill_token_threshold: int | None = None
     block_size: int = 16
     kv_cache_bytes: int | None = None
     batching: bool = True
@@ -105,6 +111,10 @@ class EngineConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        t = self.long_prefill_token_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 0):
+            raise ValueError(f"long_prefill_token_threshold must be an integer >= 0 (0 = no cap) "
+                             f"or None (a quarter of max_num_batched_tokens), got {t!r}")
         if self.kv_cache_bytes is not None and (
                 isinstance(self.kv_cache_bytes, bool) or not isinstance(self.kv_cache_bytes, int)
                 or self.kv_cache_bytes < 1):
@@ -134,3 +144,10 @@ class EngineConfig:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
                              f"got {self.kv_cache_dtype!r}")
+
+
+def prefill_chunk_cap(config: EngineConfig) -> int:
+    """The scheduler's ``long_prefill_token_threshold`` for ``config``, in tokens (0 = no cap):
+    the configured value, or a quarter of ``max_num_batched_tokens`` (at least 1) when ``None``."""
+    t = config.long_prefill_token_threshold
+    return max(1, config.max_num_batched_tokens // 4) if t is None else t

@@ -66,7 +66,7 @@ class EngineViews:
             out = {"waiting": len(self.scheduler.waiting), "running": len(running),
                    "queue_max": self.scheduler.max_queue, **self.output_processor.counts,
                    "kv_bytes_live": sum(self.runner.kv_bytes(s.request_id, s.num_computed)
-                                        for s in running),
+                                        for s in running if s.use_kv_cache),
                    "batching": self.paged, "batching_note": self.batching_note,
                    "preemptions": self.scheduler.num_preemptions}
             if self.paged:

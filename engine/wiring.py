@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.config import DEFAULT_KV_BUDGET_CPU, EngineConfig
+from engine.config import DEFAULT_KV_BUDGET_CPU, EngineConfig, prefill_chunk_cap
 from engine.core.block_manager import BlockManager
 from engine.core.contiguous_cache_manager import ContiguousCacheManager
 from engine.core.scheduler import Scheduler
@@ -83,7 +83,7 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         if pool.fp8:
             calibrate_kv_scales(loaded.model, loaded.tokenizer, pool)
         scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,
-                              config.max_num_batched_tokens)
+                              config.max_num_batched_tokens, prefill_chunk_cap(config))
     else:
         bm = ContiguousCacheManager()
         runner = runner or ModelRunner(loaded.model, sampler)

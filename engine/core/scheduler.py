@@ -1,10 +1,14 @@
 """The scheduler: waiting and running queues, what each step computes, and all bookkeeping after it.
 
 Iteration-level scheduling (continuous batching, Yu et al., OSDI 2022 "Orca"; vLLM's
-scheduler): every step, finished sequences have left; each running sequence gets one decode
-token (or the next chunk of its prompt; with speculative decoding, its pending token plus the
-draft tokens to verify, :mod:`engine.spec_decode.scheduling`); waiting requests join, first come first served, while
-the step's token budget, the running-sequence limit and free KV blocks allow. When blocks run
+scheduler): every step, finished sequences have left; each running decode gets its token first
+(with speculative decoding, its pending token plus the draft tokens to verify,
+:mod:`engine.spec_decode.scheduling`); then each running prefill its next chunk and each request
+without a KV cache the next piece of its recompute, at most ``long_prefill_token_threshold``
+tokens each (vLLM's name); then waiting requests join, first come first served, while the
+step's token budget, the running-sequence limit and free KV blocks allow. While requests wait,
+the running chunks leave them one chunk of the budget, so a long prompt never holds a whole
+step and a short request that arrives meanwhile joins the next one. When blocks run
 out, the newest running sequence is preempted: its blocks are freed and it is recomputed later.
 
 After the model ran, :meth:`Scheduler.update_from_output` does every piece of bookkeeping in one
@@ -40,16 +44,22 @@ class Scheduler:
         max_queue: most requests allowed to wait (``add`` past it raises ``QueueFullError``).
         max_num_seqs: most sequences running at once.
         max_num_batched_tokens: most tokens fed to the model in one step (prefill chunks
-            included); longer prompts are split into chunks.
+            and no-cache recomputes included); longer prompts are split into chunks.
+        long_prefill_token_threshold: most tokens of one prefill chunk or one piece of a
+            no-cache recompute per step (vLLM's name); 0 = no cap beyond the budget. With a
+            cap, a long prompt takes several smaller steps and every step has room for the
+            decodes and for new requests, so no one waits behind a whole-budget chunk.
     """
 
     def __init__(self, block_manager, eos_token_ids=(), max_queue: int = 32,
-                 max_num_seqs: int = 32, max_num_batched_tokens: int = 512):
+                 max_num_seqs: int = 32, max_num_batched_tokens: int = 512,
+                 long_prefill_token_threshold: int = 0):
         self.bm = block_manager
         self.eos_token_ids = frozenset(eos_token_ids)
         self.max_queue = max_queue
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -85,64 +95,124 @@ class Scheduler:
 
     # ---- the step ----------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput | None:
-        """Decide the next step (see the module docstring); ``None`` when there is no work."""
+        """Decide the next step (see the module docstring); ``None`` when there is no work.
+
+        Three passes share the token budget: every running decode gets its token first (with
+        its drafts); then running prefill chunks and no-cache recomputes, each capped at
+        ``long_prefill_token_threshold`` and together leaving one capped chunk of room while
+        requests wait; then waiting requests join, their first chunk capped too. So a long
+        prompt never takes a whole step while anyone else waits.
+        """
         out = SchedulerOutput()
-        budget = self.max_num_batched_tokens
-        for seq in list(self.running):
-            if seq not in self.running:  # preempted below to make room
-                continue
-            if not seq.use_kv_cache:
-                out.recompute.append(self._schedule(seq, seq.num_tokens - seq.num_computed))
-                continue
-            if budget <= 0:
-                break
-            n = min(seq.num_tokens - seq.num_computed, budget)
-            if n <= 0:  # a beam waiting for its siblings' candidates
-                continue
-            drafts = []
-            if seq.spec is not None and n == 1 and seq.output_ids:
-                drafts = draft_tokens(seq, budget - 1)
-                if drafts and not self.bm.ensure_capacity(
-                        seq.block_table, seq.num_computed + 1 + len(drafts)):
-                    drafts = []
-            while not self._make_room(seq, n, out):
-                self._preempt(self.running[-1], out)
-                if seq.status is not SequenceStatus.RUNNING:
-                    break
-            budget = self.max_num_batched_tokens - sum(e.num_new for e in out.entries)
-            if seq.status is SequenceStatus.RUNNING:
-                out.entries.append(self._schedule(seq, n, drafts))
-                budget -= n + len(drafts)
-        while self.waiting and seats(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
-            if seq.group is not None:  # several samples or beams: all of them or none
-                if not admit_group(self, seq, budget, out):
-                    break
-                budget = self.max_num_batched_tokens - sum(e.num_new for e in out.entries)
-                continue
-            if seq.use_kv_cache and (budget <= 0 or not self.bm.can_allocate(
-                    seq.all_ids, budget, seq.cache_salt)):
-                break
-            self.waiting.popleft()
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            if not seq.use_kv_cache:
-                seq.num_cached_tokens = max(seq.num_cached_tokens, 0)
-                out.recompute.append(self._schedule(seq, seq.num_tokens))
-                continue
-            seq.block_table, seq.num_computed, n = self.bm.allocate(
-                seq.all_ids, budget, seq.cache_salt)
-            if seq.num_cached_tokens < 0:  # the first admission's hits (not a preempted retry's)
-                seq.num_cached_tokens = seq.num_computed
-            seq.first_unkeyed = seq.num_computed // self.bm.block_size
-            out.entries.append(self._schedule(seq, n))
-            budget -= n
+        budget = self._schedule_decodes(out)
+        budget = self._schedule_chunks(out, budget, reserve=True)
+        budget = self._admit_waiting(out, budget)
+        self._schedule_chunks(out, budget, reserve=False)  # what the newcomers left
         if not out.entries and not out.recompute:
             return None
         if out.blocks_to_copy:  # drop copies into blocks of sequences preempted since
             held = {b for e in out.entries for b in e.seq.block_table}
             out.blocks_to_copy = [p for p in out.blocks_to_copy if p[1] in held]
         return out
+
+    def _cap(self, n: int) -> int:
+        """``n`` tokens of a prefill chunk or recompute, capped at the long-prefill threshold."""
+        cap = self.long_prefill_token_threshold
+        return min(n, cap) if cap > 0 else n
+
+    def _left(self, out: SchedulerOutput) -> int:
+        """Tokens of the step's budget not yet given to an entry."""
+        return self.max_num_batched_tokens - out.num_tokens
+
+    def _schedule_decodes(self, out: SchedulerOutput) -> int:
+        """Pass 1: one token (and any drafts) for every running sequence with a cache that has
+        exactly one token to compute, in running order. Returns the budget left."""
+        budget = self.max_num_batched_tokens
+        for seq in list(self.running):
+            if seq not in self.running or not seq.use_kv_cache:  # preempted below
+                continue
+            if seq.num_tokens - seq.num_computed != 1:  # a prefill chunk, or a waiting beam
+                continue
+            if budget <= 0:
+                break
+            drafts = []
+            if seq.spec is not None and seq.output_ids:
+                drafts = draft_tokens(seq, budget - 1)
+                if drafts and not self.bm.ensure_capacity(
+                        seq.block_table, seq.num_computed + 1 + len(drafts)):
+                    drafts = []
+            self._add_running(seq, 1, out, drafts)
+            budget = self._left(out)
+        return budget
+
+    def _schedule_chunks(self, out: SchedulerOutput, budget: int, reserve: bool) -> int:
+        """Pass 2: the next prompt chunk of running sequences (prefills, preempted ones
+        recomputing, a grammar's forced tokens) and the next piece of each no-cache
+        recompute, each capped (:meth:`_cap`); with ``reserve``, while requests wait and seats
+        are free, one capped chunk of budget stays for them (run again without it after they
+        joined, for what they left). Returns the budget left."""
+        scheduled = {id(e.seq) for e in out.all_entries}
+        for seq in list(self.running):
+            if seq not in self.running or id(seq) in scheduled:
+                continue
+            remaining = seq.num_tokens - seq.num_computed
+            if remaining <= 0 or (seq.use_kv_cache and remaining == 1):
+                continue  # a beam waiting for its siblings; a decode pass 1 had no room for
+            room = budget
+            if reserve and self.waiting and seats(self.running) < self.max_num_seqs \
+                    and self.long_prefill_token_threshold > 0:
+                room -= min(self.long_prefill_token_threshold, budget)
+            n = min(self._cap(remaining), room)
+            if n <= 0:
+                break
+            if not seq.use_kv_cache:
+                out.recompute.append(self._schedule(seq, n))
+            else:
+                self._add_running(seq, n, out)
+            budget = self._left(out)
+        return budget
+
+    def _add_running(self, seq: Sequence, n: int, out: SchedulerOutput,
+                     drafts: list[int] = ()) -> None:
+        """Schedule ``n`` tokens (and ``drafts``) of running ``seq``, preempting the newest
+        running sequences until its blocks fit (``seq`` itself may be the one preempted)."""
+        while not self._make_room(seq, n, out):
+            self._preempt(self.running[-1], out)
+            if seq.status is not SequenceStatus.RUNNING:
+                return
+        out.entries.append(self._schedule(seq, n, drafts))
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
+        """Pass 3: waiting requests join, first come first served, while the budget, the
+        running limit and free blocks allow; each first chunk is capped (:meth:`_cap`).
+        Returns the budget left."""
+        while self.waiting and seats(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if seq.group is not None:  # several samples or beams: all of them or none
+                if not admit_group(self, seq, self._cap(budget), out):
+                    break
+                budget = self._left(out)
+                continue
+            if budget <= 0 or (seq.use_kv_cache and not self.bm.can_allocate(
+                    seq.all_ids, self._cap(budget), seq.cache_salt)):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            if not seq.use_kv_cache:
+                seq.num_cached_tokens = max(seq.num_cached_tokens, 0)
+                seq.num_computed = 0
+                out.recompute.append(self._schedule(seq, min(self._cap(seq.num_tokens), budget)))
+                budget = self._left(out)
+                continue
+            seq.block_table, seq.num_computed, n = self.bm.allocate(
+                seq.all_ids, self._cap(budget), seq.cache_salt)
+            if seq.num_cached_tokens < 0:  # the first admission's hits (not a preempted retry's)
+                seq.num_cached_tokens = seq.num_computed
+            seq.first_unkeyed = seq.num_computed // self.bm.block_size
+            out.entries.append(self._schedule(seq, n))
+            budget = self._left(out)
+        return budget
 
     def _make_room(self, seq: Sequence, n: int, out: SchedulerOutput) -> bool:
         """Blocks for ``n`` more tokens of ``seq``: its own copy of a block it shares with a
@@ -198,7 +268,9 @@ class Scheduler:
             if e.draft_ids:
                 self._update_verified(seq, e, runner_output, finished)
                 continue
-            seq.num_computed = e.num_computed + e.num_new if seq.use_kv_cache else 0
+            seq.num_computed = e.num_computed + e.num_new
+            if not seq.use_kv_cache and e.samples:  # the recompute is over; the next starts anew
+                seq.num_computed = 0
             if seq.block_table:
                 seq.first_unkeyed = self.bm.register_full_blocks(
                     seq.block_table, seq.all_ids, seq.num_computed, seq.first_unkeyed,
@@ -301,8 +373,8 @@ class Scheduler:
             self.waiting.appendleft(seq)
             out.preempted.append(seq)
         self.num_preemptions += 1
-        if len(unit) > 1:
-            out.entries = [e for e in out.entries if e.seq.status is SequenceStatus.RUNNING]
+        out.entries = [e for e in out.entries if e.seq.status is SequenceStatus.RUNNING]
+        out.recompute = [e for e in out.recompute if e.seq.status is SequenceStatus.RUNNING]
 
     # ---- the step's figures ------------------------------------------------------------------
     def batch_info(self, scheduler_output: SchedulerOutput, step_id: int,

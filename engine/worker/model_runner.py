@@ -41,6 +41,7 @@ class ModelRunner:
         self.model = model
         self.sampler = sampler or Sampler()
         self.caches: dict[str, KVCache] = {}
+        self.scratch: dict[str, KVCache] = {}  # a no-cache recompute's keys, between its pieces
         self.device = next(model.parameters()).device
         params = inspect.signature(model.forward).parameters
         # transformers 5 renamed ``past_key_values`` to ``cache``; accept both.
@@ -102,6 +103,38 @@ class ModelRunner:
         ids = torch.tensor([all_ids], dtype=torch.long, device=self.device)
         return self._forward(ids, None)
 
+    def recompute_piece(self, e: ScheduledSeq) -> torch.Tensor:
+        """One piece of a no-cache recompute (the scheduler caps each step's piece, so a long
+        sequence recomputed per token does not hold a whole step for itself).
+
+        The whole sequence in one piece is :meth:`recompute`. Otherwise the pieces' keys and
+        values wait in a scratch cache until the last piece, then are dropped: every output
+        token still recomputes the whole sequence.
+
+        Args:
+            e: the scheduled entry: tokens ``[e.num_computed, e.num_computed + e.num_new)`` of
+                ``e.seq.all_ids``; ``e.samples`` when the piece ends the sequence.
+
+        Returns:
+            ``[V]`` logits of the piece's last position.
+        """
+        rid, ids = e.seq.request_id, e.seq.all_ids
+        if e.num_computed == 0:
+            self.drop_scratch(rid)
+            if e.samples:
+                return self.recompute(ids)
+            self.scratch[rid] = self.new_cache()
+        logits = self.prefill(ids[e.num_computed:e.num_computed + e.num_new], self.scratch[rid])
+        if e.samples:
+            self.drop_scratch(rid)
+        return logits
+
+    def drop_scratch(self, request_id: str) -> None:
+        """Free a no-cache recompute's scratch keys and values (none: nothing happens)."""
+        cache = self.scratch.pop(request_id, None)
+        if cache is not None:
+            cache.release()
+
 
 
     # ---- one step ---------------------------------------------------------------------------
@@ -126,7 +159,7 @@ class ModelRunner:
         start = time.perf_counter()
         try:
             if not seq.use_kv_cache:
-                logits = self.recompute(seq.all_ids)
+                logits = self.recompute_piece(e)
             elif e.num_computed == 0:
                 self.caches[rid] = cache = self.new_cache()
                 logits = self.prefill(seq.all_ids[:e.num_new], cache)
@@ -178,6 +211,7 @@ class ModelRunner:
     def release(self, request_ids) -> None:
         """Drop the caches of finished requests (their memory returns to the allocator)."""
         for rid in request_ids:
+            self.drop_scratch(rid)
             cache = self.caches.pop(rid, None)
             if cache is not None:
                 cache.release()

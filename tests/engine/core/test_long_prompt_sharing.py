@@ -1,0 +1,76 @@
+"""A small request beside a heavy one on the embedded model (fp32, CPU): a 1,500-token prompt
+prefilling, or an 800-word prompt decoded without a KV cache (the whole sequence recomputed
+per token), no longer holds whole steps: the small request joins the next step and finishes
+long before the heavy one, within 2 s on a quiet machine (it waited 8-24 s before); the
+bound grows with the load average when other jobs load the CPU."""
+
+import os
+import time
+
+import pytest
+
+from engine import SamplingParams
+
+SMALL = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+SMALL_PROMPT = "Say hi."
+BESIDE_S = 2.0  # the small request's bound beside a heavy one on a quiet machine
+
+
+def bound_s() -> float:
+    """:data:`BESIDE_S`, scaled by the load average per CPU when other jobs load the machine
+    over one runnable thread per CPU (never below it)."""
+    return BESIDE_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
+def words(n: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def small_beside(engine, heavy) -> float:
+    """Seconds the small request took while ``heavy`` ran. Checks that it finished first and
+    that every step it was in also fed the heavy request at most one capped chunk."""
+    end = time.monotonic() + 60
+    while engine.stats()["running"] < 1 and time.monotonic() < end:
+        time.sleep(0.01)  # the heavy request's first step is under way
+    time.sleep(0.1)
+    t = time.perf_counter()
+    small = engine.submit(SMALL_PROMPT, SMALL)
+    out = small.result(120)
+    took = time.perf_counter() - t
+    assert len(out.token_ids) == 4
+    assert not heavy.finished, "the heavy request ended first: the small one waited for it"
+    cap = engine.config.max_num_batched_tokens // 4
+    shared = [dict(zip(e.batch.request_ids, e.batch.new_tokens)).get(heavy.request_id)
+              for e in small.events]
+    assert any(shared), "the heavy request ran in none of the small one's steps"
+    steps = [e.batch.step_id for e in small.events]
+    assert steps == list(range(steps[0], steps[0] + 4)), steps  # a token every step
+    assert all(n <= cap for n in shared if n), (shared, cap)
+    return took
+
+
+@pytest.mark.slow
+def test_a_small_request_beside_a_long_prefill(engine, loaded):
+    engine.generate(SMALL_PROMPT, SMALL)  # warm
+    prompt = "Summarize: " + words(450, "x")
+    n = len(loaded.tokenizer(prompt)["input_ids"])
+    assert 1400 <= n <= 2000, n
+    heavy = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=1))
+    try:
+        took = small_beside(engine, heavy)
+    finally:
+        heavy.result(300)
+    assert took < bound_s(), f"the small request took {took:.2f} s beside a {n}-token prefill"
+
+
+@pytest.mark.slow
+def test_a_small_request_beside_a_no_cache_request(engine, loaded):
+    engine.generate(SMALL_PROMPT, SMALL)  # warm
+    prompt = "Summarize: " + words(800, "w")
+    heavy = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+                          use_kv_cache=False)
+    try:
+        took = small_beside(engine, heavy)
+    finally:
+        heavy.abort()
+    assert took < bound_s(), f"the small request took {took:.2f} s beside an 800-word no-cache request"

@@ -1,0 +1,95 @@
+"""A long prompt shares every step (no model, made-up runner outputs): running decodes get their
+token first, a prefill chunk and a no-cache recompute are capped at
+``long_prefill_token_threshold``, and a request that arrives meanwhile joins the next step."""
+
+from engine.core.scheduler_output import SchedulerOutput
+from tests.engine.core.test_scheduler import make, runner_output, seq, step
+
+
+def sharing(budget=32, cap=8, **kw):
+    sched, bm = make(budget=budget, num_blocks=128, **kw)
+    sched.long_prefill_token_threshold = cap
+    return sched, bm
+
+
+def rows(so: SchedulerOutput):
+    return [(e.seq.request_id, e.num_new, e.phase) for e in so.all_entries]
+
+
+def test_a_long_prefill_takes_capped_chunks_and_a_newcomer_joins_the_next_step():
+    sched, _ = sharing(budget=32, cap=8)
+    long = seq("long", 100)
+    sched.add(long)
+    so, _ = step(sched)
+    assert rows(so) == [("long", 8, "prefill")]  # capped even alone: a newcomer waits one short step
+    sched.add(seq("small", 4, max_tokens=3, first=500))
+    so, _ = step(sched)
+    assert rows(so) == [("long", 8, "prefill"), ("small", 4, "prefill")]
+    so, _ = step(sched)
+    # the small request's decode comes first, then the long prompt's next chunk
+    assert rows(so) == [("small", 1, "decode"), ("long", 8, "prefill")]
+
+
+def test_without_a_cap_the_running_prefill_takes_the_whole_budget():
+    sched, _ = sharing(budget=32, cap=0)
+    sched.add(seq("long", 100))
+    step(sched)
+    sched.add(seq("small", 4, first=500))
+    so, _ = step(sched)
+    assert rows(so) == [("long", 32, "prefill")]  # what the cap is for: "small" waited
+
+
+def test_running_prefills_leave_one_chunk_of_room_while_requests_wait():
+    sched, _ = sharing(budget=24, cap=8)
+    for i in range(3):
+        sched.add(seq(f"p{i}", 100, first=1000 * (i + 1)))
+    so, _ = step(sched)
+    assert rows(so) == [("p0", 8, "prefill"), ("p1", 8, "prefill"), ("p2", 8, "prefill")]
+    sched.add(seq("small", 4, first=9000))
+    so, _ = step(sched)
+    # the running prefills leave one chunk for the newcomer; p2 gets what it did not use
+    assert rows(so) == [("p0", 8, "prefill"), ("p1", 8, "prefill"), ("small", 4, "prefill"),
+                        ("p2", 4, "prefill")]
+
+
+def test_decodes_come_before_prefill_chunks_when_the_budget_is_short():
+    sched, _ = sharing(budget=8, cap=8)
+    sched.add(seq("long", 100))
+    sched.add(seq("d", 2, max_tokens=20, first=500))
+    so, _ = step(sched)
+    assert rows(so) == [("long", 8, "prefill")]  # d arrived with the budget spent
+    so, _ = step(sched)
+    assert rows(so) == [("d", 2, "prefill"), ("long", 6, "prefill")]  # one chunk kept for d
+    so, _ = step(sched)
+    assert rows(so) == [("d", 1, "decode"), ("long", 7, "prefill")]  # the decode first
+
+
+def test_a_no_cache_recompute_counts_against_the_budget_in_capped_pieces():
+    sched, bm = sharing(budget=16, cap=8)
+    a = seq("a", 20, max_tokens=2)
+    a.use_kv_cache = False
+    sched.add(a)
+    pieces = []
+    while not a.output_ids:
+        so, _ = step(sched)
+        pieces.append((so.recompute[0].num_computed, so.recompute[0].num_new,
+                       so.recompute[0].samples))
+    assert pieces == [(0, 8, False), (8, 8, False), (16, 4, True)]
+    assert a.num_computed == 0  # the next token recomputes everything again
+    sched.add(seq("small", 4, first=500))
+    so, _ = step(sched)
+    assert rows(so) == [("small", 4, "prefill"), ("a", 8, "decode")] or \
+        rows(so) == [("a", 8, "decode"), ("small", 4, "prefill")]
+    assert so.num_tokens <= 16 and so.recompute[0].num_computed == 0
+    assert a.block_table == [] and bm.num_free == 128 - len(sched.running[-1].block_table)
+
+
+def test_a_no_cache_request_waits_when_the_budget_is_spent():
+    sched, _ = sharing(budget=8, cap=8)
+    sched.add(seq("long", 100))
+    b = seq("b", 6, first=500)
+    b.use_kv_cache = False
+    sched.add(b)
+    so = sched.schedule()
+    assert rows(so) == [("long", 8, "prefill")] and list(sched.waiting) == [b]
+    sched.update_from_output(so, runner_output(so))
