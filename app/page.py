@@ -9,6 +9,7 @@ from app.render import cards
 from app.tabs import beams, lessons, playground
 from app.tabs.playground.layout import structure_controls
 from app.server.errors import guard
+from app.server.file_routes import link_trace_buttons
 from app.tabs.context import TabContext
 
 
@@ -90,4 +91,5 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
         for tab in (lessons_tab, beams_tab):
             tab.select(guard(lambda: gr.Sidebar(open=False)), None, sidebar["sidebar"], **private)
         play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, sidebar["sidebar"], **private)
+    link_trace_buttons(demo, getattr(pg, "trace_links", None))  # downloads by opaque link, never a server path
     return demo

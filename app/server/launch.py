@@ -125,7 +125,8 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
     from .limits import TextLimit, page_body_limit
     from .rest_calls import RestCalls
 
-    middleware = [Middleware(page_body_limit), Middleware(FileRoutes),  # outermost first
+    middleware = [Middleware(page_body_limit),  # outermost first
+                  Middleware(FileRoutes, traces=getattr(demo, "trace_links", None)),
                   Middleware(TextLimit),
                   Middleware(RestCalls, demo=demo),
                   Middleware(RestDefaults, defaults=api_defaults(demo))]

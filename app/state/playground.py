@@ -32,6 +32,7 @@ from engine.protocol import BlockPoolSnapshot, EngineClient, EngineStats
 
 from app.render.cards import kv_element_bytes
 from app.state.device_monitor import DeviceMonitor
+from app.state.trace_links import TraceLinks
 
 KEEP_TRACES = 100  # trace file pairs kept on disk
 KEEP_SESSIONS = 1000  # sessions whose recent request ids are remembered (marks "you" after a request ends)
@@ -69,6 +70,7 @@ class Playground:
         self.trace_dir = Path(trace_dir or tempfile.mkdtemp(prefix="llm-playground-traces-", dir=trace_parent))
         self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._trace_dirs: dict[str, Path] = {}  # session -> its private trace folder
+        self.trace_links = TraceLinks()  # what clients get instead of the traces' paths
         self.pool_bytes = engine.pool_bytes
         # what a remote engine draws instead of its KV and memory panels (None for a local one)
         self.remote_view = self.info.remote if self.capabilities.remote else None

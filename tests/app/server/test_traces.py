@@ -17,7 +17,8 @@ import httpx
 
 from app.state.playground import Playground
 from tests.support.fakes import FakeEngine, make_events, make_output
-from tests.support.gradio_queue import file_urls, fn_index, generate_payload, queue_call
+from tests.support.gradio_queue import file_urls
+from tests.support.page_chain import run_generate
 from tests.support.servers import wait_until
 
 
@@ -71,23 +72,24 @@ def test_python_m_app_keeps_its_files_private_and_removes_them(run_cli, tmp_path
         gradio_tmp = Path(os.environ["GRADIO_TEMP_DIR"])
         seen["gradio_tmp"] = gradio_tmp
         assert gradio_tmp.parent == tmp_path and _mode(gradio_tmp) == 0o700
-        index = fn_index(demo, "on_generate", "prompt")
         session = secrets.token_hex(8)
         with httpx.stream("GET", url + f"gradio_api/heartbeat/{session}", timeout=30) as beat:
             alive = beat.iter_lines()  # kept: dropping the iterator would close the stream
             assert next(alive) == "data: ALIVE"
-            msgs = queue_call(url, index, generate_payload(demo, index, [], Prompt="Hi"), session)
-            links = sorted({u for m in msgs for u in file_urls(m)})
+            msgs = run_generate(demo, url, session, Prompt="Hi")
+            assert not [u for m in msgs for u in file_urls(m)]  # no /file= link: no server path
+            links = sorted({u for m in msgs for u in trace_links(m)})
             assert len(links) == 2, links
-            files = [Path(u.split("/file=", 1)[1]) for u in links]
-            for f in files:  # served where they are: inside the private folder, no second copy
+            files = [demo.trace_links.resolve(u) for u in links]
+            for f in files:  # written inside the private folder
                 assert f.is_relative_to(gradio_tmp) and _mode(f) == 0o600 and _mode(f.parent) == 0o700
-            assert "Hello, world!" in httpx.get([u for u in links if u.endswith(".json")][0]).text
-            other = queue_call(url, index, generate_payload(demo, index, [], Prompt="Hi"))
-            other_files = [Path(u.split("/file=", 1)[1]) for m in other for u in file_urls(m)]
+            json_link = [u for u in links if u.endswith(".json")][0]
+            assert "Hello, world!" in httpx.get(url.rstrip("/") + json_link).text
+            other = run_generate(demo, url, secrets.token_hex(8), Prompt="Hi")
+            other_files = [demo.trace_links.resolve(u) for m in other for u in trace_links(m)]
         # the heartbeat closed: Gradio runs demo.unload for the session
         assert wait_until(lambda: not any(f.exists() for f in files), 30), files
-        assert all(httpx.get(u).status_code in (403, 404) for u in links)
+        assert all(httpx.get(url.rstrip("/") + u).status_code == 404 for u in links)
         assert all(f.exists() for f in other_files)  # another session's traces stay
         os.kill(os.getpid(), signal.SIGTERM)  # like docker stop
 
@@ -98,6 +100,25 @@ def test_python_m_app_keeps_its_files_private_and_removes_them(run_cli, tmp_path
     assert not seen["gradio_tmp"].exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("llm-playground")] == []
     assert "GRADIO_TEMP_DIR" not in os.environ
+
+
+def trace_links(msg) -> list[str]:
+    """Every trace download link (``/playground-traces/...``) anywhere in a queue message."""
+    out = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            u = x.get("url")
+            if isinstance(u, str) and u.startswith("/playground-traces/"):
+                out.append(u)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(msg)
+    return out
 
 
 def test_old_traces_are_pruned_with_their_empty_session_folders(tmp_path, monkeypatch):
