@@ -18,7 +18,8 @@ from types import ModuleType
 from typing import Callable
 
 MODULES = ("vs_hf", "kv_cache", "prompt_length", "decode_share", "batch", "roofline",
-           "telemetry_cost", "llama_cpp", "quantization", "speculative", "structured", "compile")
+           "telemetry_cost", "llama_cpp", "quantization", "speculative", "structured",
+           "structured_set", "compile")
 """The experiments' modules, in run order; each one's ``NAME`` is its module name with ``-``."""
 NAMES = [m.replace("_", "-") for m in MODULES]
 

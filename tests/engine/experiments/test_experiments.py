@@ -41,6 +41,7 @@ FIELDS = {
     "speculative": {"new_tokens", "pairs", "num_speculative_tokens", "rows", "verify_ms",
                     "verify_cost", "engine"},
     "structured": {"mask_rows", "decode_step_ms", "compile", "forced", "engine"},
+    "structured-set": {"cases", "counts", "server", "max_tokens", "schemas", "engine"},
     "compile": {"batch_sizes", "eager_tokens_per_s", "compiled_tokens_per_s", "speedup", "rounds",
                 "compile", "bandwidth_gb_per_s", "bytes_per_step", "ceiling_tokens_per_s",
                 "roofline_fraction", "parity", "profile"},
@@ -364,3 +365,16 @@ def test_compile_experiment_compiles_then_checks_parity_and_profiles(quick):
                                             "python and dispatch"}
         assert res["profile"][path]["matrix products"] > 0
     assert 0 < res["roofline_fraction"]["compiled"] < 1
+
+
+def test_structured_set_classifies_every_answer(quick):
+    """Every answer of the schema set has one outcome; the counts add up; compile times are
+    measured for the schemas that compile."""
+    from engine.experiments.structured_set import OUTCOMES, load_set
+
+    assert len(load_set()) >= 30
+    res, _ = quick("structured-set")
+    assert sum(res["counts"].values()) == len(res["cases"]) == res["schemas"]
+    assert all(c["outcome"] in OUTCOMES for c in res["cases"])
+    assert res["counts"]["error"] == 0
+    assert all(c["compile_ms"] is None or c["compile_ms"] > 0 for c in res["cases"])
