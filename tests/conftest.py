@@ -11,7 +11,33 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("LLM_PLAYGROUND_COMPILE", "off")
 
 
+# the fast tier (``bash scripts/test.sh --fast``): every test that needs neither the embedded model
+# nor a browser nor a GPU and is not marked slow, and those marked ``fast``: each part's quickest
+# tests on the real model (they share one model load)
+MODEL_FIXTURES = {"loaded", "engine"}
+NOT_FAST = ("slow", "browser", "gpu")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fast", action="store_true",
+                     help="run the fast tier only: each part's quick tests (docs/testing.md)")
+
+
+def in_fast_tier(item) -> bool:
+    """Whether ``item`` belongs to the fast tier (see ``MODEL_FIXTURES`` above)."""
+    if item.get_closest_marker("fast") is not None:
+        return True
+    if any(item.get_closest_marker(name) is not None for name in NOT_FAST):
+        return False
+    return not MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--fast"):
+        dropped = [item for item in items if not in_fast_tier(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if in_fast_tier(item)]
     try:
         import torch
 
