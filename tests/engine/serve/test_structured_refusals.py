@@ -119,3 +119,28 @@ def test_identical_structures_sent_at_once_compile_once(api, engine):
         t.join()
     assert answers == [200] * 8
     assert stats.misses - misses == 1
+
+
+def test_health_answers_while_heavy_structures_and_bodies_arrive(api):
+    schema = {"type": "object", "properties": {
+        f"p{i}_{time.time_ns()}": {"type": "string", "maxLength": 4} for i in range(1500)}}
+    heavy = [dict(guided_json=schema, max_tokens=1),
+             dict(guided_json={"enum": [f"v{i}" for i in range(15_000)]}, max_tokens=1),
+             dict(logit_bias={str(i): 1.0 for i in range(100_000)})]
+    codes, health = [], []
+
+    def send(fields):
+        codes.append(post(api, **fields).status_code)
+
+    threads = [threading.Thread(target=send, args=(heavy[i % 3],)) for i in range(12)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        start = time.perf_counter()
+        assert httpx.get(api + "/health", timeout=30).status_code == 200
+        health.append(time.perf_counter() - start)
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    assert sorted(set(codes)) in ([200, 400], [400]), codes  # logit_bias is refused
+    assert health and max(health) < 2.0, max(health)
