@@ -7,7 +7,7 @@
   ``\\w``, ``\\s`` and their negations become ASCII classes (:func:`ascii_classes`).
 - **Bounded numbers.** A JSON number with no bounds lets a small model write digits for ever
   (``10000000000...``, ``75.8324132880012878...``). A ``number`` or ``integer`` schema gets
-  the bounds it lacks: ``|x| <=`` :data:`INTEGER_LIMIT` for integers (18 digits),
+  the bounds it lacks: ``|x| <=`` :data:`INTEGER_LIMIT` for integers (about 18 digits),
   :data:`NUMBER_LIMIT` and at most :data:`FRACTION_DIGITS` decimals for numbers (15 + 6
   digits, no exponent), unless the schema sets its own ``minimum``/``maximum`` or
   ``multipleOf`` (:func:`bounded_schema`).
@@ -24,7 +24,8 @@ ASCII = {"d": "[0-9]", "D": "[^0-9]", "w": "[0-9A-Za-z_]", "W": "[^0-9A-Za-z_]",
 """Each shorthand class and its ASCII class. A class may nest inside another in Rust's
 syntax (``[[0-9]-]``), so the same text serves inside and outside brackets."""
 INTEGER_LIMIT = 10**18 - 1
-"""Largest magnitude of an ``integer`` without bounds of its own (18 digits; fits int64)."""
+"""Largest magnitude of an ``integer`` without bounds of its own (fits int64; llguidance reads
+bounds as float64, where it rounds to 10**18: at most 19 digits)."""
 NUMBER_LIMIT = 10**15
 """Largest magnitude of a ``number`` without bounds of its own (exact in a float64)."""
 FRACTION_DIGITS = 6
