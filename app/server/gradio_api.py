@@ -33,8 +33,8 @@ def make_generate(pg):
 
         Args:
             prompt: the user message (chat template applied) or, with raw=True, plain text to continue.
-            temperature: >= 0; 0 is greedy. top_p: (0, 1]; 1 is off. top_k: 0 or -1 is off.
-            repetition_penalty: > 0; 1 is off. max_tokens: new tokens, >= 1. seed: -1 is random.
+            temperature: [0, 100]; 0 is greedy. top_p: (0, 1]; 1 is off. top_k: 0 or -1 is off.
+            repetition_penalty: [0.01, 100]; 1 is off. max_tokens: new tokens, >= 1. seed: -1 is random.
             min_p: [0, 1]; 0 is off. system_prompt: optional system message (chat only).
             raw: plain completion without the chat template. use_kv_cache: False recomputes
                 the whole sequence at every step. Both take true/false (or "true"/"false").
