@@ -51,6 +51,7 @@ def test_the_chips_show_the_mask_and_a_bad_structure_is_a_clear_message(pg):
     assert again[-1]["history"][-1]["content"] in ("yes", "no")
 
 
+@pytest.mark.fast
 def test_the_page_builds_with_the_structured_controls_and_the_lesson(pg):
     from app.page import build_demo
 

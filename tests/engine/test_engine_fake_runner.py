@@ -21,6 +21,7 @@ def fake(loaded):
     eng.shutdown()
 
 
+@pytest.mark.fast
 def test_one_request_events_and_metrics_with_a_fake_runner(fake, loaded):
     eng, runner, script = fake
     handle = eng.submit("Say hello.", SamplingParams(temperature=0, max_tokens=50))

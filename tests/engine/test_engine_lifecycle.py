@@ -23,6 +23,7 @@ def wait_idle(engine, timeout=30):
     raise AssertionError(f"engine still busy: {engine.stats()}")
 
 
+@pytest.mark.fast
 def test_stream_events_and_metrics(engine):
     h = engine.submit("Name three colours.", SamplingParams(temperature=0, max_tokens=12))
     events = list(h)
@@ -104,12 +105,14 @@ def test_eos_list_from_generation_config(loaded):
     assert {0, 2} <= eos_token_ids(loaded.tokenizer, Gen(), Cfg())
 
 
+@pytest.mark.fast
 def test_max_tokens_gives_length(engine):
     out = engine.generate("Write a long story about a dragon.",
                           SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
     assert out.finish_reason == "length" and len(out.token_ids) == 5
 
 
+@pytest.mark.fast
 def test_context_limit_refused_before_prefill(engine):
     ctx = engine.info.context_len
     long_text = "word " * (ctx + 50)
@@ -161,6 +164,7 @@ def test_closing_handle_aborts(engine):
     assert h.result(30).finish_reason == "abort"
 
 
+@pytest.mark.fast
 def test_abort_while_waiting(loaded):
     eng = LLMEngine(loaded, telemetry=False, max_num_seqs=1, kv_cache_bytes=32 * 2**20)
     try:

@@ -100,6 +100,7 @@ def test_params_refused_naming_the_field(kwargs, field):
     assert len(str(err.value)) < 200
 
 
+@pytest.mark.fast
 def test_lone_surrogate_refused(loaded):
     with pytest.raises(ValueError, match="^prompt holds an invalid character"):
         encode_prompt(loaded.tokenizer, "hi \ud800 there")

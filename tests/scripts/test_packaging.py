@@ -43,6 +43,7 @@ def test_setup_installs_the_project_editable_after_the_requirements():
     assert requirements < editable
 
 
+@pytest.mark.slow
 def test_installed_packages_import_from_another_directory(tmp_path):
     """With the editable install (scripts/setup.sh), a script run outside the checkout imports
     the engine and finds assets/ and the kernels' sources."""

@@ -85,6 +85,7 @@ eng.shutdown()
 """
 
 
+@pytest.mark.slow
 def test_page_drives_the_remote_without_torch(remote):
     import openai
 

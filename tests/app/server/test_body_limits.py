@@ -26,6 +26,7 @@ def rss(proc) -> int:
     return psutil.Process(proc.pid).memory_info().rss
 
 
+@pytest.mark.slow
 def test_ten_50_mb_bodies_leave_the_pages_memory_as_it_was(page):
     url, proc, _ = page
     body = json.dumps({"data": ["x" * BIG]}).encode()
@@ -43,6 +44,7 @@ def test_ten_50_mb_bodies_leave_the_pages_memory_as_it_was(page):
     assert after - before < 100 * 2**20, (before, after)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/gradio_api/call/generate", "/gradio_api/queue/join",
                                   "/gradio_api/upload", "/v1/completions"])
 def test_a_body_over_the_cap_is_refused_before_it_is_read(page, path):
@@ -51,6 +53,7 @@ def test_a_body_over_the_cap_is_refused_before_it_is_read(page, path):
     assert head.startswith(b"HTTP/1.1 413"), head[:200]
 
 
+@pytest.mark.slow
 def test_a_text_over_the_limit_is_refused_before_the_queue(page):
     url, _, _ = page
     text = "x" * (MAX_TEXT_CHARS + 1)

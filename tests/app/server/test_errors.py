@@ -21,6 +21,7 @@ from tests.support.servers import launch
 # ---- 3. no traceback, no server path in an error ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_unexpected_errors_reach_clients_as_an_error_id_only(served, caplog):
     """A KeyError naming a server path, raised in the app's path of /generate, the page's
     Generate and a Lessons handler: the client gets a short message with an error id; the

@@ -114,6 +114,7 @@ def test_bad_input_errors_then_a_normal_request_works(served, engine, kwargs, me
     assert client.predict(prompt="Say hello.", temperature=0, max_tokens=4, api_name="/generate")
 
 
+@pytest.mark.slow
 def test_full_queue_and_engine_error_reach_the_client(tmp_path):
     from app.state.playground import Playground
     from tests.support.fakes import FakeEngine
@@ -156,6 +157,7 @@ def test_several_page_sessions_share_the_engine_fairly(served, engine):
     assert not errors and results == expected
 
 
+@pytest.mark.slow
 def test_python_m_app_prints_progress_and_url_then_serves(tmp_path):
     """The README's main command: loading lines, the URL, then a working /generate."""
     import os

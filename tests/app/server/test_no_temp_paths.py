@@ -21,6 +21,7 @@ def page():
         yield served
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/", "/config", "/gradio_api/info"])
 def test_config_and_page_name_no_temporary_folder(page, path):
     url, _, _ = page
@@ -32,6 +33,7 @@ def test_config_and_page_name_no_temporary_folder(page, path):
     assert tempfile.gettempdir() + "/" not in text
 
 
+@pytest.mark.slow
 def test_plotly_comes_from_the_pages_own_route(page):
     url, _, _ = page
     assert "/playground-static/plotly.min.js" in httpx.get(url + "/config", timeout=60).text
@@ -42,6 +44,7 @@ def test_plotly_comes_from_the_pages_own_route(page):
         assert httpx.get(url + other, timeout=60).status_code == 404
 
 
+@pytest.mark.slow
 def test_uploads_are_off(page):
     url, _, _ = page
     for i in range(30):

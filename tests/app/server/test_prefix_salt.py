@@ -112,6 +112,7 @@ def test_stats_show_the_prefix_hit_rate_only_when_the_cache_is_shared(tmp_path, 
     assert ("Your prefix cache is your own" in page) is not shared
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv,salted", [((), True), (("--shared-prefix-cache",), False)])
 def test_python_m_app_salts_by_default_and_shares_on_request(run_cli, argv, salted):
     from gradio_client import Client

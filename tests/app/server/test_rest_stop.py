@@ -42,6 +42,7 @@ def rest_stop(url: str, session: str) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_rest_stop_ends_a_rest_generation_of_its_session(page):
     url, _, log = page
     session = secrets.token_hex(8)
@@ -68,6 +69,7 @@ def test_rest_stop_ends_a_rest_generation_of_its_session(page):
     assert "Traceback" not in open(log).read()
 
 
+@pytest.mark.slow
 def test_rest_stop_ends_a_gradio_client_job_which_then_completes(page):
     url, _, log = page
     client = Client(url + "/", verbose=False)
@@ -83,6 +85,7 @@ def test_rest_stop_ends_a_gradio_client_job_which_then_completes(page):
     assert "Traceback" not in open(log).read()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["generate", "stop", "stats"])
 def test_unknown_event_id_gets_a_whole_404(page, name):
     url, _, _ = page

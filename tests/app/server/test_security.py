@@ -16,12 +16,14 @@ import os
 import secrets
 
 import httpx
+import pytest
 
 from tests.support.gradio_queue import (calculator_payload, file_urls, final, fn_index, generate_payload, queue_call)
 from tests.support.paths import REPO
 
 
 # ---- 1. no server-side path from a client ----------------------------------------------------
+@pytest.mark.slow
 def test_calculator_reads_no_server_file_through_the_queue_api(served, tmp_path):
     """The calculator's hidden event, called with server paths in every text or file input:
     the answer for an existing JSON file equals the answer for a missing one, and shows none
@@ -61,6 +63,7 @@ def test_calculator_takes_a_pasted_config_and_uploads_are_off(served):
     assert "pasted-tiny" in out and "H200" in out
 
 
+@pytest.mark.slow
 def test_chat_history_from_the_client_cannot_reach_server_files(served, tmp_path):
     """A forged chat history naming a server file (as a Chatbot file or component message)
     never makes the page serve that file, nor say whether it exists: the conversation is the
@@ -90,6 +93,7 @@ def test_chat_history_from_the_client_cannot_reach_server_files(served, tmp_path
         assert prompt == [{"role": "user", "content": "Hi"}]
 
 
+@pytest.mark.slow
 def test_the_conversation_is_kept_per_session_on_the_server(served):
     demo, url, _, eng = served
     index = fn_index(demo, "on_generate", "prompt")

@@ -13,6 +13,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.support.servers import ROOT, free_port, stop_child, wait_until
 
@@ -39,6 +40,7 @@ def _hold_heartbeat(url: str, opened: threading.Event) -> None:
         opened.set()
 
 
+@pytest.mark.slow
 def test_sigterm_exits_cleanly_and_quickly():
     port = free_port()
     url = f"http://127.0.0.1:{port}/"

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 import httpx
+import pytest
 
 from app.state.playground import Playground
 from tests.support.fakes import FakeEngine, make_events, make_output
@@ -59,6 +60,7 @@ def test_trace_files_are_private_and_deleted_with_their_session(tmp_path):
     assert given.is_dir() and list(given.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_python_m_app_keeps_its_files_private_and_removes_them(run_cli, tmp_path):
     """``python -m app`` on a fake engine: Gradio's temp folder (uploads, served files) and the
     traces inside it are private while it runs; a tab that closes takes its traces with it;

@@ -19,6 +19,7 @@ def run(*args, timeout=240):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, needle", [
     (["--prompt", ""], "prompt is empty"),
     (["--prompt", "   \n"], "prompt is empty"),
@@ -36,6 +37,7 @@ def test_generate_refuses_before_loading_the_model(args, needle):
     assert "[load]" not in r.stderr  # refused before the model began to load
 
 
+@pytest.mark.slow
 def test_page_refuses_a_bad_draft_model_before_loading_the_target():
     """``python -m app`` checks ``--draft-model`` (and that ``--speculative draft`` has one)
     before it loads the model it serves."""

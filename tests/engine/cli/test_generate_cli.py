@@ -7,6 +7,7 @@ import pytest
 from tests.support.cli import run
 
 
+@pytest.mark.slow
 def test_generate_json_fields():
     r = run("generate", "--prompt", "Explain the KV cache in one sentence.", "--temperature", "0",
             "--max-tokens", "16", "--json")
@@ -30,6 +31,7 @@ def test_generate_json_fields():
     assert parts["kv_cache"]["bytes"] > 0 and parts["activations"]["measured"] is False
 
 
+@pytest.mark.slow
 def test_generate_weights_and_kv_cache_dtype_flags():
     r = run("generate", "--prompt", "Say hello.", "--temperature", "0", "--max-tokens", "6",
             "--weights", "fp32", "--kv-cache-dtype", "fp8", "--json")
@@ -42,6 +44,7 @@ def test_generate_weights_and_kv_cache_dtype_flags():
     assert bad.returncode == 1 and "weights=bf16 and dtype=float32" in bad.stderr
 
 
+@pytest.mark.slow
 def test_generate_streams_text_and_metrics_line():
     r = run("generate", "--prompt", "Say hello.", "--temperature", "0", "--max-tokens", "8")
     assert r.returncode == 0, r.stderr
@@ -121,6 +124,7 @@ def test_python_without_the_packages_gets_one_line():
     assert missing_package_message(ModuleNotFoundError("x", name="not_ours"), "engine") is None
 
 
+@pytest.mark.slow
 def test_beams_json_returns_every_beam_unless_n_says_fewer():
     """``--beams 4 --json`` lists all four beams in ``outputs``, best first (the README's
     example); ``--n 1`` asks for the best one alone."""

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.paths import REPO
 
 
@@ -15,6 +17,7 @@ def _run(*args, **env):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_json_qwen_seed_figure():
     p = _run("--model", "Qwen/Qwen2.5-7B-Instruct", "--tokens", "8192", "--dtype", "fp16",
              "--json")
@@ -26,6 +29,7 @@ def test_json_qwen_seed_figure():
     assert d["total_bytes"] == d["weights_bytes"] + d["kv_bytes"] + d["activation_bytes"]
 
 
+@pytest.mark.slow
 def test_json_batch_dtype_and_local_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({
         "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -45,6 +49,7 @@ def test_human_table_shows_formula():
         in p.stdout
 
 
+@pytest.mark.slow
 def test_unknown_model_offline_one_line_exit_2():
     p = _run("--model", "nobody/not-a-model", "--tokens", "5", "--json")
     assert p.returncode == 2

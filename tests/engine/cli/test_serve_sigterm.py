@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+
+import pytest
 import time
 
 from tests.support.servers import ROOT, free_port, stop_child, wait_healthy
@@ -16,6 +18,7 @@ from tests.support.servers import ROOT, free_port, stop_child, wait_healthy
 BOUND_S = 5.0
 
 
+@pytest.mark.slow
 def test_serve_exits_with_status_0_on_sigterm():
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")

@@ -81,6 +81,7 @@ def test_abort_and_preemption_return_every_block(loaded):
         eng.shutdown()
 
 
+@pytest.mark.fast
 def test_groups_are_refused_where_they_cannot_run(loaded, engine):
     with pytest.raises(ValueError, match="do not fit the KV cache pool"):
         engine.submit(PROMPT, SamplingParams(n=16, temperature=1.0, max_tokens=8000))

@@ -303,6 +303,7 @@ def test_prompt_of_length_is_close(loaded):
         assert text and abs(actual - n) <= 3
 
 
+@pytest.mark.slow
 def test_cli_bench_in_process_writes_files(tmp_path, monkeypatch):
     from engine.__main__ import main
 

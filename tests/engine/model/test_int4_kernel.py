@@ -165,6 +165,7 @@ def test_turned_off_or_without_a_compiler_the_reason_is_kept(monkeypatch):
     assert "no C++ compiler" in kernel.unavailable_reason()
 
 
+@pytest.mark.slow
 def test_a_build_goes_into_the_cache_once(monkeypatch, tmp_path):
     monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path))
     first = kernel._build(kernel._compiler())

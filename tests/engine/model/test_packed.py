@@ -32,6 +32,7 @@ def both():
     return packed_model, dense_model
 
 
+@pytest.mark.slow
 def test_the_loader_packs_the_decoder_and_counts_the_same_bytes(both):
     p, d = both
     kinds = {type(m).__name__ for m in p.model.modules()}
@@ -48,6 +49,7 @@ def test_the_loader_packs_the_decoder_and_counts_the_same_bytes(both):
     assert "pre-packed" in p.info.weights_note and "pre-packed" not in d.info.weights_note
 
 
+@pytest.mark.slow
 def test_packed_prefill_logits_are_the_dense_bits(both):
     p, d = both
     ids = torch.tensor([p.tokenizer("The KV cache stores the keys and values of every "
@@ -56,6 +58,7 @@ def test_packed_prefill_logits_are_the_dense_bits(both):
         assert torch.equal(p.model(ids).logits, d.model(ids).logits)
 
 
+@pytest.mark.slow
 def test_packed_decode_gives_dense_tokens_alone_and_batched(both):
     """Six at once, the packed model's greedy tokens are the dense model's; alone, each gives
     exactly its batched tokens (a single row runs oneDNN's several-row kernel, as in a batch;
@@ -79,6 +82,7 @@ def test_packed_decode_gives_dense_tokens_alone_and_batched(both):
         pk.shutdown()
 
 
+@pytest.mark.slow
 def test_compact_forward_runs_the_packed_layers_as_transformers_does(both, monkeypatch):
     """The compiled step's compact forward (``torch.compile`` as the identity) over the packed
     layers gives the eager path's tokens, alone and three at once."""
@@ -118,6 +122,7 @@ def test_a_packed_layer_refuses_to_move_or_change_dtype():
     assert layer.packed_bytes == 64 * 32 * 2 and layer.bias.dtype == torch.bfloat16
 
 
+@pytest.mark.slow
 def test_a_row_has_the_same_bits_alone_and_among_others(both):
     """Every packed layer of the model (q/k/v, o, gate/up, down, the head): a row's output is
     the same computed alone, among 2 or among 64 rows: the engine's batch invariance in bf16.

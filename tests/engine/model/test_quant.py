@@ -183,6 +183,7 @@ def test_auto_weights_pick_int4_for_the_embedded_model_on_cpu(loaded):
     assert loaded.info.weights == "fp32"
 
 
+@pytest.mark.fast
 def test_bad_combinations_name_the_field(monkeypatch, tmp_path, loaded):
     from engine.model import loader
     from engine.model.quant import options
@@ -251,6 +252,7 @@ def test_estimator_counts_the_quantized_bytes_as_stored(loaded):
         assert "× 1 B" in est.to_dict()["kv_formula"]
 
 
+@pytest.mark.slow
 def test_first_int4_start_reads_the_gguf_without_an_fp32_copy(tmp_path, monkeypatch):
     """With an empty cache, int4 builds only the config and tokenizer (from the GGUF's metadata)
     and no fp32 safetensors; the engine then answers and its memory panel counts the packed bytes."""

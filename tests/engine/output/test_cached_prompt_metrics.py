@@ -22,6 +22,7 @@ def test_prefill_speed_counts_computed_tokens_only():
     assert clamped.cached_prompt_tokens == 10 and clamped.computed_prompt_tokens == 0
 
 
+@pytest.mark.fast
 def test_a_prefix_cache_hit_is_reported_apart(engine):
     params = SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
     salt = "test-cached-prompt-metrics"

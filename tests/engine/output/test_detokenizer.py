@@ -51,6 +51,7 @@ def test_character_cut_by_max_tokens_is_dropped(loaded):
     assert "\ufffd" not in "".join(deltas) and "".join(deltas) == tok.decode(ids[:-1]).rstrip("\ufffd")
 
 
+@pytest.mark.fast
 def test_token_texts_equal_single_token_decodes(loaded):
     from engine.output.detokenizer import TokenTexts
 

@@ -9,6 +9,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.support.servers import app_in_thread
 
@@ -49,6 +50,7 @@ class Stream:
         return max(gaps, default=0.0)
 
 
+@pytest.mark.slow
 def test_another_stream_keeps_flowing_while_huge_prompts_are_refused(server, loaded):
     t = time.perf_counter()
     loaded.tokenizer(HUGE)  # what tokenizing the huge prompt costs (the server used to, on its loop)
@@ -83,6 +85,7 @@ def test_another_stream_keeps_flowing_while_huge_prompts_are_refused(server, loa
     assert "8192" in half.json()["error"]["message"]
 
 
+@pytest.mark.slow
 def test_a_prompt_under_the_bounds_still_fits_and_is_served(server):
     r = httpx.post(server + "/v1/completions", json={
         "model": MODEL, "prompt": "word " * 7000, "max_tokens": 2, "temperature": 0}, timeout=300)
@@ -90,6 +93,7 @@ def test_a_prompt_under_the_bounds_still_fits_and_is_served(server):
     assert r.json()["usage"]["prompt_tokens"] == 7001
 
 
+@pytest.mark.slow
 def test_a_body_without_content_length_is_cut_at_the_cap(server):
     def chunks():
         for _ in range(100):

@@ -61,6 +61,7 @@ def test_chat_usage_and_logprobs_without_streaming(client, engine):
     assert "".join(c.token for c in content) == out.text
 
 
+@pytest.mark.slow
 def test_n_2_returns_two_choices_with_derived_seeds(client):
     kw = dict(model=MODEL, prompt="Once upon a time", max_tokens=12, temperature=1.0, seed=7, n=2)
     r = client.completions.create(**kw)
@@ -76,6 +77,7 @@ def test_n_2_returns_two_choices_with_derived_seeds(client):
     assert [streamed[0], streamed[1]] == [c.text for c in r.choices]
 
 
+@pytest.mark.slow
 def test_n_samples_are_one_engine_request_prefilled_once_each_equal_to_its_seed(server, client):
     kw = dict(model=MODEL, prompt="Once upon a time, in a small village,", max_tokens=8,
               temperature=1.0, extra_body={"ignore_eos": True})
@@ -95,6 +97,7 @@ def test_n_samples_are_one_engine_request_prefilled_once_each_equal_to_its_seed(
     assert greedy.choices[0].text == greedy.choices[1].text and greedy.usage.completion_tokens == 16
 
 
+@pytest.mark.slow
 def test_streamed_samples_each_end_when_they_finish_not_with_the_slowest(client):
     msgs = [{"role": "user", "content": "Say hi in one word."}]
     for seed in range(1, 6):  # a seed whose three samples differ in length

@@ -60,6 +60,7 @@ def test_a_prompt_alone_too_long_names_the_prompt_with_both_numbers(api, engine)
     assert e["param"] == "max_tokens" and "101" in e["message"] and str(ctx) in e["message"]
 
 
+@pytest.mark.fast
 def test_keyed_server_answers_401_before_judging_the_body(engine):
     app = create_server(engine, api_key="s3cret")
     try:

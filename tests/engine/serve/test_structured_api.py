@@ -31,6 +31,7 @@ def chat(server, content: str, **fields) -> httpx.Response:
     return httpx.post(server + "/v1/chat/completions", json=body, timeout=120)
 
 
+@pytest.mark.slow
 def test_the_sdks_parse_helper_returns_a_pydantic_object(client):
     parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
     for seed in (None, 4):
@@ -42,6 +43,7 @@ def test_the_sdks_parse_helper_returns_a_pydantic_object(client):
         assert done.choices[0].finish_reason == "stop"
 
 
+@pytest.mark.slow
 def test_response_format_json_schema_and_json_object(server):
     schema = {"type": "object", "required": ["answer"], "additionalProperties": False,
               "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 100}}}
@@ -59,6 +61,7 @@ def test_response_format_json_schema_and_json_object(server):
     assert r.status_code == 200
 
 
+@pytest.mark.slow
 def test_vllm_fields_structured_outputs_and_guided(server):
     options = ["red", "green", "blue"]
     r = chat(server, "Pick a colour.", structured_outputs={"choice": options})
@@ -84,6 +87,7 @@ def test_a_structured_stream_streams_the_choice(client):
     assert text in ("yes", "no")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fields, param", [
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
      "response_format.json_schema.schema"),

@@ -152,6 +152,7 @@ def test_mismatched_vocabulary_is_refused(loaded, tmp_path):
         check_same_vocabulary("other", 10, 10, OtherTokenizer(), loaded.tokenizer)
 
 
+@pytest.mark.fast
 def test_draft_needs_a_draft_model(engine):
     with pytest.raises(ValueError, match="draft_model"):
         EngineConfig(speculative="draft")

@@ -114,6 +114,7 @@ def test_kv_bytes_count_only_kept_tokens_and_bad_input_is_refused(engine):
     assert engine.generate("Say hi.", SamplingParams(max_tokens=2)).finished_ok
 
 
+@pytest.mark.slow
 def test_cli_generate_speculative_json():
     import json
     import os

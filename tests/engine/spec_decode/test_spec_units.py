@@ -83,6 +83,7 @@ def test_greedy_verification_reports_the_sampler_numbers_with_or_without_its_ope
             assert set(f.top_ids[:-1]) <= set(s_.top_ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["fixed-token", "distribution"])
 def test_rejection_sampling_keeps_the_target_distribution(drafter):
     """The first emitted token of a step is distributed as the target's p_0, whatever the drafts.
@@ -115,6 +116,7 @@ def test_rejection_sampling_keeps_the_target_distribution(drafter):
         assert not _chi2_ok([int(n * x) for x in Q0], P0, n)[0]  # the test can tell q from p
 
 
+@pytest.mark.slow
 def test_rejection_sampling_second_token_after_acceptance():
     """When the draft is accepted the bonus token comes from the next row, p_1."""
     target = torch.tensor([[0.0, 0.0, 0.0, 1.0, 0.0], P1])   # draft 3 always accepted

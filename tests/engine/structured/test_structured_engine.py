@@ -118,6 +118,7 @@ def test_speculative_requests_turn_drafting_off_and_give_the_same_tokens(engine)
     assert spec.speculative["drafted"] == 0
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("structure, field", [
     ({"json": {"type": 5}}, "structured_outputs.json"),
     ({"json": "{not json"}, "structured_outputs.json"),

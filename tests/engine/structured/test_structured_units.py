@@ -95,6 +95,7 @@ def test_removed_by_mask_reports_the_mass_and_the_likeliest_removed_tokens():
     assert [t for t, _ in top] == [3, 1] and top[0][1] == pytest.approx(float(probs[3]), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_failed_matcher_leaves_only_eos_and_reports_the_error():
     from engine.structured.state import StructuredState
 

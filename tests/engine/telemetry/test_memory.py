@@ -325,6 +325,7 @@ def test_cpu_end_step_is_cheap():
 
 # --- the embedded model ----------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_measured_kv_equals_formula_on_embedded_model(loaded):
     from transformers import DynamicCache
 

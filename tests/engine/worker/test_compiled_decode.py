@@ -53,6 +53,7 @@ def no_compiler(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
 
 
+@pytest.mark.slow
 def test_eager_decode_is_batch_invariant(int4, eager_tokens):
     """transformers' path: 8 concurrent, and 8 staggered, greedy requests give exactly the
     tokens each gives alone, and seeded sampling the same draws (int4, the default weights)."""
@@ -70,6 +71,7 @@ def test_eager_decode_is_batch_invariant(int4, eager_tokens):
         eng.shutdown()
 
 
+@pytest.mark.slow
 def test_compact_forward_gives_transformers_tokens_alone_and_batched(int4, eager_tokens,
                                                                    no_compiler):
     eng = LLMEngine(int4, compile="on", telemetry=False)
@@ -83,6 +85,7 @@ def test_compact_forward_gives_transformers_tokens_alone_and_batched(int4, eager
         eng.shutdown()
 
 
+@pytest.mark.slow
 def test_bucket_padding_never_reaches_outputs_or_kv_accounting(int4, no_compiler):
     """3 requests run in bucket 4: the spare row writes only the scratch block, which the block
     manager never hands out, and each request's KV bytes equal the formula."""
@@ -108,6 +111,7 @@ def test_bucket_padding_never_reaches_outputs_or_kv_accounting(int4, no_compiler
         ref.shutdown()
 
 
+@pytest.mark.slow
 def test_a_failed_compile_falls_back_to_eager_with_a_note(int4, eager_tokens, monkeypatch):
     def broken(fn, **kw):
         def call(*a, **k):
@@ -126,6 +130,7 @@ def test_a_failed_compile_falls_back_to_eager_with_a_note(int4, eager_tokens, mo
         eng.shutdown()
 
 
+@pytest.mark.slow
 def test_compile_option_is_checked_and_other_architectures_stay_eager(int4):
     with pytest.raises(ValueError, match="compile must be one of"):
         LLMEngine(int4, compile="fast")
@@ -165,6 +170,7 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
         eng.shutdown()
 
 
+@pytest.mark.slow
 def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
     """The inductor graphs themselves, on K/V drawn at random (which makes rounding flips
     frequent): 320 rows run as 40 batch-8 steps, each row's logits bit-equal to that row run in
@@ -227,6 +233,7 @@ def test_inductor_caches_go_to_the_playground_cache_unless_told_otherwise(monkey
     assert inductor_cache_dir() == str(tmp_path / "mine")
 
 
+@pytest.mark.slow
 def test_a_prefix_cache_hit_gives_the_same_logits(int4):
     """The second run of a prompt finds all but its last token in the prefix cache, so that
     token is computed alone instead of inside the prefill: the attention kernel gives it the
@@ -245,6 +252,7 @@ def test_a_prefix_cache_hit_gives_the_same_logits(int4):
         eng.shutdown()
 
 
+@pytest.mark.slow
 def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler, monkeypatch):
     """Staggered requests: while one is prefilled, the others' decode rows still go through
     the bucket's graph (not transformers' code), so every output token of a request comes
@@ -273,6 +281,7 @@ def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler
         eng.shutdown()
 
 
+@pytest.mark.slow
 def test_the_status_says_which_attention_runs(int4, monkeypatch):
     eng = LLMEngine(int4, compile="off", telemetry=False)
     try:
@@ -291,6 +300,7 @@ def test_the_status_says_which_attention_runs(int4, monkeypatch):
         eng.shutdown()
 
 
+@pytest.mark.slow
 def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkeypatch):
     """Speculative decoding on the compiled path: a pass verifying ``k`` drafts is ``k + 1``
     rows of the bucket graph (none goes through transformers' code), drafts are accepted, and

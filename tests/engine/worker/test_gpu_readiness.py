@@ -73,6 +73,7 @@ def test_pool_picture_at_200000_blocks_does_not_walk_the_pool():
     assert one == 1 and small_states == ["free"] * 100
 
 
+@pytest.mark.fast
 def test_paged_step_builds_no_causal_mask_and_uploads_once(engine, monkeypatch):
     """A ready 4-D mask skips transformers' mask building and its packed-sequence check;
     the step's integers go to the device in one transfer."""

@@ -72,6 +72,7 @@ def test_pool_round_trip_per_dtype():
         assert ((back - x).abs() <= tol * x.abs() + 1e-3).all(), name
 
 
+@pytest.mark.fast
 def test_bad_kv_options_name_the_field(loaded):
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, bf16, fp16, fp8"):
         EngineConfig(kv_cache_dtype="int4")

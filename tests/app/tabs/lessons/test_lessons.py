@@ -167,6 +167,7 @@ def test_reshape_equals_the_sampler(loaded, engine, answer, t, k, p, m, r):
     assert got["seen"] == [i in context and not exempt[i] for i in got["token_ids"]]
 
 
+@pytest.mark.fast
 def test_temperature_zero_is_greedy_one_bar_at_one(loaded, engine, answer):
     from app.tabs.lessons.sampling import explorer_figure
 

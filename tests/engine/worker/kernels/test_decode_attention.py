@@ -115,6 +115,7 @@ def test_without_a_compiler_the_reason_is_kept(monkeypatch, tmp_path):
                                       torch.zeros(1, 1, dtype=torch.long), [1], BS, 0.125)
 
 
+@pytest.mark.slow
 def test_a_build_goes_into_the_cache_once(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel, "_state", {})
     monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path))
