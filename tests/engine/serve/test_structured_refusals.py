@@ -121,6 +121,7 @@ def test_identical_structures_sent_at_once_compile_once(api, engine):
     assert stats.misses - misses == 1
 
 
+@pytest.mark.slow
 def test_health_answers_while_heavy_structures_and_bodies_arrive(api):
     schema = {"type": "object", "properties": {
         f"p{i}_{time.time_ns()}": {"type": "string", "maxLength": 4} for i in range(1500)}}

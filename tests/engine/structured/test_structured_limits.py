@@ -34,6 +34,7 @@ def accepts(engine, structure, text) -> bool:
     return engine.structured.compiler.valid_prefix(so, tokens) == len(tokens)
 
 
+@pytest.mark.fast
 def test_json_whitespace_is_free_but_bounded_and_compact_on_request(engine):
     pretty = json.dumps({"name": "Ada", "age": 36}, indent=2)
     assert accepts(engine, {"json": PERSON}, pretty)
@@ -44,6 +45,7 @@ def test_json_whitespace_is_free_but_bounded_and_compact_on_request(engine):
     assert not accepts(engine, {"json": PERSON}, '{' + " " * 25 + '"name":"Ada","age":36}')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, schema", [("person", PERSON), ("cities", CITIES),
                                           ("mood", MOOD), ("five", FIVE_STRINGS)])
 def test_the_example_schemas_end_valid_at_greedy(engine, name, schema):
@@ -52,6 +54,7 @@ def test_the_example_schemas_end_valid_at_greedy(engine, name, schema):
     jsonschema.validate(json.loads(out.text), schema)
 
 
+@pytest.mark.fast
 def test_numbers_without_bounds_have_at_most_about_twenty_digits(engine):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "number"}}}
     assert accepts(engine, {"json": schema}, '{"n": 123456789012345678}')
