@@ -200,7 +200,7 @@ class Server:
 
 
 def page_event(url: str) -> tuple[int, list]:
-    """The Generate button's event (``fn_index``) and its input values set for a raw greedy
+    """The Generate button's stream event (``fn_index``) and its input values set for a raw greedy
     completion, read from the page's ``/config`` as the browser does (the prompt's slot is
     filled per request; see :func:`fill`)."""
     import httpx
@@ -208,7 +208,9 @@ def page_event(url: str) -> tuple[int, list]:
     config = httpx.get(url.rstrip("/") + "/config", timeout=60).json()
     comps = {c["id"]: c for c in config["components"]}
     button = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == "generate-btn")
-    dep = next(d for d in config["dependencies"] if [button, "click"] in [list(t) for t in d["targets"]])
+    click = next(d for d in config["dependencies"] if [button, "click"] in [list(t) for t in d["targets"]])
+    # the click switches the buttons; the answer's stream is the step after it
+    dep = next(d for d in config["dependencies"] if d.get("trigger_after") == click["id"])
     data = []
     for cid in dep["inputs"]:
         c = comps[cid]

@@ -1,21 +1,33 @@
-"""How much of the engine's batching gain survives open pages: N browser pages against N API calls.
+"""What open pages cost next to the API: N browser pages against the same N API calls.
 
 ``python -m app.bench.pages`` starts the playground in a child process (the page of
-``python -m app``, on a free loopback port), then for each N in ``--pages`` runs the same N greedy
-raw completions of ``--tokens`` tokens at once, in turns: through the API (``gradio_client``
-``/generate``, one client per request) and from N headless Chromium pages (one browser context per
-page, so N sessions, each clicking Generate). Turns alternate A B A B, after one warm-up turn of
-each; each figure is the median over ``--repeats`` turns.
+``python -m app``, on a free loopback port) and waits until its decode step has compiled, so no
+turn mixes eager and compiled steps. Then for each N in ``--pages`` it runs the same N greedy raw
+completions of ``--tokens`` tokens at once, in turns: through the API (``gradio_client``
+``/generate``, one client per request) and from N headless Chromium pages (one browser context
+per page, so N sessions, each clicking Generate at one moment). Turns alternate A B A B after one
+warm-up turn of each; each figure is the median over ``--repeats`` turns.
 
-The rate of one turn is measured in the server from the engine's own timestamps: total decode
-tokens/s = sum over the turn's requests of (output tokens - 1) / (last token of any request - first
-token of any request). The child process prints one line per finished request; nothing is added to
-the page or the API for the benchmark.
+What a student sees is stamped inside each page: a ``MutationObserver`` records the moment its
+status line reads "Finished" (and the moment its last token chip appeared), on the page's own
+clock, from the click. An API turn's time is the moment its last call returned. Each turn also
+measures:
+
+- the browser's CPU seconds (every Chromium process this driver started, ``psutil``), per
+  streamed token;
+- the server's CPU seconds (the child process, every thread);
+- the bytes and the number of chunks each page's stream delivered (Chromium's DevTools
+  protocol, ``Network.dataReceived`` on ``queue/data``), and the page's script, style and layout
+  time (``Performance.getMetrics``).
+
+``--long N`` also streams one answer of N tokens into one page and compares its first and last
+100 tokens: bytes per frame and browser CPU per token (a frame must cost what changed, not the
+answer so far).
 
 ``--pin`` runs the server on CPU 0 (started under ``taskset``, so its thread pools size
 themselves to that one core) and this driver, its API clients and the browsers it launches on
 CPU 1: the browsers can't take the server's core, as in a classroom where they run on the
-students' machines. Each turn also reports the server's CPU seconds (``psutil``, every thread).
+students' machines.
 
 Needs Playwright and Debian's Chromium at ``/usr/bin/chromium`` (see docs/deploying.md).
 """
@@ -87,6 +99,8 @@ def serve(port: int) -> None:
     demo.queue(default_concurrency_limit=concurrency)
     demo.launch(server_name="127.0.0.1", server_port=port, theme=theme(), css=read_css(),
                 prevent_thread_lock=True, quiet=True, max_threads=concurrency + 8)
+    status = engine.wait_compiled(1800)  # measure compiled steps only
+    print(f"decode step: {status['path']} ({status['status']}, buckets {status['ready']})", file=sys.stderr, flush=True)
     print(f"BENCH-READY http://127.0.0.1:{port}/ {os.getpid()}", flush=True)
     try:
         demo.block_thread()
@@ -154,16 +168,19 @@ class Server:
             self.proc.kill()
 
 
-def rate(records: list[dict]) -> dict:
-    """One turn's numbers from its requests' records (engine timestamps, seconds)."""
-    first = min(r["first_s"] for r in records)
-    last = max(r["last_s"] for r in records)
-    decode = sum(max(0, r["tokens"] - 1) for r in records)
-    tpots = [(r["last_s"] - r["first_s"]) / (r["tokens"] - 1) for r in records if r["tokens"] > 1]
-    return {"decode_tok_s": decode / (last - first) if last > first else 0.0,
-            "wall_s": max(r["finished_s"] for r in records) - min(r["arrival_s"] for r in records),
-            "tpot_ms": 1000 * statistics.mean(tpots) if tpots else None,
-            "tokens": [r["tokens"] for r in records]}
+def browser_cpu_s() -> float:
+    """CPU seconds used so far by every Chromium process this driver started (user + system)."""
+    import psutil
+
+    total = 0.0
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in proc.name().lower():
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
 
 
 class ApiSide:
@@ -175,9 +192,9 @@ class ApiSide:
         self.clients = [Client(url, verbose=False) for _ in range(n)]
         self.tokens = tokens
 
-    def turn(self, server: Server) -> list[dict]:
-        errors = []
-        go = threading.Barrier(len(self.clients))
+    def turn(self, server: Server) -> dict:
+        errors, done = [], []
+        go = threading.Barrier(len(self.clients) + 1)
 
         def one(i: int, client) -> None:
             go.wait()
@@ -185,66 +202,101 @@ class ApiSide:
                 client.predict(prompt=PROMPTS[i], temperature=0.0, top_p=1.0, top_k=0,
                                repetition_penalty=1.0, max_tokens=self.tokens, seed=0, raw=True,
                                api_name="/generate")
+                done.append(time.time())
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=one, args=(i, c)) for i, c in enumerate(self.clients)]
         for t in threads:
             t.start()
-        records = server.wait(len(self.clients))
+        go.wait()
+        t0 = time.time()
         for t in threads:
             t.join()
+        records = server.wait(len(self.clients))
         if errors:
             raise RuntimeError(f"API request failed: {errors[0]}")
-        return records
+        return {"times_s": sorted(d - t0 for d in done), "tokens": sum(r["tokens"] for r in records)}
 
 
-class CliSide:
-    """One ``python -m engine generate --json`` process per turn: the engine with no server and no
-    page at all (its model loads before the timed decode, outside the measured window)."""
-
-    def __init__(self, n: int, tokens: int) -> None:
-        if n != 1:
-            raise ValueError(f"the CLI runs one request at a time: --pages must be 1 with --against cli, got {n}")
-        self.tokens = tokens
-
-    def turn(self, server: Server) -> list[dict]:
-        cmd = [sys.executable, "-m", "engine", "generate", "--raw", "--prompt", PROMPTS[0], "--temperature", "0",
-               "--repetition-penalty", "1", "--max-tokens", str(self.tokens), "--json"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True)
-        m = json.loads(done.stdout.strip().splitlines()[-1])["metrics"]
-        # the same record the server prints: engine timestamps relative to the first token
-        first = m["ttft_s"]
-        return [{"tokens": m["output_tokens"], "first_s": first, "last_s": first + m["decode_time_s"],
-                 "arrival_s": 0.0, "finished_s": m["e2e_s"]}]
+# Stamps, on the page's own clock, the moment its status reads "Finished" after a click and the
+# moment its last chip appeared; counts the chips. Installed once per page.
+STAMPS_JS = """() => {
+  const b = window.__bench = {armed: false, clicked: 0, finished: 0, lastChip: 0, chips: 0};
+  const now = () => performance.timeOrigin + performance.now();
+  const st = document.querySelector('#status');
+  new MutationObserver(() => {
+    if (b.armed && st.textContent.trim().startsWith('Finished')) { b.finished = now(); b.armed = false; }
+  }).observe(st, {subtree: true, childList: true, characterData: true});
+  const body = document.querySelector('#tokens .tok-body');
+  new MutationObserver(() => { b.lastChip = now(); b.chips = body.childElementCount; })
+    .observe(body, {childList: true});
+}"""
+CLICK_AT = """t => setTimeout(() => {
+  const b = window.__bench;
+  if (b) { b.armed = true; b.finished = 0; b.clicked = performance.timeOrigin + performance.now(); }
+  document.querySelector('#generate-btn').click();
+}, Math.max(0, t - Date.now()))"""
 
 
 class PageSide:
-    """N pages (one browser context each) set to raw greedy completion of one prompt each."""
+    """N pages (one browser context each) set to raw greedy completion of one prompt each, with
+    their stream's chunks and DevTools metrics recorded."""
 
     def __init__(self, browser, url: str, n: int, tokens: int, viewport=(1280, 720)) -> None:
-        self.pages = []
+        self.pages, self.cdp, self.chunks = [], [], []
         for i in range(n):
             ctx = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
             page = ctx.new_page()
+            cdp = ctx.new_cdp_session(page)
+            chunks: list = []
+            watch_stream(cdp, chunks)
+            cdp.send("Performance.enable")
             set_up_raw_greedy(page, url, PROMPTS[i], tokens)
+            page.evaluate(STAMPS_JS)
             self.pages.append(page)
+            self.cdp.append(cdp)
+            self.chunks.append(chunks)
 
-    def turn(self, server: Server) -> list[dict]:
+    def turn(self, server: Server, timeout_s: float = 600.0) -> dict:
+        for c in self.chunks:
+            c.clear()
+        metrics0 = [perf_metrics(c) for c in self.cdp]
         click_all(self.pages)
-        records = server.wait(len(self.pages))
+        records = server.wait(len(self.pages), timeout_s)
+        stamps = []
         for page in self.pages:  # the page has drawn its last frame and can run again
-            page.wait_for_function("document.querySelector('#status').innerText.startsWith('Finished')"
-                                   " && !document.querySelector('#generate-btn').disabled",
-                                   polling=100, timeout=60_000)
-        return records
+            page.wait_for_function("window.__bench.finished > 0 && !document.querySelector('#generate-btn').disabled",
+                                   polling=250, timeout=timeout_s * 1000)
+            stamps.append(page.evaluate("({...window.__bench})"))
+        metrics = [{k: perf_metrics(c)[k] - m0[k] for k in m0} for c, m0 in zip(self.cdp, metrics0)]
+        sizes = [x[1] for c in self.chunks for x in c]
+        return {"times_s": [(b["finished"] - b["clicked"]) / 1000 for b in stamps],
+                "last_chip_s": [(b["lastChip"] - b["clicked"]) / 1000 for b in stamps],
+                "chips": [b["chips"] for b in stamps], "tokens": sum(r["tokens"] for r in records),
+                "chunks": len(sizes), "stream_bytes": sum(sizes),
+                "script_s": sum(m["ScriptDuration"] for m in metrics),
+                "layout_style_s": sum(m["LayoutDuration"] + m["RecalcStyleDuration"] for m in metrics)}
 
     def close(self) -> None:
         for page in self.pages:
             page.context.close()
 
 
-CLICK_AT = "t => setTimeout(() => document.querySelector('#generate-btn').click(), Math.max(0, t - Date.now()))"
+def watch_stream(cdp, chunks: list) -> None:
+    """Record ``(time.time(), bytes)`` for each chunk of the page's ``queue/data`` stream."""
+    urls: dict = {}
+    cdp.send("Network.enable")
+    cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+    cdp.on("Network.dataReceived", lambda e: chunks.append((time.time(), e["dataLength"]))
+           if "queue/data" in urls.get(e["requestId"], "") else None)
+
+
+def perf_metrics(cdp) -> dict:
+    """Chromium's cumulative ``Performance.getMetrics`` (seconds of script, layout, style...)."""
+    wanted = ("TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration")
+    got = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    return {k: got.get(k, 0.0) for k in wanted}
 
 
 def click_all(pages, lead_ms: int = 400) -> None:
@@ -267,67 +319,131 @@ def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
     page.locator("#prompt textarea").fill(prompt)
 
 
-def run(pages: list[int], repeats: int, tokens: int, log=print, against: str = "api",
-        pin: bool = False) -> dict:
-    """Warm up, then alternate API (or, with ``against="cli"``, CLI) and page turns for each N;
-    returns every turn and the medians (the other side's figures under the ``api`` keys).
-    ``pin``: the server on CPU 0, this process and its browsers on CPU 1 (needs 2 CPUs)."""
+def run(pages: list[int], repeats: int, tokens: int, log=print, pin: bool = False,
+        long_tokens: int = 0) -> dict:
+    """Warm up, then alternate API and page turns for each N (and the long answer); returns every
+    turn and the medians. ``pin``: the server on CPU 0, this process and its browsers on CPU 1."""
     from playwright.sync_api import sync_playwright
 
     if pin:
         if len(os.sched_getaffinity(0)) < 2:
             raise ValueError("--pin needs two CPUs")
         os.sched_setaffinity(0, {1})   # inherited by the browsers launched below
-    server = Server(cpu=0 if pin else None)
+    server = Server(cpu=0 if pin else None, timeout_s=1800)
     log(f"server at {server.url} (pid {server.pid})")
-    results: dict = {"tokens": tokens, "repeats": repeats, "cpus": os.cpu_count(), "against": against,
-                     "pinned": pin, "sizes": {}}
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "tokens": tokens,
+                     "repeats": repeats, "cpus": os.cpu_count(), "pinned": pin, "sizes": {}}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             for n in pages:
-                api = CliSide(n, tokens) if against == "cli" else ApiSide(server.url, n, tokens)
-                web = PageSide(browser, server.url, n, tokens)
-                api.turn(server), web.turn(server)  # warm-up, not counted
-                turns = {"api": [], "pages": []}
-                for k in range(repeats):
-                    for name, side in (("api", api), ("pages", web)):
-                        cpu0 = server.cpu_s()
-                        got = rate(side.turn(server))
-                        got["server_cpu_s"] = server.cpu_s() - cpu0
-                        turns[name].append(got)
-                        log(f"N={n} turn {k + 1} {name if name == 'pages' else against:5s}: {got['decode_tok_s']:6.1f} tok/s total, "
-                            f"TPOT {got['tpot_ms']:.0f} ms, wall {got['wall_s']:.2f} s, server CPU "
-                            f"{got['server_cpu_s']:.2f} s, tokens {got['tokens']}")
-                web.close()
-                a = statistics.median(t["decode_tok_s"] for t in turns["api"])
-                p = statistics.median(t["decode_tok_s"] for t in turns["pages"])
-                pairs = [q["decode_tok_s"] / r["decode_tok_s"] for q, r in zip(turns["pages"], turns["api"])]
-                wall = {k2: statistics.median(t["wall_s"] for t in turns[k2]) for k2 in turns}
-                cpu = {k2: statistics.median(t["server_cpu_s"] for t in turns[k2]) for k2 in turns}
-                results["sizes"][str(n)] = {"api_tok_s": a, "pages_tok_s": p, "ratio": p / a,
-                                            "pair_ratios": pairs, "wall_ratio": wall["api"] / wall["pages"],
-                                            "cpu_ratio": cpu["pages"] / cpu["api"] if cpu["api"] else None,
-                                            "turns": turns}
-                log(f"N={n}: {against} {a:.1f} tok/s, pages {p:.1f} tok/s, pages/{against} {p / a:.2f} "
-                    f"(pairs {', '.join(f'{x:.2f}' for x in pairs)}); wall {against}/pages "
-                    f"{wall['api'] / wall['pages']:.2f}, server CPU pages/{against} "
-                    f"{results['sizes'][str(n)]['cpu_ratio'] or float('nan'):.2f}")
+                results["sizes"][str(n)] = _size(server, browser, n, tokens, repeats, log)
+            if long_tokens:
+                results["long"] = long_answer(server, browser, long_tokens, log)
             browser.close()
     finally:
         server.close()
     return results
 
 
+def _measured(side, server: Server) -> dict:
+    cpu0, web0 = server.cpu_s(), browser_cpu_s()
+    got = side.turn(server)
+    got["server_cpu_s"] = server.cpu_s() - cpu0
+    got["browser_cpu_s"] = browser_cpu_s() - web0
+    return got
+
+
+def _size(server: Server, browser, n: int, tokens: int, repeats: int, log) -> dict:
+    """Alternating turns for N pages; the medians and each turn."""
+    api, web = ApiSide(server.url, n, tokens), PageSide(browser, server.url, n, tokens)
+    api.turn(server), web.turn(server)  # warm-up, not counted
+    turns: dict = {"api": [], "pages": []}
+    for k in range(repeats):
+        for name, side in (("api", api), ("pages", web)):
+            got = _measured(side, server)
+            turns[name].append(got)
+            log(f"N={n} turn {k + 1} {name:5s}: " + ", ".join(f"{t:.2f}" for t in got["times_s"])
+                + f" s; server CPU {got['server_cpu_s']:.2f} s, browser CPU {got['browser_cpu_s']:.2f} s, "
+                  f"{got['tokens']} tokens" + (f", {got['chunks']} chunks, {got['stream_bytes']} B" if name == "pages" else ""))
+    web.close()
+    med = statistics.median
+    api_s = med(max(t["times_s"]) for t in turns["api"])
+    page_s = med(max(t["times_s"]) for t in turns["pages"])
+    tokens_pages = med(t["tokens"] for t in turns["pages"])
+    out = {"api_s": api_s, "pages_s": page_s, "ratio": api_s / page_s,
+           "pair_ratios": [max(a["times_s"]) / max(p["times_s"]) for a, p in zip(turns["api"], turns["pages"])],
+           "server_cpu_ratio": med(t["server_cpu_s"] for t in turns["pages"]) / med(t["server_cpu_s"] for t in turns["api"]),
+           "browser_ms_per_token": 1000 * med(t["browser_cpu_s"] / t["tokens"] for t in turns["pages"]),
+           "bytes_per_chunk": med(t["stream_bytes"] / max(1, t["chunks"]) for t in turns["pages"]),
+           "script_ms_per_token": 1000 * med(t["script_s"] / t["tokens"] for t in turns["pages"]),
+           "tokens": tokens_pages, "turns": turns}
+    log(f"N={n}: API {api_s:.2f} s, pages 'Finished' {page_s:.2f} s (API / pages {out['ratio']:.2f}, pairs "
+        f"{', '.join(f'{x:.2f}' for x in out['pair_ratios'])}); server CPU pages / API {out['server_cpu_ratio']:.2f}; "
+        f"browser {out['browser_ms_per_token']:.1f} ms CPU per token; {out['bytes_per_chunk']:.0f} B per chunk")
+    return out
+
+
+def long_answer(server: Server, browser, tokens: int, log, window: int = 100) -> dict:
+    """One page streams a ``tokens``-token answer; its first and last ``window`` tokens compared:
+    bytes per stream chunk and browser CPU per token (CPU sampled every 0.2 s, chips counted in the
+    page as they appear)."""
+    web = PageSide(browser, server.url, 1, tokens)
+    page = web.pages[0]
+    page.evaluate("""() => { const b = window.__bench, body = document.querySelector('#tokens .tok-body');
+      b.chipTimes = []; new MutationObserver(() => { const n = body.childElementCount;
+        while (b.chipTimes.length < n) b.chipTimes.push(performance.timeOrigin + performance.now()); })
+        .observe(body, {childList: true}); }""")
+    samples, stop = [], threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append((time.time(), browser_cpu_s()))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        web.turn(server, timeout_s=1800)
+    finally:
+        stop.set()
+        sampler.join()
+    chip_t = [t / 1000 for t in page.evaluate("window.__bench.chipTimes")]
+    chunks = web.chunks[0]
+    web.close()
+    if len(chip_t) < 2 * window:
+        raise RuntimeError(f"the answer had {len(chip_t)} chips, fewer than {2 * window}")
+
+    def cpu_at(t: float) -> float:
+        before = [c for s, c in samples if s <= t]
+        return before[-1] if before else samples[0][1]
+
+    def part(lo: int, hi: int) -> dict:
+        t0, t1 = chip_t[lo], chip_t[hi - 1]
+        sizes = [b for t, b in chunks if t0 <= t <= t1 + 0.05]
+        return {"from_token": lo + 1, "to_token": hi, "seconds": t1 - t0,
+                "bytes_per_chunk": statistics.mean(sizes) if sizes else 0.0, "chunks": len(sizes),
+                "browser_ms_per_token": 1000 * (cpu_at(t1) - cpu_at(t0)) / (hi - lo)}
+
+    first, last = part(0, window), part(len(chip_t) - window, len(chip_t))
+    out = {"tokens": len(chip_t), "first": first, "last": last,
+           "bytes_ratio": last["bytes_per_chunk"] / first["bytes_per_chunk"] if first["bytes_per_chunk"] else None,
+           "cpu_ratio": (last["browser_ms_per_token"] / first["browser_ms_per_token"]
+                         if first["browser_ms_per_token"] else None)}
+    log(f"long answer ({out['tokens']} tokens): first {window}: {first['bytes_per_chunk']:.0f} B per chunk, "
+        f"{first['browser_ms_per_token']:.1f} ms browser CPU per token; last {window}: "
+        f"{last['bytes_per_chunk']:.0f} B, {last['browser_ms_per_token']:.1f} ms")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.bench.pages", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pages", type=int, nargs="+", default=[1, 2, 4], help="page counts (default 1 2 4)")
+    ap.add_argument("--pages", type=int, nargs="+", default=[1, 4, 8], help="page counts (default 1 4 8)")
     ap.add_argument("--repeats", type=int, default=3, help="measured turns per side and N (default 3)")
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per request (default 64)")
+    ap.add_argument("--long", type=int, default=0, metavar="N",
+                    help="also stream one answer of N tokens (e.g. 1024) and compare its first and last 100")
     ap.add_argument("--json", help="also write every turn to this JSON file")
-    ap.add_argument("--against", choices=("api", "cli"), default="api",
-                    help="what the pages are compared with: API calls to the same server (default) or "
-                         "`python -m engine generate` processes (one page only)")
     ap.add_argument("--pin", action="store_true",
                     help="server on CPU 0, browsers and clients on CPU 1 (as a classroom: the "
                          "browsers on the students' machines)")
@@ -338,15 +454,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if max(args.pages) > len(PROMPTS):
         ap.error(f"at most {len(PROMPTS)} pages")
-    if args.against == "cli" and args.pages != [1]:
-        ap.error("--against cli runs one request at a time: use --pages 1")
-    res = run(args.pages, args.repeats, args.tokens, against=args.against, pin=args.pin)
-    side = args.against.upper()
-    print(f"\n| N | {side} tok/s | pages tok/s | pages / {side} | wall {side} / pages | server CPU "
-          f"pages / {side} |\n| --- | --- | --- | --- | --- | --- |")
+    res = run(args.pages, args.repeats, args.tokens, pin=args.pin, long_tokens=args.long)
+    print("\n| pages | API s | pages 'Finished' s (slowest) | API / pages | server CPU pages / API | "
+          "browser CPU ms per token | bytes per chunk |\n| --- | --- | --- | --- | --- | --- | --- |")
     for n, r in res["sizes"].items():
-        print(f"| {n} | {r['api_tok_s']:.1f} | {r['pages_tok_s']:.1f} | {r['ratio']:.2f} | "
-              f"{r['wall_ratio']:.2f} | {r['cpu_ratio'] or float('nan'):.2f} |")
+        print(f"| {n} | {r['api_s']:.2f} | {r['pages_s']:.2f} | {r['ratio']:.2f} | {r['server_cpu_ratio']:.2f} | "
+              f"{r['browser_ms_per_token']:.1f} | {r['bytes_per_chunk']:.0f} |")
+    if "long" in res:
+        lg = res["long"]
+        print(f"\nlong answer, {lg['tokens']} tokens: bytes per chunk last/first {lg['bytes_ratio']:.2f}, "
+              f"browser CPU per token last/first {lg['cpu_ratio']:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     return 0

@@ -14,6 +14,7 @@ import html
 import json
 
 from app.render.structured import chip_extras
+from app.render.live_js import REGISTRY_JS
 
 PIECE = "\ufffd"  # what a lone byte of a multi-byte UTF-8 character decodes to
 
@@ -31,7 +32,7 @@ LEGEND = (
 # Draws the chips (appending what the value gained since the last update) and shows the hovered
 # or focused chip's tooltip: built from its data attributes into one fixed-position box that
 # follows its chip when anything scrolls, and stays while the answer streams.
-TOOLTIP_JS = r"""
+TOOLTIP_JS = REGISTRY_JS + r"""
 const body = element.querySelector('.tok-body');
 const tip = document.createElement('div');
 tip.className = 'tok-tip';
@@ -98,26 +99,40 @@ window.addEventListener('scroll', () => {
   const out = (a) => a.bottom < 0 || a.top > window.innerHeight;
   if (out(r) || r.bottom < box.top || r.top > box.bottom) hide(); else place();
 }, true);
-function draw() {
-  const value = props.value || '';
-  if (value === drawn) return;
+const follow = (fn) => {  // follow the newest chip, unless the reader is looking at earlier ones
   const bottom = body.scrollTop + body.clientHeight >= body.scrollHeight - 24;
-  const add = document.createElement('template');
-  if (drawn && value.startsWith(drawn)) {  // the chips drawn so far stay as they are
-    add.innerHTML = value.slice(drawn.length);
-    body.appendChild(add.content);
-  } else {
-    add.innerHTML = value;
-    body.replaceChildren(add.content);
-    if (current && !current.isConnected) hide();
-  }
-  drawn = value;
-  // follow the newest chip, unless the reader is looking at earlier ones
+  fn();
   if (bottom && !body.matches(':hover')) body.scrollTop = body.scrollHeight;
+};
+const chips = (html) => { const t = document.createElement('template'); t.innerHTML = html; return t.content; };
+function draw(value) {
+  value = value || '';
+  if (value === drawn) return;
+  follow(() => {
+    if (drawn && value.startsWith(drawn)) {  // the chips drawn so far stay as they are
+      body.appendChild(chips(value.slice(drawn.length)));
+    } else {
+      body.replaceChildren(chips(value));
+      if (current && !current.isConnected) hide();
+    }
+  });
+  drawn = value;
 }
-watch('value', draw);
-draw();
+watch('value', () => draw(props.value));
+draw(props.value);
+// the live channel (app.tabs.playground.live_channel): new chips appended, or all of them anew
+if ('__NAME__') live.register('__NAME__', (op) => {
+  if (op.app !== undefined) follow(() => body.appendChild(chips(op.app)));
+  else if (op.set !== undefined) { drawn = null; draw(op.set); }
+});
 """
+
+
+def tooltip_js(live_name: str = "") -> str:
+    """:data:`TOOLTIP_JS` for one component; ``live_name``: the name the live channel's ops for
+    these chips carry (``{"app": chips}`` or ``{"set": chips}``), empty for chips drawn from
+    the component's value only."""
+    return TOOLTIP_JS.replace("__NAME__", live_name)
 
 
 def prob_color(prob: float) -> str:

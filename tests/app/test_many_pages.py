@@ -143,33 +143,48 @@ def _update(value):
     return isinstance(value, dict) and value.get("__type__") == "update" and value != gr.skip()
 
 
-def test_streamed_frames_resend_values_instead_of_skips(tmp_path):
+def _log_frames(log: str) -> list[dict]:
+    """The JSON frames of a live channel log (its first line names the run)."""
+    return [json.loads(line) for line in log.split("\n")[1:] if line.startswith("{")]
+
+
+def test_stream_sends_the_live_panels_as_ops_and_the_text_as_values(tmp_path):
     import gradio as gr
 
     pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
     frames = handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
-    outs = list(wiring.stream_updates(frames, {"chat": [], "rolling": "<table></table>"}))
-    keys = list(schema.STREAM_KEYS) + list(schema.BUTTON_KEYS)
-    skip = gr.skip()
+    outs = list(wiring.live_updates(frames, "run-1", {"chat": [], "completion": "", "message": "Count:"}))
     first, *middle, last = outs
-    for out in outs:
-        skipped = {k for k, v in zip(keys, out) if v == skip}
-        # only the prompt box (the user's: chat mode clears it once), the conversation kept on
-        # the server (a State: set at a chat turn's end, never sent), and the plots until this
-        # request's first token redraws them (they show the last answer meanwhile)
-        assert skipped <= {"message", "history"} | set(schema.PLOT_KEYS), skipped
-    assert {k for k, v in zip(keys, last) if v == skip} == {"message", "history"}  # raw mode
-    at = {k: keys.index(k) for k in keys}
-    assert all(_update(first[at[k]]) for k in schema.BUTTON_KEYS)
+    width = 1 + len(schema.STREAM_KEYS) + 1
+    assert all(len(out) == width for out in outs)
+    assert not [v for out in outs for v in out if v == gr.skip()]  # values, never skips
+    logs = [out[0] for out in outs]
+    assert all(b.startswith(a) for a, b in zip(logs, logs[1:]))  # the log only grows in a run
+    ops = _log_frames(logs[-1])
+    assert "_tpl" in ops[0]  # the plot template once, in the run's first frame
+    assert "set" in ops[1]["status"] and "set" in ops[1]["tokens"]
+    figs = [f["latency"] for f in ops if "latency" in f]
+    assert "fig" in figs[0] and all("fig" not in f for f in figs[1:])  # one whole figure, then changes
+    assert "Finished" in ops[-1]["status"]["set"]
+    at = {k: 1 + i for i, k in enumerate(schema.STREAM_KEYS)}
+    assert last[at["completion"]].startswith("Count:") and first[at["chat"]] == []
+    assert all(out[-1] is None for out in outs[:-1])
+    end = last[-1]
+    assert end["trace"] and "rolling" in end
+    assert len(outs) <= 12  # 8 tokens arrive one per poll: frames are throttled, not one per token
+
+
+def test_start_and_end_steps_switch_the_buttons():
+    first = wiring.start_updates()
+    at = {k: i for i, k in enumerate(schema.BUTTON_KEYS)}
+    assert all(_update(v) for v in first)
     assert first[at["gen"]]["interactive"] is False and first[at["stop"]]["interactive"] is True
     assert first[at["json"]] == {"__type__": "update", "value": None, "interactive": False}
-    for out in middle:  # plain values: the labels, no file
-        assert [out[at[k]] for k in schema.BUTTON_KEYS] == [None, None, "Generate", "Stop"]
+    last = wiring.end_updates({"trace": ("/t/a.json", "/t/a.csv"), "rolling": "<table></table>"})
     assert last[at["gen"]]["interactive"] is True and last[at["stop"]]["interactive"] is False
     assert last[at["json"]]["value"].endswith(".json") and last[at["json"]]["interactive"] is True
-    assert "Finished" in last[at["status"]]
-    assert isinstance(last[at["latency"]], str) and json.loads(last[at["latency"]])["data"]  # the panel's JSON
-    assert len(outs) <= 12  # 8 tokens arrive one per poll: frames are throttled, not one per token
+    rest = dict(zip(schema.END_KEYS, last[len(schema.BUTTON_KEYS):]))
+    assert rest["rolling"] == "<table></table>"
 
 
 def test_stream_encodes_each_new_value_once():
@@ -181,12 +196,37 @@ def test_stream_encodes_each_new_value_once():
             return v
         return enc
 
-    pool = "<div class='bp'>…</div>"  # the same drawing, resent while the pool is unchanged
-    frames = [{"pool": pool, "chat": [{"role": "assistant", "content": "a" * i}], "busy": True if i == 0 else None}
+    frames = [{"chat": [{"role": "assistant", "content": "a" * i}], "busy": True if i == 0 else None}
               for i in range(6)]
-    outs = list(wiring.stream_updates(frames, encode={k: counting(k) for k in ("pool", "chat")}))
-    assert calls.count("pool") == 1 and calls.count("chat") == 6
-    assert all(out[schema.STREAM_KEYS.index("pool")] == pool for out in outs)
+    outs = list(wiring.live_updates(frames, "r", {"completion": "c", "message": "m"},
+                                    encode={k: counting(k) for k in ("chat", "completion", "message")}))
+    assert calls.count("chat") == 6 and calls.count("completion") == 1 and calls.count("message") == 1
+    assert all(out[1 + schema.STREAM_KEYS.index("completion")] == "c" for out in outs)
+
+
+def test_a_frames_payload_grows_with_the_new_tokens_not_with_the_answer(tmp_path):
+    """The live channel's new line per frame stays the same size from an answer's start to its
+    end: chips and plot points are appended, not sent again (the whole chip HTML and every
+    figure's JSON were resent before, so a frame grew with the answer)."""
+    st = RunState()
+    for ev in make_events(texts=tuple(f" t{i}" for i in range(600)), finish=None, decode_s=0.01):
+        st.add(ev)
+    pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    chips = TokenChips()
+    log = wiring.LiveLog("r")
+    enc = wiring.LiveEncoder(append=schema.LIVE_APPEND, figures=schema.LIVE_FIGURES)
+    sizes = {}
+    for n in (10, 20, 500, 510):  # frames of 10 new tokens early and late in a 510-token answer
+        part = RunState()
+        for ev in st.events[:n]:
+            part.add(ev)
+        frame = {**handlers._text_frame(part, "raw", [], "Count:", chips), **handlers._figure_frame(pg, part, 600)}
+        frame.pop("completion")
+        log.add(enc.ops({k: v for k, v in frame.items() if k in schema.LIVE_KEYS}))
+        sizes[n] = log.last_frame_bytes
+    early, late = sizes[20], sizes[510]
+    assert late <= 1.5 * early, sizes
+    assert sizes[510] < 10_000 < sizes[500], sizes  # ~350 bytes a chip; 490 new tokens cost their chips
 
 
 def test_plots_keep_the_last_answer_until_the_first_token(tmp_path):
@@ -214,38 +254,32 @@ def test_a_refused_request_keeps_the_last_trace(tmp_path):
 
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     frames = handlers.generate(pg, "sess", "raw", "  ", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
-    (out,) = wiring.stream_updates(frames)
-    keys = list(schema.STREAM_KEYS) + list(schema.BUTTON_KEYS)
-    assert out[keys.index("json")] == gr.skip() and out[keys.index("gen")]["interactive"] is True
-    assert "prompt is empty" in out[keys.index("status")]
+    (out,) = wiring.live_updates(frames, "r", {"completion": "", "message": "  ", "chat": []})
+    assert "prompt is empty" in _log_frames(out[0])[-1]["status"]["set"]
+    end = wiring.end_updates(out[-1])
+    at = {k: i for i, k in enumerate(schema.BUTTON_KEYS)}
+    assert end[at["json"]] == gr.skip() and end[at["gen"]]["interactive"] is True
 
 
 def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
-    """Gradio's own work on one streamed frame (all 19 outputs, as the page sends them).
-
-    With gr.skip() for unchanged outputs this took about 10 ms of CPU per frame, and handing each
-    output to a worker thread for its postprocess about 2 ms; a page sends up to 4 frames a
-    second, so with several pages that was most of the server's Python time.
-    """
+    """Gradio's own work on one streamed frame: five outputs (the live channel, the chat, the
+    completion, the prompt box and the run's end), whatever the number of live panels."""
     from gradio.state_holder import SessionState
 
     from app.page import build_demo
 
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     demo = build_demo(pg)
-    fn = next(f for f in demo.fns.values() if f.name == "on_generate" and len(f.outputs) == 20)
-    assert fn.postprocess is False  # the stream encodes its values itself
-    encode = {name: wiring.encoder(c) for name, c in zip(schema.STREAM_KEYS + schema.BUTTON_KEYS, fn.outputs)}
+    fn = next(f for f in demo.fns.values() if f.name == "on_generate")
+    assert fn.postprocess is False and len(fn.outputs) == 1 + len(schema.STREAM_KEYS) + 1
+    encode = {name: wiring.encoder(c) for name, c in zip(schema.STREAM_KEYS, fn.outputs[1:])}
     state = SessionState(demo)
     st = RunState()
     for ev in make_events(texts=tuple(f" t{i}" for i in range(40)), finish=None):
         st.add(ev)
     text = handlers._text_frame(st, "raw", [], "Count:")
-    frames = [{**handlers.empty_panels(pg), **handlers.session_batch_frame(pg, "s"), **text, "busy": True}, text]
-    first, second = wiring.stream_updates(frames, {"chat": [], "rolling": ""}, encode=encode)
-
-    # Gradio takes the encoded frames as they are (about 0.3 ms a frame here, against 10 ms
-    # with skips; a ratio for the bench, not an assertion on a shared machine's clock)
+    frames = [{**handlers.empty_panels(pg), **text, "busy": True}, text]
+    first, second = wiring.live_updates(frames, "r", {"chat": [], "completion": "", "message": ""}, encode=encode)
     for out in (first, second):
         sent = asyncio.run(demo.postprocess_data(fn, list(out), state))
         assert len(sent) == len(fn.outputs)

@@ -158,6 +158,7 @@ def test_two_browsers_share_decode_steps_and_each_sees_its_own_marked(page_url, 
             assert wait_until(lambda: both_rows(page), 90), f"page {name} never showed its own and another request"
         # the step strip holds steps where your request and the other one shared a forward pass
         for name, page in zip("AB", pages):
+            page.evaluate("document.querySelector('#step-strip').scrollIntoView()")  # plots draw on screen
             shared = wait_until(lambda: (n := page.evaluate(SHARED_STEPS, "#step-strip")) and n >= 3 and n, 60)
             assert shared, f"page {name}: no step with both requests in the strip"
             # the engine-wide prefix hit rate shows only where the page says the cache is shared

@@ -9,12 +9,17 @@ through the queue API (hidden ones too), and none may answer with a traceback.
 
 from __future__ import annotations
 
+import itertools
+
 import gradio as gr
 
 from app.server import gradio_api as api
 from app.tabs.playground import handlers
-from app.tabs.playground.frames import (BUTTON_KEYS, CLEAR_KEYS, FIGURE_KEYS, RESENT,
-                                        STREAM_KEYS, TIMER_KEYS, clear_value, components)
+from app.render.live_ops import LiveEncoder, LiveLog
+from app.render.plainfig import TEMPLATE
+from app.tabs.playground.frames import (BUTTON_KEYS, CLEAR_KEYS, END_KEYS, FIGURE_KEYS, LIVE_APPEND,
+                                        LIVE_FIGURES, LIVE_KEYS, STREAM_KEYS, TIMER_KEYS, clear_value,
+                                        components)
 from app.server.errors import guard
 from app.tabs.playground.plot_panel import as_value
 from app.state.shared_views import shared
@@ -23,54 +28,75 @@ PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="
 LABELS = {"gen": "Generate", "stop": "Stop"}
 
 
-def stream_updates(frames, last: dict | None = None, labels: dict | None = None, encode: dict | None = None):
-    """Handler frames as Gradio values for the answer's stream: one per ``STREAM_KEYS`` name,
-    then the JSON and CSV trace downloads, the Generate and the Stop button.
+def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | None = None):
+    """Handler frames as the values of Generate's stream: the live channel's log, then one value
+    per ``STREAM_KEYS`` name (the chat, the completion, the prompt box), then the run's end.
 
-    Each output gets its latest value again while its part of the page hasn't changed, rather
-    than ``gr.skip()``: Gradio 6.31 processes a skip as a component update (a new component and
-    its config, 0.2-2.3 ms each), a value costs about 0.06 ms, and a streamed value equal to the
-    last one reaches the browser as an empty diff. An output without a value yet is skipped. The
-    buttons change only in the first frame (Generate off, Stop on, the downloads off until the
-    new trace exists) and the last; in between they get their labels (or no file) again.
+    The live panels (``LIVE_KEYS``) reach the page as ops in the channel's log, one line per
+    frame with what changed (:mod:`app.render.live_ops`); Gradio's streaming diff sends that line
+    alone. The chat and the completion are values of their own (their diffs are the new text).
+    An output keeps its latest value while unchanged (a streamed value equal to the last one
+    reaches the browser as an empty diff; a ``gr.skip()`` would cost a component update).
 
     Args:
         frames: the frames of :func:`app.tabs.playground.handlers.generate`.
-        last: values the outputs hold already (the hidden chatbot's in raw mode, the rolling table).
-        labels: the buttons' labels, ``{"gen": ..., "stop": ...}`` (default :data:`LABELS`).
+        run_id: names the run's log (unique on the page, see :class:`app.render.live_ops.LiveLog`).
+        held: values the ``STREAM_KEYS`` outputs hold already (the chat in raw mode, the
+            completion and the prompt box as the browser sent them).
         encode: output name -> function turning a value into what the browser receives (the
-            component's own postprocessing, done here once per new value; see :func:`encoder`);
-            values pass as they are for names without one.
+            component's own postprocessing, done here once per new value; see :func:`encoder`).
+
+    Yields:
+        ``[log, *stream values, end]``; ``end`` is ``None`` until the last frame, then
+        ``{"trace", "history", "rolling"}`` for :func:`end_updates`.
     """
     encode = encode or {}
-
-    def enc(name, value):
-        fn = encode.get(name)
-        return fn(value) if fn is not None else value
-
-    raw = dict(last or {})  # each output's latest value, and (in ``last``) as sent
-    last = {k: enc(k, v) for k, v in raw.items()}
-    labels = {**LABELS, **(labels or {})}
+    log = LiveLog(run_id, templates=(TEMPLATE,))
+    panels = LiveEncoder(append=LIVE_APPEND, figures=LIVE_FIGURES)
+    raw = dict(held or {})
+    last = {k: (encode[k](v) if k in encode else v) for k, v in raw.items()}
+    end = None
     for frame in frames:
-        for k, v in frame.items():
-            if k in RESENT and raw.get(k, _NOTHING) is not v:  # a new value: encoded once
-                raw[k] = v
-                last[k] = enc(k, as_value(v) if k in FIGURE_KEYS else v)
-        out = [last[k] if k in last else enc(k, frame[k]) if k in frame else gr.skip() for k in STREAM_KEYS]
-        busy, trace = frame.get("busy"), frame.get("trace")
-        if busy is None:  # streaming: nothing changes
-            out += [None, None, enc("gen", labels["gen"]), enc("stop", labels["stop"])]
-        elif busy:  # the request starts
-            out += [gr.update(value=None, interactive=False)] * 2
-            out += [gr.update(interactive=False), gr.update(interactive=True)]
-        else:  # it ended (or was refused: the last trace stays)
-            out += ([gr.update(value=enc(k, p), interactive=True) for k, p in zip(BUTTON_KEYS, trace)]
-                    if trace else [gr.skip()] * 2)
-            out += [gr.update(interactive=True), gr.update(interactive=False)]
-        yield out
+        value = log.add(panels.ops({k: frame[k] for k in LIVE_KEYS if k in frame}))
+        for k in STREAM_KEYS:
+            if k in frame and raw.get(k, _NOTHING) is not frame[k]:  # a new value: encoded once
+                raw[k] = frame[k]
+                last[k] = encode[k](frame[k]) if k in encode else frame[k]
+        if frame.get("busy") is False:
+            end = {"trace": frame.get("trace"), **{k: frame[k] for k in END_KEYS if k in frame}}
+        yield [value] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] + [end]
+
+
+def start_updates() -> list:
+    """Generate's first step, before the stream: Generate off, Stop on, the trace downloads
+    emptied until the new trace exists (``BUTTON_KEYS`` order)."""
+    return [gr.update(value=None, interactive=False)] * 2 + [gr.update(interactive=False),
+                                                             gr.update(interactive=True)]
+
+
+def end_updates(end: dict | None, encode: dict | None = None) -> list:
+    """Generate's last step: the trace downloads (when the run wrote a trace), Generate on and
+    Stop off, then the ``END_KEYS`` outputs (the conversation, the rolling table) where the run
+    set them (``end``: the last value :func:`live_updates` yielded; ``None`` when the stream
+    ended without a last frame)."""
+    encode = encode or {}
+    end = end or {}
+    trace = end.get("trace")
+    out = ([gr.update(value=encode[k](p) if k in encode else p, interactive=True)
+            for k, p in zip(BUTTON_KEYS, trace)] if trace else [gr.skip()] * 2)
+    out += [gr.update(interactive=True), gr.update(interactive=False)]
+    return out + [end[k] if k in end else gr.skip() for k in END_KEYS]
+
+
+def clear_log(pg) -> str:
+    """The live channel's value after Clear: a log of one frame drawing every live panel empty."""
+    panels = handlers.empty_panels(pg)
+    log = LiveLog(f"clear-{next(_RUNS)}", templates=(TEMPLATE,))
+    return log.add(LiveEncoder(figures=LIVE_FIGURES).ops({k: panels[k] for k in LIVE_KEYS if k in panels}))
 
 
 _NOTHING = object()
+_RUNS = itertools.count(1)
 
 
 def encoder(component):
@@ -113,34 +139,43 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
 
 
 def _wire_generate(page, pg, max_concurrency: int) -> None:
-    """Generate (the button and Enter in the prompt box): the answer's stream."""
-    gen_outputs = components(page, STREAM_KEYS + BUTTON_KEYS)
-    labels = {"gen": page.gen_btn.value, "stop": page.stop_btn.value}
-    encode = {name: encoder(c) for name, c in zip(STREAM_KEYS + BUTTON_KEYS, gen_outputs)}
+    """Generate (the button and Enter in the prompt box), in three steps: the buttons switch
+    (:func:`start_updates`), the answer streams (:func:`live_updates`), the buttons, the trace
+    downloads, the conversation and the rolling table are set (:func:`end_updates`)."""
+    stream_outputs = [page.live] + components(page, STREAM_KEYS) + [page.run_end]
+    end_outputs = components(page, BUTTON_KEYS + END_KEYS)
+    encode = {name: encoder(c) for name, c in zip(STREAM_KEYS + BUTTON_KEYS + END_KEYS,
+                                                   components(page, STREAM_KEYS + BUTTON_KEYS + END_KEYS))}
 
-    def on_generate(mode, message, history, system_prompt, temperature, top_p, top_k, min_p, rep_penalty,
-                    max_tokens, seed, use_kv, structure_kind, structure_text, request: gr.Request):
+    def on_generate(mode, message, history, completion, system_prompt, temperature, top_p, top_k, min_p,
+                    rep_penalty, max_tokens, seed, use_kv, structure_kind, structure_text,
+                    request: gr.Request):
         frames = handlers.generate(pg, request.session_hash, mode, message, history, system_prompt,
                                    temperature, top_p, top_k, min_p, rep_penalty, max_tokens, seed,
                                    use_kv, notify=gr.Warning, structure_kind=structure_kind,
                                    structure_text=structure_text)
-        # the hidden chatbot of raw mode keeps the value it has (sending it back costs less than
-        # a skip); the rolling table is resent until the request's end redraws it
-        held = {"rolling": shared(pg).rolling_html()}
+        # outputs keep the values they hold (sending them back costs less than a skip): the hidden
+        # chatbot of raw mode, the completion box in chat mode, the prompt box in raw mode
+        held = {"completion": completion if isinstance(completion, str) else "",
+                "message": message if isinstance(message, str) else ""}
         if mode != "chat":
             held["chat"] = history
-        yield from stream_updates(frames, held, labels, encode)
+        yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode)
+
+    def on_end(end):
+        return end_updates(end if isinstance(end, dict) else None, encode)
 
     # the conversation comes from the session's own state, never from the browser: a client
     # could otherwise send a forged Chatbot value (file or component messages naming server files)
-    gen_inputs = [page.mode, page.message, page.history, page.system_prompt, page.temperature, page.top_p,
-                  page.top_k, page.min_p, page.rep_penalty, page.max_tokens, page.seed, page.use_kv,
-                  page.structure_kind, page.structure_text]
-    run = dict(fn=guard(on_generate), inputs=gen_inputs, outputs=gen_outputs, show_progress="hidden",
-               concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private",
-               postprocess=False)  # stream_updates encodes the values (see encoder)
-    page.gen_btn.click(**run)
-    page.message.submit(**run)
+    gen_inputs = [page.mode, page.message, page.history, page.completion, page.system_prompt,
+                  page.temperature, page.top_p, page.top_k, page.min_p, page.rep_penalty,
+                  page.max_tokens, page.seed, page.use_kv, page.structure_kind, page.structure_text]
+    for trigger in (page.gen_btn.click, page.message.submit):
+        trigger(guard(start_updates), None, components(page, BUTTON_KEYS), **PRIVATE).then(
+            fn=guard(on_generate), inputs=gen_inputs, outputs=stream_outputs, show_progress="hidden",
+            concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private",
+            postprocess=False,  # live_updates encodes the values (see encoder)
+        ).then(guard(on_end), page.run_end, end_outputs, **PRIVATE, postprocess=False)
 
 
 def _on_stop(pg):
@@ -153,12 +188,13 @@ def _on_stop(pg):
 def _wire_clear_and_mode(page, pg) -> None:
     """Clear (every output of the schema with a ``clear`` value), the mode switch and the
     rolling table's reset."""
-    def on_clear():
-        panels = handlers.empty_panels(pg)
-        values = [clear_value(k, panels) for k in CLEAR_KEYS]
-        return [as_value(v) if k in FIGURE_KEYS else v for k, v in zip(CLEAR_KEYS, values)]
+    plain = [k for k in CLEAR_KEYS if k not in LIVE_KEYS]
 
-    page.clear_btn.click(guard(on_clear), None, components(page, CLEAR_KEYS), **PRIVATE)
+    def on_clear():  # the live panels through the channel (their own values are the first load's)
+        panels = handlers.empty_panels(pg)
+        return [clear_log(pg)] + [clear_value(k, panels) for k in plain]
+
+    page.clear_btn.click(guard(on_clear), None, [page.live] + components(page, plain), **PRIVATE)
 
     def on_mode(mode):
         chat = mode == "chat"
@@ -178,7 +214,7 @@ def _wire_timer(demo, page, pg) -> None:
     session isn't streaming, the batching section (the outputs with ``timer`` in the schema)."""
     def on_tick(seen, request: gr.Request):
         frame = handlers.device_frame(pg)
-        batch, seen = handlers.idle_batch_frame(pg, request.session_hash, seen)
+        batch, seen = handlers.batch_tick_frame(pg, request.session_hash, seen)
         frame.update(batch)
         return [(as_value(frame[k]) if k in FIGURE_KEYS else frame[k]) if k in frame else gr.skip()
                 for k in TIMER_KEYS] + [seen]

@@ -8,6 +8,11 @@ streams, whether it is a Plotly figure, and what Clear and the timer do with it.
 list (the stream's outputs, the timer's, Clear's, the batching section's) is derived from
 :data:`OUTPUTS`: adding a panel is one entry here (and its component in the layout).
 
+While an answer streams, the panels marked ``live`` are drawn from the live channel's ops
+(:mod:`app.tabs.playground.live_channel`: each frame carries what changed), the chat and the
+completion are Gradio values of their own, and the batching section, the device panel and the
+rolling table are the page timer's (drawn once for every page).
+
 Refresh cadences while an answer streams (``Playground.follow`` polls every 0.1 s: at most 10
 frames a second, every token when decode runs at 10 tokens/s or less): the text parts ride
 every frame, the heavier parts join a text frame when their own interval has passed, so the
@@ -41,7 +46,9 @@ class Output:
         component: the attribute of the page namespace that shows it.
         cadence: when it is refreshed while streaming (:data:`TEXT`, :data:`FIGURES`, ...).
         figure: a Plotly figure (sent as JSON through ``app.tabs.playground.plot_panel``).
-        stream: one of Generate's outputs.
+        live: drawn from the live channel's ops while an answer streams
+            (:mod:`app.tabs.playground.live_channel`), not by its own Gradio value.
+        stream: part of Generate's frames.
         timer: refreshed by the page's timer while the session is not streaming.
         clear: what Clear puts there: :data:`EMPTY`, a literal (``[]``, ``""``), or ``None``
             (Clear leaves it).
@@ -51,6 +58,7 @@ class Output:
     component: str
     cadence: str
     figure: bool = False
+    live: bool = False
     stream: bool = True
     timer: bool = False
     clear: object = None
@@ -61,17 +69,17 @@ OUTPUTS: tuple[Output, ...] = (
     Output("history", "history", END, clear=()),
     Output("completion", "completion", TEXT, clear=""),
     Output("message", "message", ONCE),
-    Output("status", "status", TEXT, clear=EMPTY),
-    Output("tokens", "tokens", TEXT, clear=EMPTY),
-    Output("cards", "stat_cards", TEXT, clear=EMPTY),
-    Output("latency", "latency", FIGURES, figure=True, clear=EMPTY),
-    Output("kv", "kv_plot", FIGURES, figure=True, clear=EMPTY),
-    Output("kv_formula", "kv_formula", TEXT, clear=EMPTY),
-    Output("memory", "memory", MEMORY, figure=True, clear=EMPTY),
-    Output("batch_stats", "batch_stats", BATCH, timer=True),
-    Output("pool", "pool", BATCH, timer=True),
-    Output("tables", "tables", BATCH, timer=True),
-    Output("strip", "strip", BATCH, figure=True, timer=True),
+    Output("status", "status", TEXT, live=True, clear=EMPTY),
+    Output("tokens", "tokens", TEXT, live=True, clear=EMPTY),
+    Output("cards", "stat_cards", TEXT, live=True, clear=EMPTY),
+    Output("latency", "latency", FIGURES, figure=True, live=True, clear=EMPTY),
+    Output("kv", "kv_plot", FIGURES, figure=True, live=True, clear=EMPTY),
+    Output("kv_formula", "kv_formula", TEXT, live=True, clear=EMPTY),
+    Output("memory", "memory", MEMORY, figure=True, live=True, clear=EMPTY),
+    Output("batch_stats", "batch_stats", BATCH, stream=False, timer=True),
+    Output("pool", "pool", BATCH, stream=False, timer=True),
+    Output("tables", "tables", BATCH, stream=False, timer=True),
+    Output("strip", "strip", BATCH, figure=True, stream=False, timer=True),
     Output("rolling", "rolling", END, timer=True),
     Output("device", "device", TIMER, figure=True, stream=False, timer=True),
 )
@@ -80,12 +88,15 @@ BY_NAME = {o.name: o for o in OUTPUTS}
 # What a frame may carry besides outputs: the trace files' paths at the end, and ``busy``
 # (True in the first frame, False in the last; absent while streaming).
 CONTROL_KEYS = ("trace", "busy")
-# Generate's buttons, after its outputs: the JSON and CSV trace downloads, Generate and Stop.
+# The buttons Generate's first and last steps set: the JSON and CSV trace downloads, Generate, Stop.
 BUTTONS = (("json", "json_btn"), ("csv", "csv_btn"), ("gen", "gen_btn"), ("stop", "stop_btn"))
 
-STREAM_KEYS = tuple(o.name for o in OUTPUTS if o.stream)
+LIVE_KEYS = tuple(o.name for o in OUTPUTS if o.live)                 # drawn through the live channel
+LIVE_FIGURES = frozenset(o.name for o in OUTPUTS if o.live and o.figure)
+LIVE_APPEND = frozenset({"tokens"})                                  # only grows while an answer streams
+STREAM_KEYS = tuple(o.name for o in OUTPUTS if o.stream and not o.live and o.cadence in (TEXT, ONCE))
+END_KEYS = tuple(o.name for o in OUTPUTS if o.stream and o.cadence == END)  # set by the run's last step
 BUTTON_KEYS = tuple(name for name, _ in BUTTONS)
-RESENT = frozenset(o.name for o in OUTPUTS if o.stream and o.cadence != ONCE)  # the prompt box is the user's
 FIGURE_KEYS = frozenset(o.name for o in OUTPUTS if o.figure)
 PLOT_KEYS = tuple(o.name for o in OUTPUTS if o.cadence in (FIGURES, MEMORY))
 BATCH_KEYS = tuple(o.name for o in OUTPUTS if o.cadence == BATCH)

@@ -22,10 +22,9 @@ from app.render.spec import spec_trace
 from app.render.structured import structure_from
 from app.state.shared_views import shared
 from app.render.tokens import TokenChips, tokens_html
-from app.tabs.playground.frames import (BATCH_EVERY_S, FIGURES_EVERY_S, MEMORY_EVERY_S, PLOT_KEYS,
-                                        TEXT_EVERY_S)
+from app.tabs.playground.frames import FIGURES_EVERY_S, MEMORY_EVERY_S, PLOT_KEYS, TEXT_EVERY_S
 
-BATCH_MAX_AGE_S = 0.5  # the batching section, drawn once for all streaming pages, at most this long ago
+BATCH_MAX_AGE_S = 0.5  # the batching section, drawn once for all pages, at most this long ago
 PLOTS_RESET_S = 0.5    # the last answer's plots stay until the first token, or this long in the queue
 
 
@@ -249,18 +248,16 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     # a second: three redraws fewer per request); a request still queued gets empty plots
     panels = empty_panels(pg, "Queued…")
     first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
-             **_text_frame(state, mode, chat_base, message, chips), **session_batch_frame(pg, session_id), "busy": True}
+             **_text_frame(state, mode, chat_base, message, chips), "busy": True}
     reset_at = time.perf_counter() + PLOTS_RESET_S
     if mode == "chat":
         first["message"] = ""
     yield first
-    text_due, figs_due, batch_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S), Throttle(BATCH_EVERY_S)
+    text_due, figs_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S)
     memory_due = Throttle(MEMORY_EVERY_S)
-    batch_due.due()  # the first frame drew it
     drawn = 0  # steps the figures showed when last drawn
     stopping_shown = False
-    paced = ((text_due, TEXT_EVERY_S), (figs_due, FIGURES_EVERY_S), (memory_due, MEMORY_EVERY_S),
-             (batch_due, BATCH_EVERY_S))
+    paced = ((text_due, TEXT_EVERY_S), (figs_due, FIGURES_EVERY_S), (memory_due, MEMORY_EVERY_S))
     for batch in pg.follow(handle):
         stretch = budget.stretch()
         for throttle, every_s in paced:
@@ -280,9 +277,6 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
                 frame.update({k: panels[k] for k in PLOT_KEYS})
             if drawn or "latency" in frame:
                 reset_at = None
-            if batch_due.due():  # also while queued: the student sees what fills the engine
-                frame.update(session_batch_frame(pg, session_id, state.live_metrics()["queue_time_s"],
-                                         max_age_s=BATCH_MAX_AGE_S))
         if handle.abort_requested and ("status" in frame or not stopping_shown):
             frame["status"] = cards.status_html(STOPPING, "warn")
             stopping_shown = True
@@ -292,8 +286,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     state.finish(output)
     trace = pg.write_trace(output, handle.events, session_id)
     final = {**_text_frame(state, mode, chat_base, message, chips),
-             **_figure_frame(pg, state, params.max_tokens), "rolling": shared(pg).rolling_html(),
-             **session_batch_frame(pg, session_id, state.live_metrics()["queue_time_s"]), "busy": False}
+             **_figure_frame(pg, state, params.max_tokens), "rolling": shared(pg).rolling_html(), "busy": False}
     kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
     final["status"] = cards.status_html(state.status_line(), kind)
     if mode == "chat":
@@ -330,16 +323,14 @@ def session_batch_frame(pg, session_id: str, queue_time_s: float | None = None, 
     return section.frame(pg.session_request_ids(session_id), queue_time_s)
 
 
-def idle_batch_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tuple | None]:
-    """The timer's refresh of the batching section while the session isn't generating.
+def batch_tick_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tuple | None]:
+    """The timer's refresh of the batching section, while the session streams and while it
+    doesn't (its own stream leaves the section to the timer).
 
     Returns:
-        ``(frame, signature)``; the frame is empty when the session is generating (its own
-        stream redraws the section) or when nothing changed since ``seen``.
+        ``(frame, signature)``; the frame is empty when nothing changed since ``seen``.
     """
-    if pg.session_busy(session_id):
-        return {}, seen
-    section = shared(pg).batch_section()
+    section = shared(pg).batch_section(BATCH_MAX_AGE_S)
     mine = pg.session_request_ids(session_id)
     sig = section.signature(mine)
     if sig == seen:

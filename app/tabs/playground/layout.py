@@ -10,9 +10,10 @@ import gradio as gr
 from app.render import batch as batch_view, cards, figures
 from app.render import structured
 from app.render.fmt import fmt_int
-from app.render.tokens import TOOLTIP_JS, inspector_template
+from app.render.tokens import inspector_template, tooltip_js
 from app.server.assets import load_examples
 from app.server.errors import guard
+from app.tabs.playground.live_channel import channel, html_panel
 from app.tabs.playground.plot_panel import plot_panel, serve_plotly_js
 
 INTRO = (
@@ -51,9 +52,9 @@ def first_screen(pg, empty: dict) -> dict:
         with gr.Column(scale=5, min_width=300):
             c = _conversation(empty)
         with gr.Column(scale=5, min_width=300):
-            c["stat_cards"] = gr.HTML(empty["cards"], elem_id="stat-cards")
+            c["stat_cards"] = html_panel(empty["cards"], "stat-cards", "cards")
             c["tokens"] = gr.HTML(empty["tokens"], html_template=inspector_template(),
-                                  js_on_load=TOOLTIP_JS, elem_id="tokens")
+                                  js_on_load=tooltip_js("tokens"), elem_id="tokens")
     return c
 
 
@@ -73,7 +74,8 @@ def _conversation(empty: dict) -> dict:
         c["gen_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn", min_width=90)
         c["stop_btn"] = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop-btn", min_width=70)
         c["clear_btn"] = gr.Button("Clear", elem_id="clear-btn", min_width=70)
-    c["status"] = gr.HTML(empty["status"], elem_id="status")
+    c["status"] = html_panel(empty["status"], "status", "status")
+    c["live"] = channel("live-channel", "playground")
     return c
 
 
@@ -92,14 +94,15 @@ def panels(pg, empty: dict, inputs: dict) -> dict:
     p = {}
     head = serve_plotly_js()
     with gr.Row(elem_id="live-plots"):
-        p["latency"] = plot_panel(empty["latency"], "latency-plot", head, min_height=figures.LIVE_HEIGHT)
-        p["kv_plot"] = plot_panel(empty["kv"], "kv-plot", head, min_height=figures.LIVE_HEIGHT)
-    p["kv_formula"] = gr.HTML(empty["kv_formula"], elem_id="kv-formula")
+        p["latency"] = plot_panel(empty["latency"], "latency-plot", head, min_height=figures.LIVE_HEIGHT,
+                                  live_name="latency")
+        p["kv_plot"] = plot_panel(empty["kv"], "kv-plot", head, min_height=figures.LIVE_HEIGHT, live_name="kv")
+    p["kv_formula"] = html_panel(empty["kv_formula"], "kv-formula", "kv_formula")
     gr.Markdown(INTRO, elem_classes=["intro"])
     _examples(inputs)
     p.update(_batching(pg, head))
     with gr.Row():
-        p["memory"] = plot_panel(empty["memory"], "memory-plot", head)
+        p["memory"] = plot_panel(empty["memory"], "memory-plot", head, live_name="memory")
         p["device"] = plot_panel(figures.device_figure([], False, pg.device.reason), "device-plot", head)
     with gr.Row():
         with gr.Column(scale=3):

@@ -176,26 +176,34 @@ def test_session_request_ids_belong_to_their_session(tmp_path):
     assert not pg.session_busy("alice")
 
 
-def test_generate_frames_carry_the_batching_section(tmp_path):
+def test_the_timer_draws_the_batching_section_while_the_session_streams(tmp_path):
     pg = Playground(BatchingFake(), trace_dir=tmp_path, monitor=False)
     frames = list(handlers.generate(pg, "alice", "chat", "Hi", [], "", 0.7, 0.95, 50, 0.0, 1.1, 32, -1, True))
-    first, last = frames[0], frames[-1]
-    assert set(schema.BATCH_KEYS) <= set(first) and set(schema.BATCH_KEYS) <= set(last)
-    assert first["pool"].count("bp-cell bp-mine' title") == 1  # req-0 is alice's
-    names = {t.name: list(t.x) for t in last["strip"].data}
+    assert not set(schema.BATCH_KEYS) & {k for f in frames for k in f}  # the stream leaves it to the timer
+    frame, seen = handlers.batch_tick_frame(pg, "alice", None)
+    assert set(frame) == set(schema.BATCH_KEYS)
+    assert frame["pool"].count("bp-cell bp-mine' title") == 1  # req-0 is alice's
+    names = {t.name: list(t.x) for t in frame["strip"].data}
     assert names["your request: decode"] == [1] and names["other requests: decode"] == [1]
-    assert "your queue time" in last["batch_stats"]
 
 
-def test_idle_refresh_skips_when_busy_or_unchanged(tmp_path):
+def test_the_timer_skips_an_unchanged_section_busy_or_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(handlers, "BATCH_MAX_AGE_S", 0.0)  # no drawing kept for the next tick
     pg = Playground(BatchingFake(), trace_dir=tmp_path, monitor=False)
-    frame, seen = handlers.idle_batch_frame(pg, "bob", None)
+    frame, seen = handlers.batch_tick_frame(pg, "bob", None)
     assert set(frame) == set(schema.BATCH_KEYS) and "bp-mine' title" not in frame["pool"]
-    assert handlers.idle_batch_frame(pg, "bob", seen) == ({}, seen)
+    assert handlers.batch_tick_frame(pg, "bob", seen) == ({}, seen)
     pg.engine.recent_steps.append(step(2, ["other-7"]))
-    assert handlers.idle_batch_frame(pg, "bob", seen)[0]
-    pg._active["bob"] = {object()}
-    assert handlers.idle_batch_frame(pg, "bob", None) == ({}, None)
+    frame, seen2 = handlers.batch_tick_frame(pg, "bob", seen)
+    assert frame and seen2 != seen
+    from engine import SamplingParams
+
+    h = pg.submit("bob", "hi", SamplingParams())  # streaming: the timer still draws the section
+    assert pg.session_busy("bob")
+    frame, _ = handlers.batch_tick_frame(pg, "bob", None)
+    assert "bp-mine" in frame["pool"]
+    pg.release("bob", h)
+
 
 
 def test_page_has_playground_and_lessons_tabs(tmp_path):

@@ -1,0 +1,154 @@
+"""What changed in a live panel since the page last drew it, as small *ops* (plain dicts).
+
+The Playground streams its panels through one channel (:mod:`app.tabs.playground.live_channel`):
+each frame is one line of JSON naming, for every panel that changed, only the change. A frame
+then costs what changed, not the whole answer so far: an answer's 500th frame carries its new
+chips and plot points, not the 500 drawn before them.
+
+Ops, by panel kind:
+
+- HTML text (status, stat cards, KV formula, token chips): ``{"set": html}`` replaces it,
+  ``{"app": html}`` appends to it (the chips only ever grow during an answer).
+- Plotly figures: ``{"fig": {"data", "layout", "template"}}`` draws a new figure (the template
+  by name; the channel sends each template once per run), then ``{"ext": {i: {key: [values]}}}``
+  appends points to trace ``i``'s arrays, ``{"tr": {i: trace}}`` replaces trace ``i`` and
+  ``{"lay": {key: value}}`` replaces top-level layout keys (a title, an axis).
+
+Nothing here knows Gradio or the browser; :data:`app.tabs.playground.live_channel.LIVE_JS` applies
+the ops.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from app.render.plainfig import PlainFigure, template_json
+
+ARRAY_KEYS = ("x", "y", "customdata", "text")
+"""Trace properties that grow point by point (appended with ``ext``)."""
+
+
+def text_op(old: str | None, new: str, append: bool = False) -> dict | None:
+    """The op that turns HTML ``old`` into ``new``; ``None`` when equal.
+
+    Args:
+        old: what the panel shows (``None``: nothing sent yet in this run).
+        new: what it should show.
+        append: ``new`` usually extends ``old`` (token chips): send only the added part then.
+    """
+    if old == new:
+        return None
+    if append and old is not None and new.startswith(old):
+        return {"app": new[len(old):]}
+    return {"set": new}
+
+
+def _arrays_equal_prefix(old: list, new: list) -> bool:
+    return len(new) >= len(old) and new[:len(old)] == old
+
+
+def figure_op(old: PlainFigure | None, new: PlainFigure) -> dict | None:
+    """The op that turns figure ``old`` into ``new``; ``None`` when they are equal.
+
+    Points appended to a trace's arrays (``x``, ``y``, ``customdata``, ``text``) become ``ext``;
+    a trace that changed otherwise is resent whole (``tr``), changed top-level layout keys as
+    ``lay``; a different number of traces, a removed layout key or a new template is a whole
+    ``fig``. Comparisons are list and dict equality (C loops); the op's size is what changed.
+    """
+    if (old is None or len(old.traces) != len(new.traces) or old.template != new.template
+            or not set(old.layout_dict) <= set(new.layout_dict)):
+        return {"fig": figure_doc(new)}
+    op: dict = {}
+    lay = {k: v for k, v in new.layout_dict.items() if old.layout_dict.get(k) != v}
+    if lay:
+        op["lay"] = lay
+    ext, tr = {}, {}
+    for i, (a, b) in enumerate(zip(old.traces, new.traces)):
+        if a == b:
+            continue
+        grown = {k: b[k] for k in ARRAY_KEYS if isinstance(b.get(k), list) and isinstance(a.get(k), list)}
+        same_rest = set(a) == set(b) and all(a[k] == v for k, v in b.items() if k not in grown)
+        if same_rest and all(_arrays_equal_prefix(a[k], v) for k, v in grown.items()):
+            tails = {k: v[len(a[k]):] for k, v in grown.items() if len(v) > len(a[k])}
+            lengths = {len(v) for v in grown.values()}
+            if tails and len(lengths) == 1:
+                ext[str(i)] = tails
+                continue
+        tr[str(i)] = b
+    if ext:
+        op["ext"] = ext
+    if tr:
+        op["tr"] = tr
+    return op or None
+
+
+def figure_doc(fig: PlainFigure) -> dict:
+    """A figure as the ``fig`` op carries it: traces, layout and its template's name."""
+    return {"data": fig.traces, "layout": fig.layout_dict, "template": fig.template}
+
+
+def template_line(name: str) -> bytes:
+    """The frame that gives the browser a Plotly template once (``{"_tpl": {name: ...}}``)."""
+    return b'{"_tpl":{' + orjson.dumps(name) + b":" + template_json(name) + b"}}\n"
+
+
+class LiveLog:
+    """The channel's value for one run: a first line naming the run, then one JSON line per frame.
+
+    The value only grows during a run, so Gradio's streaming diff sends each frame's new line and
+    nothing else; a new run starts a new log (the browser sees a value that does not extend the
+    one it drew, and starts over from its first line).
+
+    Args:
+        run_id: a name unique on this page (a new run's log must not start like the last one's).
+        templates: Plotly template names the run's figures use, sent in the log's first frame.
+    """
+
+    def __init__(self, run_id: str, templates: tuple[str, ...] = ()) -> None:
+        head = run_id.replace("\n", " ").encode() + b"\n" + b"".join(template_line(t) for t in templates)
+        self._parts = [head]
+        self.value = head.decode()
+        self.frames = 0
+        self.last_frame_bytes = 0
+
+    def add(self, ops: dict) -> str:
+        """Append one frame (panel name -> op; empty ops add nothing) and return the whole log."""
+        ops = {k: v for k, v in ops.items() if v is not None}
+        if not ops:
+            self.last_frame_bytes = 0
+            return self.value
+        line = orjson.dumps(ops, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        self.frames += 1
+        self.last_frame_bytes = len(line)
+        self.value += line.decode()
+        return self.value
+
+
+class LiveEncoder:
+    """Each panel's last drawn value in one run, and the ops that bring the page up to a new frame.
+
+    Args:
+        append: names of HTML panels whose values grow at their end (the token chips).
+        figures: names of panels that hold :class:`PlainFigure` values.
+    """
+
+    def __init__(self, append: frozenset[str] = frozenset(), figures: frozenset[str] = frozenset()) -> None:
+        self.append = append
+        self.figures = figures
+        self._last: dict = {}
+
+    def ops(self, frame: dict) -> dict:
+        """``{name: op}`` for the panels of ``frame`` (name -> full value) that changed."""
+        out = {}
+        for name, value in frame.items():
+            old = self._last.get(name)
+            if name in self.figures:
+                if value is old:
+                    continue
+                op = figure_op(old, value)
+            else:
+                op = text_op(old, value, name in self.append)
+            self._last[name] = value
+            if op is not None:
+                out[name] = op
+        return out

@@ -1,0 +1,55 @@
+"""A long answer in a real browser: the page shows the API's text, and its frames stay small.
+
+The live panels stream through one channel whose frames carry what changed
+(:mod:`app.tabs.playground.live_channel`): the stream's chunks late in a 512-token answer are the
+size of its early ones, where the page used to resend every figure and the whole answer's panels.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+from tests.support.browser import PLOT_POINTS, raw_greedy, require_chromium
+
+require_chromium()
+sync_api = pytest.importorskip("playwright.sync_api")
+
+from tests.support.servers import wait_until
+
+PROMPT = "1, 2, 3, 4, 5,"
+TOKENS = 512
+
+
+def test_a_512_token_answer_equals_the_apis_and_its_frames_do_not_grow(page_url, browser):
+    from gradio_client import Client
+
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = ctx.new_page()
+    cdp = ctx.new_cdp_session(page)
+    chunks, urls = [], {}
+    cdp.send("Network.enable")
+    cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+    cdp.on("Network.dataReceived", lambda e: chunks.append(e["dataLength"])
+           if "queue/data" in urls.get(e["requestId"], "") else None)
+    raw_greedy(page, page_url, PROMPT, max_tokens=TOKENS)
+    page.locator("#generate-btn").click()
+    assert wait_until(lambda: page.locator("#status").inner_text().startswith("Finished"), 600, every=0.5)
+    shown = page.locator("#completion textarea").input_value()
+    chips = page.locator("#tokens .tok").count()
+    points = page.evaluate(PLOT_POINTS, "#latency-plot")
+    ctx.close()
+
+    api = Client(page_url, verbose=False).predict(
+        prompt=PROMPT, temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
+        max_tokens=TOKENS, seed=0, raw=True, api_name="/generate")
+    assert shown == PROMPT + api  # the same greedy answer, every character
+    assert chips == TOKENS and sum(points) == TOKENS  # one chip and one latency point per token
+
+    frames = [n for n in chunks if n > 200]  # the answer's frames (not heartbeats or the join)
+    quarter = len(frames) // 4
+    assert quarter >= 5, frames
+    early, late = statistics.mean(frames[:quarter]), statistics.mean(frames[-quarter - 1:-1])
+    assert late <= 1.5 * early, (early, late, frames)  # the last frame (the end) left out
