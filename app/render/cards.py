@@ -44,6 +44,10 @@ def stat_cards_html(metrics: dict | None) -> str:
         value = fmt(metrics.get(key)) if metrics.get(key) is not None else "–"
         if key == "tpot_s" and metrics.get("final") and (metrics.get("output_tokens") or 0) < 2:
             value = "–"         # decode time / (N − 1) has no value for one token
+        elif key == "tpot_s" and value != "–":
+            value = card_tpot(metrics) or value
+        elif key == "prefill_tokens_per_s":
+            short = _prefill_short(metrics) or short
         cards.append(
             f"<div class='stat-card' title='{html.escape(definition)}'><div class='stat-label'>{label}</div>"
             f"<div class='stat-value'>{value}</div><div class='stat-def'>{html.escape(short)}</div></div>")
@@ -54,6 +58,33 @@ def stat_cards_html(metrics: dict | None) -> str:
                   f"N = {fmt_int(metrics.get('output_tokens'))} output tokens · {state}</div>"
                   f"{latency_formula_html(metrics)}")
     return f"<div class='stat-grid'>{''.join(cards)}</div>{tokens}"
+
+
+def card_tpot(metrics: dict) -> str | None:
+    """TPOT as both the card and the latency formula print it (:func:`_formula_tpot`'s digits),
+    so the card's TTFT, TPOT and N reproduce the formula's total; ``None`` while the formula
+    has no line (no first token or no TPOT yet)."""
+    n = int(metrics.get("output_tokens") or 0)
+    ttft, tpot = metrics.get("ttft_s"), metrics.get("tpot_s")
+    if n < 2 or ttft is None or not tpot:
+        return None
+    return _formula_tpot(tpot, n, ttft + tpot * (n - 1))
+
+
+def _prefill_short(metrics: dict) -> str | None:
+    """The prefill card's line under its value, with the run's own numbers: ``"2 ÷ 274.0 ms ·
+    48 cached"`` (computed prompt tokens ÷ prefill time gives the value; the prefix cache's tokens
+    are named, not counted; short enough for one line of a card at 1280 px), or ``None`` before
+    the prefill time is known."""
+    prefill_s = metrics.get("prefill_time_s")
+    if not prefill_s or metrics.get("prefill_tokens_per_s") is None:
+        return None
+    prompt = int(metrics.get("prompt_tokens") or 0)
+    cached = int(metrics.get("cached_prompt_tokens") or 0)
+    computed = metrics.get("computed_prompt_tokens")
+    computed = prompt - cached if computed is None else int(computed)
+    line = f"{fmt_int(computed)} ÷ {fmt_seconds(prefill_s)}"
+    return line + (f" · {fmt_int(cached)} cached" if cached else "")
 
 
 def _prompt_tokens(metrics: dict) -> str:

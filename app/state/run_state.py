@@ -194,15 +194,16 @@ class RunState:
         Returns:
             dict with ``queue_time_s, ttft_s, tpot_s, e2e_s, prefill_tokens_per_s,
             decode_tokens_per_s, prompt_tokens, output_tokens, cached_prompt_tokens,
-            computed_prompt_tokens`` (seconds, tokens/s, tokens; prefill speed counts computed
-            prompt tokens only), ``step_sum_s`` (:meth:`step_sum_s`) and ``final`` (bool).
+            computed_prompt_tokens, prefill_time_s`` (seconds, tokens/s, tokens; prefill speed
+            is computed prompt tokens / prefill time: prefix-cache hits are not counted),
+            ``step_sum_s`` (:meth:`step_sum_s`) and ``final`` (bool).
         """
         if self.final_metrics is not None:
             m = dict(self.final_metrics)
             out = {k: m.get(k, 0.0) for k in (
                 "queue_time_s", "ttft_s", "tpot_s", "e2e_s", "prefill_tokens_per_s",
                 "decode_tokens_per_s", "prompt_tokens", "output_tokens", "cached_prompt_tokens",
-                "computed_prompt_tokens")}
+                "computed_prompt_tokens", "prefill_time_s")}
             out["final"] = True
             out["step_sum_s"] = self.step_sum_s()
             return out
@@ -216,7 +217,7 @@ class RunState:
         out = {k: m[k] for k in ("queue_time_s", "ttft_s", "tpot_s", "e2e_s",
                                  "prefill_tokens_per_s", "decode_tokens_per_s",
                                  "prompt_tokens", "output_tokens", "cached_prompt_tokens",
-                                 "computed_prompt_tokens")}
+                                 "computed_prompt_tokens", "prefill_time_s")}
         out["final"] = False
         out["step_sum_s"] = self.step_sum_s()
         # the engine's formulas give 0 where a figure is not defined yet: show a dash instead
@@ -227,7 +228,7 @@ class RunState:
         if not n:
             out["ttft_s"] = None
         if not (n and m["prefill_time_s"] > 0 and self.prompt_tokens):
-            out["prefill_tokens_per_s"] = None
+            out["prefill_tokens_per_s"] = out["prefill_time_s"] = None
         if not (n > 1 and m["decode_time_s"] > 0):
             out["tpot_s"] = out["decode_tokens_per_s"] = None
         return out
