@@ -179,6 +179,9 @@ def run(loaded, quick: bool = False, progress=None, engine=None, variants=None,
             rows.append({"weights": w, "kv_cache_dtype": kv, "label": label(w, kv),
                          "compute_dtype": lm.info.dtype, **quality(lp, ref, ids),
                          "weights_bytes": lm.info.weights_bytes,
+                         # a dense table kept only for the embedding lookup beside a packed copy
+                         # of the tied LM head (bf16): stored, but not read by a decode step
+                         "lookup_only_bytes": lm.info.weights_bytes - lm.info.weights_read_bytes,
                          "kv_bytes_per_token": eng.pool.bytes_per_token,
                          "kv_bytes_per_token_formula": lm.spec.kv_bytes_per_token(eng.info.kv_dtype_bytes),
                          "kv_dtype": eng.info.kv_dtype, "weights_note": lm.info.weights_note})
