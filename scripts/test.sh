@@ -11,6 +11,8 @@ bash scripts/setup.sh requirements-dev.txt
 need=()
 [ -x /usr/bin/chromium ] || need+=(chromium)
 fc-list 2>/dev/null | grep -i "CJK" >/dev/null || need+=(fonts-noto-cjk)  # not -q: with pipefail, fc-list would die of SIGPIPE
+# the fast tier runs no browser test: nothing to install for it
+for arg in "$@"; do [ "$arg" = --fast ] && need=(); done
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian's ${need[*]} for the browser tests..."
