@@ -249,8 +249,9 @@ def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | N
 OVERHEAD_TEXT = (
     "**The third regime: overhead-bound.** The ridge tells memory-bound from compute-bound, but a "
     "small model on a fast machine is often neither: at batch 1 this page's own model (its 95 MB "
-    "of int4 weights, whichever model the plots above show) takes "
-    "about 3 ms to read here, while transformers' model code spends more than that on Python, "
+    "of int4 weights, whichever model the plots above show) takes a few milliseconds to read "
+    "here (the table below works it out from the bandwidth measured in the same run), while "
+    "transformers' model code spends more than that on Python, "
     "module calls and hundreds of tiny operators per token. Then the step's time is overhead, and "
     "the roof is far away. Compiling the decode step (``torch.compile``: the small operators "
     "fused into a few C++ loops, one graph per batch size) removes much of it; on a GPU, CUDA "
@@ -261,15 +262,40 @@ PARTS = ("matrix products", "attention", "other operators", "python and dispatch
 PART_COLORS = ("#2E86AB", "#A23B72", "#F18F01", "#8a8a8a")
 
 
+def step_ms(res: dict) -> dict[str, float]:
+    """ms per batch-1 decode step of each path, ``1000 / tokens per s`` of the timed runs (the
+    figure the table prints), ``{"eager": ms, "compiled": ms}``."""
+    b = res["batch_sizes"][0]
+    return {p: 1000.0 / res[f"{p}_tokens_per_s"][b] for p in ("eager", "compiled")}
+
+
+def step_parts(res: dict) -> dict[str, dict[str, float]]:
+    """Each path's timed step (:func:`step_ms`) split by the shares of torch.profiler's profile
+    (matrix products, attention, other operators, Python and dispatch): the profiler slows a step
+    down, so its milliseconds are shares only, and the bars add up to the table's step time.
+
+    Returns:
+        ``{path: {part: ms}}``; a profile with no time keeps its parts at 0."""
+    total = step_ms(res)
+    out = {}
+    for path, ms in total.items():
+        prof = res["profile"][path]
+        whole = sum(prof[part] for part in PARTS)
+        out[path] = {part: (ms * prof[part] / whole if whole else 0.0) for part in PARTS}
+    return out
+
+
 def overhead_figure(res: dict | None) -> go.Figure:
-    """Stacked bars: ms per batch-1 decode step of the eager and the compiled path, split into
-    matrix products, attention, other operators and the rest (Python, dispatch), from
-    ``engine.experiments.compile``'s profiles; an empty chart that says what it will hold when
-    ``res`` is ``None``."""
+    """Stacked bars: ms per batch-1 decode step of the eager and the compiled path (the timed
+    runs' medians, as the table prints them), split into matrix products, attention, other
+    operators and the rest (Python, dispatch) by the shares of ``engine.experiments.compile``'s
+    profiles (:func:`step_parts`); an empty chart that says what it will hold when ``res`` is
+    ``None``."""
     fig = go.Figure()
     paths = ("eager", "compiled")
+    parts = step_parts(res) if res else None
     for part, color in zip(PARTS, PART_COLORS):
-        ys = [res["profile"][p][part] for p in paths] if res else [0, 0]
+        ys = [parts[p][part] for p in paths] if res else [0, 0]
         fig.add_trace(go.Bar(x=list(paths), y=ys, name=part, marker_color=color,
                              hovertemplate=f"{part}: %{{y:.1f}} ms<extra></extra>"))
     if not res:
@@ -291,13 +317,21 @@ def overhead_table(res: dict | None) -> str:
     frac = res.get("roofline_fraction") or {}
     status = res["compile"]
     same = sum(p["equal"] for p in res["parity"])
-    rows = ["| path | decode tokens/s (batch 1, median) | share of the roof |", "| --- | --- | --- |",
-            f"| eager (transformers' code) | {eager:.1f} | {100 * frac.get('eager', 0):.1f}% |",
-            f"| compiled | {comp:.1f} | {100 * frac.get('compiled', 0):.1f}% |"]
+    ms = step_ms(res)
+    read_ms = res["bytes_per_step"] / (res["bandwidth_gb_per_s"] * 1e9) * 1e3
+    rows = ["| path | decode tokens/s (batch 1, median) | ms per step | share of the roof |",
+            "| --- | --- | --- | --- |",
+            f"| eager (transformers' code) | {eager:.1f} | {ms['eager']:.1f} | {100 * frac.get('eager', 0):.1f}% |",
+            f"| compiled | {comp:.1f} | {ms['compiled']:.1f} | {100 * frac.get('compiled', 0):.1f}% |"]
     return "\n".join(rows + [
         "", f"Compiled ÷ eager: **{comp / eager:.2f}×** (median of {len(res['rounds']['eager'][b])} "
-        f"alternating turns). The roof: {res['bandwidth_gb_per_s']:.1f} GB/s ÷ "
+        f"alternating turns). Reading a step's {fmt_bytes(res['bytes_per_step'])} (weights and KV "
+        f"cache) at the {res['bandwidth_gb_per_s']:.1f} GB/s measured in this run takes "
+        f"**{read_ms:.1f} ms**; the rest of each step above is overhead. The roof: "
+        f"{res['bandwidth_gb_per_s']:.1f} GB/s ÷ "
         f"{fmt_bytes(res['bytes_per_step'])} per step = {res['ceiling_tokens_per_s']:.0f} tokens/s. "
+        "The bars split each timed step by the shares of a torch.profiler run (the profiler "
+        "itself slows a step, so only its shares are used). "
         f"Compiling took {status['compile_s']:.0f} s"
         f"{' (kernels from the on-disk cache)' if status['cache_hits'] else ''}. Greedy tokens equal "
         f"on {same} of {len(res['parity'])} prompts; where they part, the eager logits were a "

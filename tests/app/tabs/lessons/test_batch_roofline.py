@@ -154,7 +154,8 @@ def test_lesson_requests_carry_lesson_ids(engine):
 
 def test_overhead_bars_and_table_come_from_one_compile_run():
     """The third regime's stacked bars and table read one ``compile`` experiment result: the
-    bars are the profile's parts, the ratio and the roof shares are the result's own."""
+    bars are the timed steps split by the profile's shares, the ratio and the roof shares are
+    the result's own."""
     parts = {"matrix products": 6.0, "attention": 1.5, "other operators": 3.0, "python and dispatch": 9.5}
     fast = {**parts, "python and dispatch": 2.5}
     res = {"batch_sizes": [1], "eager_tokens_per_s": {1: 50.0}, "compiled_tokens_per_s": {1: 80.0},
@@ -166,10 +167,12 @@ def test_overhead_bars_and_table_come_from_one_compile_run():
            "profile": {"eager": parts, "compiled": fast}}
     fig = lesson_roofline.overhead_figure(res)
     assert [t.name for t in fig.data] == list(lesson_roofline.PARTS)
-    assert [t.y[1] for t in fig.data] == [6.0, 1.5, 3.0, 2.5]          # the compiled bar
+    # the compiled bar: 12.5 ms a step (1000 / 80 tok/s) in the profile's shares of its 13 ms
+    assert [t.y[1] for t in fig.data] == pytest.approx([6.0 * 12.5 / 13, 1.5 * 12.5 / 13,
+                                                        3.0 * 12.5 / 13, 2.5 * 12.5 / 13])
     assert sum(t.y[0] for t in fig.data) == pytest.approx(20.0)        # eager: 20 ms a step
     table = lesson_roofline.overhead_table(res)
-    assert "| compiled | 80.0 | 25.0% |" in table and "**1.60×**" in table
+    assert "| compiled | 80.0 | 12.5 | 25.0% |" in table and "**1.60×**" in table
     assert "= 322 tokens/s" in table and "61 s" in table and "1 of 2 prompts" in table
     assert "Not measured" in lesson_roofline.overhead_table(None)
     assert len(lesson_roofline.overhead_figure(None).layout.annotations) == 1
@@ -185,3 +188,30 @@ def test_knee_and_ridge_labels_sit_on_their_lines():
     assert labels == {"knee: batch 4": pytest.approx(math.log10(4)), "ridge: batch ≈ 6": pytest.approx(math.log10(6))}
     assert sorted(s.x0 for s in fig.layout.shapes) == [4, 4, 6]
     assert not [a for a in lesson_batch.batch_figure(rows, ridge_batch=64).layout.annotations if "ridge" in a.text]
+
+
+def test_the_step_drawing_and_the_read_time_follow_the_tables_own_figures():
+    """The student's run: the profiler's steps came to ~148 ms (eager) and ~45 ms (compiled)
+    while the table said 20.3 and 60.9 tok/s; the bars now add up to the table's ms per step, and
+    the time to read a step's bytes is worked out from the bandwidth the table prints (no fixed
+    "about 3 ms" in the text)."""
+    import re
+
+    eager = {"matrix products": 40.0, "attention": 8.0, "other operators": 30.0, "python and dispatch": 70.0}
+    comp = {"matrix products": 30.0, "attention": 5.0, "other operators": 5.0, "python and dispatch": 5.0}
+    res = {"batch_sizes": [1], "eager_tokens_per_s": {1: 20.3}, "compiled_tokens_per_s": {1: 60.9},
+           "roofline_fraction": {"eager": 0.1, "compiled": 0.3},
+           "rounds": {"eager": {1: [20.0, 20.6]}, "compiled": {1: [60.0, 61.8]}},
+           "bandwidth_gb_per_s": 15.9, "bytes_per_step": 96_000_000, "ceiling_tokens_per_s": 165.6,
+           "compile": {"compile_s": 5.0, "cache_hits": 3}, "parity": [{"equal": True}],
+           "profile": {"eager": eager, "compiled": comp}}
+    fig = lesson_roofline.overhead_figure(res)
+    table = lesson_roofline.overhead_table(res)
+    for col, path in enumerate(("eager", "compiled")):
+        drawn = sum(t.y[col] for t in fig.data)
+        printed = float(re.search(rf"\| {path}[^|]*\| [\d.]+ \| ([\d.]+) \|", table).group(1))
+        assert round(drawn, 1) == printed == round(1000 / res[f"{path}_tokens_per_s"][1], 1)
+    bw, mb, ms = re.search(r"Reading a step's ([\d.]+) MB .* at the ([\d.]+) GB/s measured in this "
+                           r"run takes \*\*([\d.]+) ms\*\*", table).group(2, 1, 3)
+    assert float(ms) == round(float(mb) / float(bw), 1) == 6.0
+    assert "3 ms" not in lesson_roofline.OVERHEAD_TEXT
