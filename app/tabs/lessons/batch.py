@@ -144,13 +144,27 @@ def knee(rows: list[dict], gain: float = KNEE_GAIN) -> dict:
     return {"batch": None, "next": None, "throughput_gain": None, "latency_growth": None}
 
 
+X_RANGE = (-0.1, 1.3)
+"""The batch axis's range, log10 of the batch (about 0.8 to 20)."""
+
+
+def free_rate(rows: list[dict]) -> tuple[float, int]:
+    """The "if sequences were free" line's slope: the highest decode-only rate per sequence
+    (:func:`decode_throughput` ÷ batch, tokens/s) of the sweep, and the batch it was measured at
+    (batch 1 unless a larger batch's step ran faster per sequence). Built from decode-only
+    throughput, not end to end (which includes the prefill), the line never lies below the
+    measured decode-only curve."""
+    best = max(rows, key=lambda r: decode_throughput(r) / r["batch"])
+    return decode_throughput(best) / best["batch"], best["batch"]
+
+
 def batch_figure(rows: list[dict] | None, ridge_batch: int | None = None) -> go.Figure:
     """Latency per token (ms, left) and throughput (tokens/s, right: end to end, the ideal of
-    batch × batch-1's end-to-end rate, and decode-only batch ÷ TPOT) against the batch size, each
-    point a median over the rounds; the knee as a dotted line, and ``ridge_batch`` (where this
-    machine's ridge point says decode turns compute-bound) as a dashed one when it is on the
-    axis (a log axis places annotations by log10 of the batch). Traces: latency, end to end,
-    ideal, decode-only."""
+    batch × the decode-only rate per sequence (:func:`free_rate`), and decode-only batch ÷ TPOT)
+    against the batch size, each point a median over the rounds; the knee as a dotted line, and
+    ``ridge_batch`` (where this machine's ridge point says decode turns compute-bound) as a
+    dashed one when it is on the axis, else named at the axis's right edge (a log axis places
+    annotations by log10 of the batch). Traces: latency, end to end, ideal, decode-only."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("latency per token of each sequence (TPOT, ms)",
                                                         "throughput, all sequences (tokens/s)"))
     rows = sorted(rows or [], key=lambda r: r["batch"])
@@ -163,8 +177,9 @@ def batch_figure(rows: list[dict] | None, ridge_batch: int | None = None) -> go.
                              line={"color": THROUGHPUT, "width": 2},
                              hovertemplate="batch %{x}: %{y:.0f} tokens/s end to end<extra></extra>"), row=1, col=2)
     if rows:
-        one = rows[0]["throughput_tokens_per_s"] / rows[0]["batch"]
-        fig.add_trace(go.Scatter(x=b, y=[one * x for x in b], mode="lines", name="if sequences were free",
+        one, at = free_rate(rows)
+        fig.add_trace(go.Scatter(x=b, y=[one * x for x in b], mode="lines",
+                                 name=f"if sequences were free (batch × batch {at}'s decode rate per sequence)",
                                  line={"color": IDEAL, "dash": "dash", "width": 1},
                                  hovertemplate="batch %{x}: %{y:.0f} tokens/s (ideal)<extra></extra>"),
                       row=1, col=2)
@@ -183,11 +198,16 @@ def batch_figure(rows: list[dict] | None, ridge_batch: int | None = None) -> go.
             fig.add_annotation(x=math.log10(ridge_batch), y=1, yref="y domain", xref="x",
                                text=f" ridge: batch ≈ {ridge_batch}", showarrow=False, xanchor="left",
                                yanchor="top", font={"size": 12, "color": RIDGE})
+        elif ridge_batch is not None:   # off the axis: said at its right edge
+            fig.add_annotation(x=X_RANGE[1], y=1, yref="y domain", xref="x",
+                               text=f"ridge: batch ≈ {fmt_int(ridge_batch)}, off this axis →",
+                               showarrow=False, xanchor="right", yanchor="top",
+                               font={"size": 12, "color": RIDGE})
     else:
         fig.add_annotation(text="Press “Run the batch sweep”", xref="paper", yref="paper", x=0.5, y=0.5,
                            showarrow=False, font={"size": 14, "color": "#888"})
     fig.update_xaxes(type="log", tickvals=list(SIZES), ticktext=[str(s) for s in SIZES],
-                     title_text="concurrent sequences", range=[-0.1, 1.3])
+                     title_text="concurrent sequences", range=list(X_RANGE))
     fig.update_yaxes(rangemode="tozero")
     fig.update_layout(template="plotly_white", height=340, margin={"l": 60, "r": 20, "t": 50, "b": 50},
                       legend={"orientation": "h", "y": -0.25, "x": 0})

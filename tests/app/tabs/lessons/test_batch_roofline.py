@@ -74,7 +74,8 @@ def test_knee_is_the_last_size_before_doubling_stops_paying():
     assert "no knee yet" in lesson_batch.batch_summary({"rows": linear, "new_tokens": 24})
     fig = lesson_batch.batch_figure(rows)
     assert [list(t.x) for t in fig.data] == [[1, 2, 4, 8, 16]] * 4
-    assert list(fig.data[2].y) == [20, 40, 80, 160, 320]  # the ideal: batch 1's rate times the batch
+    # the ideal: batch 1's decode-only rate (1 ÷ 50 ms) times the batch
+    assert list(fig.data[2].y) == pytest.approx([20, 40, 80, 160, 320])
 
 
 def test_batch_lesson_defines_and_computes_both_throughputs(engine):
@@ -215,3 +216,26 @@ def test_the_step_drawing_and_the_read_time_follow_the_tables_own_figures():
                            r"run takes \*\*([\d.]+) ms\*\*", table).group(2, 1, 3)
     assert float(ms) == round(float(mb) / float(bw), 1) == 6.0
     assert "3 ms" not in lesson_roofline.OVERHEAD_TEXT
+
+
+def test_the_free_line_never_lies_below_the_decode_only_curve_and_the_ridge_is_named():
+    """The student's sweep: 28.7 tok/s end to end at batch 1 (prefill included) but 1 ÷ 18 ms =
+    55.6 tok/s decoding; a line of batch × 28.7 fell below the measured decode-only points. The
+    ridge's batch 39 lies past the axis's 16: the plot names it at the edge."""
+    rows = [{"batch": b, "throughput_tokens_per_s": t, "per_token_latency_ms": ms}
+            for b, t, ms in ((1, 28.7, 18.0), (2, 50.0, 19.0), (4, 78.9, 21.0), (8, 95.0, 40.0),
+                             (16, 110.0, 90.0))]
+    fig = lesson_batch.batch_figure(rows, ridge_batch=39)
+    ideal = next(t for t in fig.data if t.name.startswith("if sequences were free"))
+    decode = next(t for t in fig.data if t.name.startswith("decode only"))
+    assert all(i >= d - 1e-9 for i, d in zip(ideal.y, decode.y)), (ideal.y, decode.y)
+    assert ideal.y[0] == pytest.approx(decode.y[0]) == pytest.approx(1000 / 18)
+    # a larger batch that ran faster per sequence sets the slope, and the line still covers it
+    fast = [dict(r) for r in rows]
+    fast[1]["per_token_latency_ms"] = 8.0      # batch 2: 250 tok/s, 125 per sequence
+    fig2 = lesson_batch.batch_figure(fast)
+    ideal2 = next(t for t in fig2.data if t.name.startswith("if sequences were free"))
+    decode2 = next(t for t in fig2.data if t.name.startswith("decode only"))
+    assert all(i >= d - 1e-9 for i, d in zip(ideal2.y, decode2.y)) and "batch 2's" in ideal2.name
+    notes = [a.text for a in fig.layout.annotations]
+    assert any("ridge: batch ≈ 39" in t and "off this axis" in t for t in notes), notes
