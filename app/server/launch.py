@@ -6,6 +6,7 @@
   capped at :data:`MAX_UPLOAD_BYTES`.
 - :mod:`app.server.file_routes`: plotly.js from a fixed route (no temporary path), uploads off.
 - :mod:`app.server.limits`: every body and every event's text is capped before Gradio reads it.
+- :mod:`app.server.quiet_errors`: a malformed event is one log line, an unknown session a 404.
 - :mod:`app.server.rest_calls`: ``/stop`` over plain REST answered at once, unknown event ids 404.
 - :class:`RestDefaults`: ``POST /gradio_api/call/<name>`` with a short ``data`` list gets the
   endpoint's defaults for the arguments left out (Gradio 6 fills defaults only on
@@ -123,14 +124,16 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
 
     from .file_routes import FileRoutes
     from .limits import TextLimit, page_body_limit
+    from .quiet_errors import QueueGuard, install
     from .rest_calls import RestCalls
 
     middleware = [Middleware(page_body_limit),  # outermost first
                   Middleware(FileRoutes, traces=getattr(demo, "trace_links", None)),
-                  Middleware(TextLimit),
+                  Middleware(TextLimit), Middleware(QueueGuard, demo=demo),
                   Middleware(RestCalls, demo=demo),
                   Middleware(RestDefaults, defaults=api_defaults(demo))]
     use_read_timeouts(read_timeouts)
+    install()  # a malformed event: one log line, not a traceback
     _, local_url, share_url = demo.launch(
         server_name=host, server_port=port, share=share, prevent_thread_lock=True, quiet=True,
         show_error=False, max_file_size=MAX_UPLOAD_BYTES, max_threads=max_threads,
