@@ -3,6 +3,7 @@ update -> process."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -89,6 +90,8 @@ class LLMEngine(EngineViews):
         self._aborts: set[str] = set()
         self._calls: deque[tuple[Future, object]] = deque()
         self._stopped = False
+        self._held = 0  # hold(): no new step starts while above 0 (until _hold_until)
+        self._hold_until = 0.0
         self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
         self._thread.start()
 
@@ -240,6 +243,27 @@ class LLMEngine(EngineViews):
             self._wake.notify()
             return True
 
+    @contextlib.contextmanager
+    def hold(self, timeout_s: float = 5.0):
+        """Keep the engine from starting a step while the block runs (a step in progress
+        finishes): requests submitted inside it are scheduled together, as one batch, in the
+        next step. The page's Compare tab submits its two sides this way, so neither waits a
+        step behind the other.
+
+        Args:
+            timeout_s: the engine steps again after this many seconds even if the block has
+                not ended (a caller that hangs never stalls other users for longer).
+        """
+        with self._wake:
+            self._held += 1
+        self._hold_until = time.perf_counter() + timeout_s
+        try:
+            yield self
+        finally:
+            with self._wake:
+                self._held -= 1
+                self._wake.notify()
+
     def call(self, fn) -> Future:
         """Run ``fn(runner)`` on the engine thread between two steps (the thread that owns the
         model): for work beside the requests, such as the Lessons' logits of one step.
@@ -288,6 +312,9 @@ class LLMEngine(EngineViews):
                 self._run_calls()
                 if self._stopped and not self.scheduler.has_work() and not self._aborts:
                     return
+                if self._held and time.perf_counter() < self._hold_until:  # see hold()
+                    self._wake.wait(0.01)
+                    continue
                 if not self._aborts and not self.scheduler.has_work():
                     if busy:  # just went idle: hand freed memory back to the system
                         busy = False
