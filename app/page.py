@@ -57,13 +57,14 @@ def _sidebar(pg) -> dict:
         return s
 
 
-def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
+def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True) -> gr.Blocks:
     """Build the playground page around a :class:`app.state.playground.Playground`.
 
     Args:
         pg: the playground (engine wrapper) shared by every session.
         max_concurrency: requests (page and API together) Gradio runs at once; set it above the
             engine's queue size so a full engine queue is reported, not hidden by Gradio's queue.
+        with_lessons: False builds the Lessons tab as a note without events (``--lessons off``).
 
     Returns:
         The ``gr.Blocks``; launch it with ``theme`` and ``css`` (Gradio 6 takes them in ``launch``).
@@ -73,7 +74,7 @@ def build_demo(pg, max_concurrency: int = 36) -> gr.Blocks:
     with gr.Blocks(title="LLM inference playground", fill_width=True, delete_cache=(3600, 86400)) as demo:
         sidebar = _sidebar(pg)
         decode_step = sidebar.pop("decode_step")  # not a request setting
-        ctx = TabContext.of(pg, max_concurrency, sidebar)
+        ctx = TabContext.of(pg, max_concurrency, sidebar, lessons=with_lessons)
         ctx.demo = demo
         with gr.Tabs(elem_id="main-tabs"):
             with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:

@@ -64,6 +64,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-unauthenticated", action="store_true",
                    help="serve /v1 without a key on a non-loopback --host")
     p.add_argument("--no-api", action="store_true", help="no OpenAI-compatible /v1 routes")
+    p.add_argument("--lessons", choices=("on", "off"), default="on",
+                   help="the Lessons tab's experiments (default on); off for a public server: "
+                        "each run takes minutes of the machine and up to ~2.5 GB (two run at "
+                        "once, one per session; the tab then shows a note and no lesson event "
+                        "exists to call)")
     p.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a client may take to send a request's headers before the "
                         "connection is closed (default 10)")
@@ -170,7 +175,8 @@ def serve(engine, args: argparse.Namespace) -> int:
             # see the engine's own queue position and its "queue is full" message rather than
             # Gradio's queue.
             concurrency = 2 * args.max_queue + 4
-            demo = build_demo(pg, max_concurrency=concurrency)
+            demo = build_demo(pg, max_concurrency=concurrency,
+                              with_lessons=getattr(args, "lessons", "on") != "off")
             demo.queue(default_concurrency_limit=concurrency)
             local_url, share_url = launch(demo, args.host, args.port, share=args.share, theme=theme(),
                                           css=read_css(), max_threads=concurrency + 8,

@@ -23,6 +23,8 @@ class TabContext:
         max_concurrency: requests (page and API together) Gradio runs at once.
         sidebar: the sidebar's components by name (the Playground's inputs).
         demo: the ``gr.Blocks`` being built (for page-wide events: load, unload).
+        lessons: whether the Lessons tab runs its experiments (``python -m app --lessons off``
+            builds it as a note, with no event a client could call).
     """
 
     pg: object = None
@@ -31,9 +33,11 @@ class TabContext:
     max_concurrency: int = 36
     sidebar: dict = field(default_factory=dict)
     demo: object = None
+    lessons: bool = True
 
     @classmethod
-    def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None) -> "TabContext":
+    def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None,
+           lessons: bool = True) -> "TabContext":
         """The context of a whole page around playground ``pg``."""
         return cls(pg=pg, engine=pg.engine, session_kwargs=pg.engine_kwargs,
-                   max_concurrency=max_concurrency, sidebar=dict(sidebar or {}))
+                   max_concurrency=max_concurrency, sidebar=dict(sidebar or {}), lessons=lessons)

@@ -173,8 +173,9 @@ def run(loaded, quick: bool = False, progress=None, engine=None, variants=None,
             if ref is None:
                 ref = lp
             lm = models[w]
+            # eager decode: a background compile per variant would cost minutes of CPU
             eng = LLMEngine(lm, kv_cache_dtype=kv, telemetry=False, enable_prefix_caching=False,
-                            kv_cache_bytes=128 * 2**20)
+                            kv_cache_bytes=128 * 2**20, compile="off")
             engines[(w, kv)] = eng
             rows.append({"weights": w, "kv_cache_dtype": kv, "label": label(w, kv),
                          "compute_dtype": lm.info.dtype, **quality(lp, ref, ids),

@@ -42,7 +42,8 @@ def measure_telemetry_cost(loaded, tokens: int = 64, pairs: int = 3,
     from engine.engine import LLMEngine
 
     params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
-    off, on = LLMEngine(loaded, telemetry=False), LLMEngine(loaded, telemetry=True)
+    off = LLMEngine(loaded, telemetry=False, compile="off")  # the same eager step in both
+    on = LLMEngine(loaded, telemetry=True, compile="off")
     try:
         off.generate(PROMPT, params), on.generate(PROMPT, params)  # warm-up
         off_rates, on_rates, same = [], [], True

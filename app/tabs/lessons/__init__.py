@@ -25,6 +25,12 @@ and one entry here. They are imported when the tab is built: ``engine.experiment
 torch, which the page itself never does (a remote engine's page needs none)."""
 
 
+OFF_NOTE = ("The lessons are turned off on this server (`python -m app --lessons off`): their "
+            "experiments load model variants and take minutes of the machine. Run the page on "
+            "your own machine to try them.")
+"""What the Lessons tab shows when the server runs with ``--lessons off``."""
+
+
 def lesson_modules() -> list:
     """The modules of :data:`LESSONS`, imported."""
     return [importlib.import_module(f"{__name__}.{name}") for name in LESSONS]
@@ -35,6 +41,9 @@ def build(ctx: TabContext) -> dict:
     :data:`LESSONS`. An engine without a local model (a remote server) gets a note instead,
     and so does a failure to build (its reason goes to the server log: it may name server
     paths). Returns every lesson's components by name."""
+    if not ctx.lessons:
+        gr.Markdown(OFF_NOTE)
+        return {}
     if not ctx.engine.capabilities.supports_lessons:
         from app.remote.view import LESSONS as NOTE
 

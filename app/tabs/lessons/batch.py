@@ -23,6 +23,7 @@ from engine.experiments import batch
 
 from app.server import fields
 from app.server.errors import guard
+from app.tabs.lessons.gate import gated
 from app.render.fmt import fmt_int, fmt_rate
 from app.tabs.lessons.roofline import measure_machine, model_shape
 from app.tabs.lessons.runs import LessonEngine
@@ -324,6 +325,6 @@ def build(ctx) -> dict:
             raise gr.Error(str(exc), print_exception=False) from None
         return batch_figure(res["rows"], (res.get("ridge") or {}).get("batch")), batch_summary(res)
 
-    c["batch_run"].click(guard(on_run), c["batch_tokens"], [c["batch_plot"], c["batch_status"]],
-                         concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    c["batch_run"].click(guard(gated(on_run, "batch size")), c["batch_tokens"], [c["batch_plot"], c["batch_status"]],
+                         concurrency_limit=None, api_visibility="private")
     return c

@@ -48,3 +48,26 @@ def error_html(message: str) -> str:
 def progress_adapter(progress):
     """``gr.Progress`` as the experiments' ``progress(fraction, message)`` callback (or None)."""
     return (lambda f, m: progress(f, desc=m)) if progress is not None else None
+
+
+def choice_input(name: str, value, choices) -> int:
+    """A lesson's dropdown or slider value sent by a client: an integer among ``choices`` (a
+    tuple, or a ``range``).
+
+    Raises:
+        gradio.Error: anything else (``None``, text, another number), naming the field and the
+            choices, so a bad call is refused with a clear line, not an internal error.
+    """
+    import gradio as gr
+
+    from app.server.fields import shown, whole
+
+    allowed = (f"from {choices.start} to {choices[-1]}" if isinstance(choices, range)
+               else "one of " + ", ".join(map(str, choices)))
+    try:
+        number = whole(name, value)
+    except ValueError as exc:
+        raise gr.Error(f"{exc}; it must be {allowed}", print_exception=False) from None
+    if number not in choices:
+        raise gr.Error(f"{name} must be {allowed}, got {shown(value)}", print_exception=False)
+    return number

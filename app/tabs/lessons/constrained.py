@@ -16,6 +16,7 @@ from engine.structured import StructuredOutputsParams
 
 from app.render.structured import EXAMPLES
 from app.server.errors import guard
+from app.tabs.lessons.gate import gated
 from app.tabs.lessons.common import layout
 from app.tabs.lessons.runs import LessonEngine
 
@@ -134,7 +135,7 @@ def build(ctx) -> dict:
         kwargs = session_kwargs(request.session_hash) if request is not None else {}
         return run_lesson(engine, example, prompt, seed or 0, n, kwargs)
 
-    c["cd_run"].click(guard(on_run), [c["cd_example"], c["cd_prompt"], c["cd_seed"], c["cd_tokens"]],
+    c["cd_run"].click(guard(gated(on_run, "constrained decoding")), [c["cd_example"], c["cd_prompt"], c["cd_seed"], c["cd_tokens"]],
                       [c["cd_free"], c["cd_held"], c["cd_plot"], c["cd_note"]],
-                      concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+                      concurrency_limit=None, api_visibility="private")
     return c

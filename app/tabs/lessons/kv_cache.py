@@ -17,6 +17,7 @@ from engine.experiments.common import first_mismatch
 from app.render.figures import _hint
 from app.render.fmt import fmt_seconds
 from app.server.errors import guard
+from app.tabs.lessons.gate import gated
 from app.tabs.lessons.common import OFF, ON, elem, error_html as _error, layout as _layout
 
 TITLE = "KV cache on vs off"
@@ -155,6 +156,6 @@ def build(ctx) -> dict:
     def on_kv(prompt, n, request: gr.Request):
         yield from kv_live(engine, prompt, n, submit_kwargs=session_kwargs(request.session_hash))
 
-    c["kv_run"].click(guard(on_kv), [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
-                      show_progress="hidden", concurrency_limit=2, api_visibility="private")
+    c["kv_run"].click(guard(gated(on_kv, "KV cache")), [c["kv_prompt"], c["kv_tokens"]], [c["kv_plot"], c["kv_status"]],
+                      show_progress="hidden", concurrency_limit=None, api_visibility="private")
     return c

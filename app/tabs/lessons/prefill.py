@@ -8,6 +8,8 @@ figures and conclusions. No torch here.
 
 from __future__ import annotations
 
+import html
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -144,7 +146,7 @@ def intensity(num_params: int, weights_bytes: int, tokens: int = 1) -> float:
 
 
 def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_tokens: int,
-                      where: str) -> str:
+                      where: str, gpu_from: tuple[str, int | None] | None = None) -> str:
     """Prefill and decode speed side by side, with the arithmetic intensity of each.
 
     Args:
@@ -152,6 +154,9 @@ def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_to
         prefill_tok_s, decode_tok_s: measured speeds (tokens/s).
         prompt_tokens: the prompt length that prefill speed was measured at.
         where: where the prefill figure comes from (shown).
+        gpu_from: ``(gpu name, prompt tokens)``: the prompt length from which this model's
+            prefill reaches that GPU's ridge (``None``: no length does), said beside this
+            CPU's verdict, since compute-bound is a property of the machine too.
     """
     params, wbytes = int(info.num_params or 0), int(info.weights_bytes or 0)
     ratio = f" (<b>{prefill_tok_s / decode_tok_s:.0f}×</b>)" if decode_tok_s > 0 else ""
@@ -162,9 +167,36 @@ def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_to
         text += (f", about 2 × {params / 1e6:.0f}M FLOPs, an <b>arithmetic intensity</b> of "
                  f"{intensity(params, wbytes):.1f} FLOP per byte, so memory <b>bandwidth</b> sets its "
                  f"speed. Prefill of {fmt_int(prompt_tokens)} tokens reuses each byte for every token: "
-                 f"{intensity(params, wbytes, prompt_tokens):,.0f} FLOP per byte, limited by arithmetic "
-                 "instead (compute-bound)")
+                 f"{intensity(params, wbytes, prompt_tokens):,.0f} FLOP per byte, so <b>on this "
+                 "CPU</b>, whose ridge point (FLOP/s ÷ bandwidth, measured in the Memory-bound "
+                 "lesson) is tens of FLOPs per byte at most, arithmetic limits it instead "
+                 "(compute-bound here)")
+        if gpu_from:
+            gpu, n = gpu_from
+            text += (f". A GPU's ridge is far higher: on an {html.escape(gpu)} this model's prefill "
+                     + (f"turns compute-bound only from {fmt_int(n)} tokens" if n else
+                        "stays memory-bound at any length")
+                     + " (the Memory-bound lesson's prefill plot)")
     return text + "."
+
+
+def gpu_prefill_from(engine) -> tuple[str, int | None] | None:
+    """``(name, tokens)``: the prompt length from which the page's model's prefill reaches the
+    Memory-bound lesson's reference GPU's ridge (its datasheet FLOP/s ÷ bandwidth), as that
+    lesson's prefill plot computes it; ``None`` when the GPU or the model's shape is unknown."""
+    from engine.experiments import intensity as decode_intensity
+
+    from app.tabs.lessons import roofline_models as rm
+    from app.tabs.lessons.roofline import REFERENCE_GPU, model_shape
+
+    gpu = next((g for g in decode_intensity.published_ridges() if g["name"] == REFERENCE_GPU), None)
+    try:
+        shape = model_shape(engine)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if gpu is None:
+        return None
+    return gpu["name"], rm.prefill_crossover(shape, gpu["ridge"])
 
 
 def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None) -> tuple[go.Figure, str]:
@@ -182,7 +214,7 @@ def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None)
         where = f"this request's {fmt_int(n)}-token prompt; run the sweep for longer ones"
     msg = (f"Decode took <b>{res['decode_share'] * 100:.1f}%</b> of prefill + decode; one decode step "
            f"(TPOT) took {fmt_seconds(res['tpot_s'])}."
-           + memory_bound_html(engine.info, pre, decode_rate, n, where))
+           + memory_bound_html(engine.info, pre, decode_rate, n, where, gpu_prefill_from(engine)))
     return share_figure(res), msg
 
 
@@ -303,6 +335,7 @@ def _latency_section(engine, c: dict) -> None:
     import gradio as gr
 
     from app.server.errors import guard
+    from app.tabs.lessons.gate import gated
     from app.tabs.lessons.common import elem, running_html
     from app.tabs.lessons.roofline import model_shape
 
@@ -326,8 +359,8 @@ def _latency_section(engine, c: dict) -> None:
 
     c["lat_sweep_run"].click(guard(lambda: running_html("latency sweep")), None, c["lat_sweep_status"],
                              queue=False, api_visibility="private").then(
-        guard(on_run), [c["lat_sweep_tokens"], c["lat_sweep_rounds"]], [c["lat_sweep_plot"], c["lat_sweep_status"]],
-        show_progress_on=[c["lat_sweep_plot"]], concurrency_limit=1, concurrency_id="lesson-runs",
+        guard(gated(on_run, "latency sweep")), [c["lat_sweep_tokens"], c["lat_sweep_rounds"]], [c["lat_sweep_plot"], c["lat_sweep_status"]],
+        show_progress_on=[c["lat_sweep_plot"]], concurrency_limit=None,
         api_visibility="private")
 
 
@@ -351,20 +384,29 @@ def _latency_calculator(c: dict) -> None:
           queue=False, api_visibility="private")
 
 
+SWEEP_LONGEST = (256, 512, 1024, 2048)
+"""The sweep's longest prompt choices, in tokens."""
+SWEEP_REPEATS = (1, 2, 3)
+"""The sweep's runs per length."""
+SHARE_TOKENS = range(20, 501)
+"""The decode share's new-token counts (its slider's range)."""
+
+
 def build(ctx) -> dict:
     """The lesson inside an open ``gr.Tab``: the sweep's and the decode share's settings,
     buttons, figures and conclusions, wired to ``ctx.engine``. Returns the components by name."""
     import gradio as gr
 
     from app.server.errors import guard
-    from app.tabs.lessons.common import elem, running_html
+    from app.tabs.lessons.common import choice_input, elem, running_html
+    from app.tabs.lessons.gate import gated
 
     engine, c = ctx.engine, {}
     gr.Markdown(TEXT)
     with gr.Row():
-        c["sweep_max"] = gr.Dropdown([256, 512, 1024, 2048], value=1024,
+        c["sweep_max"] = gr.Dropdown(list(SWEEP_LONGEST), value=1024,
                                      label="longest prompt (tokens)", **elem("sweep_max"))
-        c["sweep_repeats"] = gr.Dropdown([1, 2, 3], value=1, label="runs per length (median)",
+        c["sweep_repeats"] = gr.Dropdown(list(SWEEP_REPEATS), value=1, label="runs per length (median)",
                                          **elem("sweep_repeats"))
         c["sweep_run"] = gr.Button("Run prompt length sweep", variant="primary", **elem("sweep_run"))
         c["share_tokens"] = gr.Slider(20, 500, value=100, step=10, label="new tokens",
@@ -382,19 +424,22 @@ def build(ctx) -> dict:
     _latency_section(engine, c)
 
     def on_sweep(largest, repeats, progress=gr.Progress()):
+        largest = choice_input("longest prompt (tokens)", largest, SWEEP_LONGEST)
+        repeats = choice_input("runs per length", repeats, SWEEP_REPEATS)
         return run_sweep(engine, largest, repeats, progress)
 
     def on_share(n, sweep, progress=gr.Progress()):
-        return run_share(engine, n, progress, sweep)
+        n = choice_input("new tokens", n, SHARE_TOKENS)
+        return run_share(engine, n, progress, sweep if isinstance(sweep, dict) else None)
 
-    run = dict(concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    run = dict(concurrency_limit=None, api_visibility="private")  # the gate decides
     # the old conclusion goes first, so it never sits beside the next run's progress text
     c["sweep_run"].click(guard(lambda: running_html("sweep")), None, c["sweep_status"], queue=False,
                          api_visibility="private").then(
-        guard(on_sweep), [c["sweep_max"], c["sweep_repeats"]],
+        guard(gated(on_sweep, "prompt length sweep")), [c["sweep_max"], c["sweep_repeats"]],
         [c["sweep_plot"], c["sweep_status"], c["sweep_result"]], show_progress_on=[c["sweep_plot"]], **run)
     c["share_run"].click(guard(lambda: running_html("decode share")), None, c["share_status"],
                          queue=False, api_visibility="private").then(
-        guard(on_share), [c["share_tokens"], c["sweep_result"]], [c["share_plot"], c["share_status"]],
+        guard(gated(on_share, "decode share")), [c["share_tokens"], c["sweep_result"]], [c["share_plot"], c["share_status"]],
         show_progress_on=[c["share_plot"]], **run)
     return c

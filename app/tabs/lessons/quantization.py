@@ -14,6 +14,7 @@ from engine.experiments import quantization
 from app.render.figures import _hint
 from app.render.fmt import fmt_bytes, fmt_int
 from app.server.errors import guard
+from app.tabs.lessons.gate import gated
 from app.tabs.lessons import last_runs
 from app.tabs.lessons.common import OFF, ON, elem, layout as _layout, progress_adapter
 
@@ -152,6 +153,6 @@ def build(ctx) -> dict:
     def on_quant(progress=gr.Progress()):
         return run_quantization(engine, progress)
 
-    c["quant_run"].click(guard(on_quant), None, [c["quant_plot"], c["quant_table"]],
-                         concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    c["quant_run"].click(guard(gated(on_quant, "quantization")), None, [c["quant_plot"], c["quant_table"]],
+                         concurrency_limit=None, api_visibility="private")
     return c

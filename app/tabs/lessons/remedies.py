@@ -478,6 +478,7 @@ def build(ctx) -> dict:
     tables and Q4's examples, wired to ``ctx.engine``. Returns the components by name
     (``rem_questions``, ``rem_run``, ``rem_status``, ``rem_table``, ``rem_sampling``)."""
     from app.server.errors import guard
+    from app.tabs.lessons.gate import gated
     from app.tabs.lessons.common import elem
 
     engine, session_kwargs = ctx.engine, ctx.session_kwargs
@@ -503,6 +504,6 @@ def build(ctx) -> dict:
         note = f"Measured in {spent:.0f} s." + (f" Not measured: {', '.join(failed)}." if failed else "")
         return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), note
 
-    c["rem_run"].click(guard(on_run), None, [c["rem_table"], c["rem_sampling"], c["rem_status"]],
-                       concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    c["rem_run"].click(guard(gated(on_run, "remedies")), None, [c["rem_table"], c["rem_sampling"], c["rem_status"]],
+                       concurrency_limit=None, api_visibility="private")
     return c

@@ -23,6 +23,7 @@ from engine.telemetry.estimator import known_models, load_spec
 
 from app.server import fields
 from app.server.errors import guard
+from app.tabs.lessons.gate import gated
 from app.render.fmt import fmt_bytes, fmt_int
 from app.tabs.lessons import last_runs, roofline_models as rm
 from app.tabs.lessons.calculator import read_config
@@ -358,8 +359,8 @@ def _overhead_section(ctx, c: dict) -> None:
                                      "compiled_tokens_per_s": res["compiled_tokens_per_s"][b]})
         return overhead_figure(res), overhead_table(res)
 
-    c["roof_overhead_run"].click(guard(on_time), None, [c["roof_overhead_plot"], c["roof_overhead_table"]],
-                                 concurrency_limit=1, concurrency_id="lesson-runs", api_visibility="private")
+    c["roof_overhead_run"].click(guard(gated(on_time, "eager against compiled")), None, [c["roof_overhead_plot"], c["roof_overhead_table"]],
+                                 concurrency_limit=None, api_visibility="private")
 
 
 def engine_model_name(engine) -> str:
@@ -436,8 +437,8 @@ def build(ctx) -> dict:
         return (measured, *view(model, weights, kv, pasted, context, measured))
 
     quiet = {"api_visibility": "private"}
-    c["roof_run"].click(guard(on_measure), inputs, [machine, *outputs],
-                        concurrency_limit=1, concurrency_id="lesson-runs", **quiet)
+    c["roof_run"].click(guard(gated(on_measure, "roofline")), inputs, [machine, *outputs],
+                        concurrency_limit=None, **quiet)
     gr.on([comp.change for comp in inputs], guard(view), [*inputs, machine], outputs,
           show_progress="hidden", trigger_mode="always_last", **quiet)
     _overhead_section(ctx, c)

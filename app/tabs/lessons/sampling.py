@@ -190,6 +190,7 @@ def build(ctx) -> dict:
 def _wire(ctx, c: dict, sliders: list) -> None:
     """Generate an answer, pick a step, move a slider: each redraws the candidates figure."""
     from app.server.errors import guard
+    from app.tabs.lessons.gate import gated
 
     engine, session_kwargs = ctx.engine, ctx.session_kwargs
     answer, logits, quiet = c["ex_answer_state"], c["ex_logits"], {"api_visibility": "private"}
@@ -206,8 +207,8 @@ def _wire(ctx, c: dict, sliders: list) -> None:
         sl = explorer.step_logits(engine, ans["prompt_ids"], ans["token_ids"], int(step))
         return sl, explorer_figure(sl, t, k, p, m, r)
 
-    c["ex_run"].click(guard(on_generate), [c["ex_prompt"], c["ex_seed"], *sliders],
-                      [answer, logits, c["ex_step"], c["ex_answer"], c["ex_plot"]], concurrency_limit=2,
+    c["ex_run"].click(guard(gated(on_generate, "sampling explorer")), [c["ex_prompt"], c["ex_seed"], *sliders],
+                      [answer, logits, c["ex_step"], c["ex_answer"], c["ex_plot"]], concurrency_limit=None,
                       **quiet)
     c["ex_step"].input(guard(on_step), [answer, c["ex_step"], *sliders], [logits, c["ex_plot"]],
                        concurrency_limit=1, concurrency_id="lesson-step", **quiet)

@@ -20,6 +20,7 @@ from engine.experiments.common import median
 from app.render.figures import _hint
 from app.server import fields
 from app.server.errors import guard
+from app.tabs.lessons.gate import gated
 
 SUMMARY_PROMPT = (
     "Summarise this passage in two sentences, quoting its most important sentence exactly:\n\n"
@@ -152,7 +153,7 @@ def build(ctx) -> dict:
         except ValueError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
 
-    c["spec_run"].click(guard(on_run), c["spec_tokens"], [c["spec_plot"], c["spec_table"]],
-                        concurrency_limit=1, concurrency_id="lesson-runs",
+    c["spec_run"].click(guard(gated(on_run, "speculative decoding")), c["spec_tokens"], [c["spec_plot"], c["spec_table"]],
+                        concurrency_limit=None,
                         api_visibility="private")
     return c

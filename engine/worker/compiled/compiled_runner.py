@@ -33,7 +33,6 @@ from engine.core.scheduler_output import ScheduledSeq
 from engine.heap import freeze_long_lived
 import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
 from engine.worker.compiled import direct_call
-from engine.worker.compiled.direct_call import decode_step
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
 from engine.worker.cuda_graph_runner import BATCH_BUCKETS, CudaGraphRunner, DecodeBuffers, bucket_for
 from engine.worker.paged_model_runner import FEW_ROWS
@@ -144,16 +143,17 @@ class CompiledDecodeRunner(CudaGraphRunner):
         self._lock = threading.Lock()
         self._direct: dict[int, object] = {}     # bucket rows → the DIRECT_CALL function
         self.stopped = threading.Event()
+        self._step = direct_call.private_decode_step()  # graphs of this runner only
         if not compile:
             self.state.ready = list(self.buckets)
-            self._fn = decode_step
+            self._fn = self._step
             return
         inductor_cache_dir()
         import torch._dynamo
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
                                                     2 * len(self.buckets))
-        self._fn = torch.compile(decode_step, dynamic=False, fullgraph=True,
+        self._fn = torch.compile(self._step, dynamic=False, fullgraph=True,
                                  options={"emulate_precision_casts": True,
                                           "cpp.threads": INDUCTOR_THREADS,
                                           "size_asserts": SIZE_ASSERTS})
@@ -175,7 +175,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
             try:
                 bufs = self._static_buffers(rows)
                 self._run(bufs)                     # traces and compiles this shape
-                if DIRECT_CALL and self._fn is not decode_step:   # not the identity
+                if DIRECT_CALL and self._fn is not self._step:   # not the identity
                     self._find_direct_call(bufs)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
                 log.warning("compiling the decode step failed; decode stays eager",
@@ -211,7 +211,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
         names = ("forward", "input_ids", "positions", "slots", "blocks", "lens")
         try:
             with torch.inference_mode():
-                call = direct_call.find(dict(zip(names, (self.forward_fn, *args))))
+                call = direct_call.find(dict(zip(names, (self.forward_fn, *args))), self._step)
                 if call is not None and torch.equal(call(self.forward_fn, *args), bufs.logits):
                     self._direct[rows] = call
                     return

@@ -22,11 +22,24 @@ def decode_step(forward, input_ids, positions, slots, blocks, lens):
     return forward(input_ids, positions, slots, blocks, lens)
 
 
-def find(f_locals: dict):
-    """The direct function for a call of :func:`decode_step` with ``f_locals`` (its arguments
-    by name): made from the cache entry whose guards (all of them, checked here once) accept
-    these arguments, whichever runner of the process compiled it (Dynamo reuses an entry for
-    every runner its guards accept). Called as ``fn(forward, input_ids, ...)``.
+def private_decode_step():
+    """A copy of :func:`decode_step` with a code object of its own.
+
+    Dynamo keeps its cache entries, their guards and the recompile count per code object. Each
+    compiled runner traces its own copy, so its graphs are its own: another engine of the
+    process (a lesson's or a benchmark's, another dtype or model) neither fills the serving
+    runner's cache up to the recompile limit (``FailOnRecompileLimitHit``) nor leaves graphs
+    that its unguarded calls (``skip_guard_eval_unsafe``) could pick.
+    """
+    code = decode_step.__code__.replace()  # a new code object, the same bytecode
+    return types.FunctionType(code, decode_step.__globals__, "decode_step")
+
+
+def find(f_locals: dict, step=None):
+    """The direct function for a call of ``step`` (:func:`decode_step` or a
+    :func:`private_decode_step` copy) with ``f_locals`` (its arguments by name): made from the
+    cache entry of ``step``'s code whose guards (all of them, checked here once) accept these
+    arguments. Called as ``fn(forward, input_ids, ...)``.
 
     Returns ``None`` when no entry accepts them, or when this torch's Dynamo cannot list its
     cache entries (a private API: its absence must not fail compiling; logged).
@@ -34,11 +47,12 @@ def find(f_locals: dict):
     try:
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-        entries = _debug_get_cache_entry_list(decode_step.__code__)
+        step = step or decode_step
+        entries = _debug_get_cache_entry_list(step.__code__)
     except Exception:  # noqa: BLE001 - see above
         log.info("Dynamo's cache entries can't be listed; no direct calls", exc_info=True)
         return None
     for entry in entries:
         if not entry.code.co_freevars and entry.guard_manager.check(f_locals):
-            return types.FunctionType(entry.code, decode_step.__globals__, "decode_step")
+            return types.FunctionType(entry.code, step.__globals__, "decode_step")
     return None
