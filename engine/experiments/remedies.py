@@ -19,7 +19,8 @@ Every figure is measured on this engine and this model, a few seconds each on 2 
   prompt at once: distinct KV blocks their block tables hold at the end (paging shares the
   prompt's blocks between the samples).
 - :func:`chunked_prefill`: a running answer's gaps between tokens while a long prompt arrives
-  and is prefilled in chunks of ``max_num_batched_tokens``: its longest gap (one chunk's step)
+  and is prefilled in chunks of ``long_prefill_token_threshold`` tokens (a quarter of the
+  step budget, ``max_num_batched_tokens``): its longest gap (one chunk's step)
   against that prompt's whole prefill time (what the answer would wait unchunked).
 - :func:`sampling_examples`: one prompt greedy twice and sampled twice with two seeds.
 
@@ -250,8 +251,9 @@ def chunked_prefill(engine, long_tokens: int = 1024, new_tokens: int = 24, befor
     Returns:
         ``max_gap_s`` (the answer's longest gap between two tokens, seconds), ``median_gap_s``,
         ``long_prefill_s`` (the long prompt's prefill time: first token − scheduled),
-        ``long_prompt_tokens``, ``chunk_tokens`` (the engine's ``max_num_batched_tokens``: most
-        tokens one step feeds the model), ``answer_tokens``.
+        ``long_prompt_tokens``, ``chunk_tokens`` (most tokens of one prompt a step feeds the
+        model: :func:`engine.config.prefill_chunk_cap`, or the whole step budget
+        ``max_num_batched_tokens`` without a cap), ``answer_tokens``.
     """
     from engine.params import SamplingParams
 
@@ -272,7 +274,14 @@ def chunked_prefill(engine, long_tokens: int = 1024, new_tokens: int = 24, befor
     gaps = list(a.metrics.itl_s)
     return {"max_gap_s": max(gaps) if gaps else 0.0, "median_gap_s": median(gaps),
             "long_prefill_s": b.metrics.prefill_time_s, "long_prompt_tokens": b.metrics.prompt_tokens,
-            "chunk_tokens": int(engine.config.max_num_batched_tokens), "answer_tokens": a.metrics.output_tokens}
+            "chunk_tokens": _chunk_tokens(engine.config), "answer_tokens": a.metrics.output_tokens}
+
+
+def _chunk_tokens(config) -> int:
+    """Most tokens of one prompt a step of an engine with ``config`` prefills."""
+    from engine.config import prefill_chunk_cap
+
+    return int(prefill_chunk_cap(config) or config.max_num_batched_tokens)
 
 
 SAMPLING_PROMPT = "Give a name for a small grey cat."
