@@ -7,6 +7,7 @@ the lesson's ``build``. No torch here.
 from __future__ import annotations
 
 import html
+import re
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -36,8 +37,10 @@ PENALTY_RULE = (
 
 USE_CASES = (
     "**Greedy or sampling?** Greedy decoding (temperature 0) always takes the most likely token: "
-    "the same prompt gives the same answer every time, which is what **code and maths** need "
-    "(one answer is right). Sampling draws from the bars: the wording changes with the seed, "
+    "the same prompt gives the same answer every time, which is what **code and maths** want "
+    "(one answer is right). Repeatable is not right, though: greedy repeats the model's likeliest "
+    "answer, mistakes included, and a model this small often gets a sum wrong (the maths "
+    "example's answer is checked). Sampling draws from the bars: the wording changes with the seed, "
     "which suits **stories and poems**, at the risk of a less likely, wrong token. "
     "(Beam search keeps k candidate answers at once, for translation or summaries. Held as k "
     "separate caches that would be k times the KV cache; with a paged cache the beams share the "
@@ -56,6 +59,25 @@ EXAMPLES = (
 )
 
 
+EXPECTED = {"What is 17 + 25? Answer with the number only.": "42"}
+"""The right answer of an example that has one (checked under the answer)."""
+
+
+def check_html(prompt: str, text: str) -> str:
+    """A line saying whether an answer to an example with one right answer (:data:`EXPECTED`)
+    holds it: ``"The right answer is 42; this answer does not say it …"``; ``""`` for any other
+    prompt."""
+    expected = EXPECTED.get((prompt or "").strip())
+    if expected is None:
+        return ""
+    if re.search(rf"(?<!\d){re.escape(expected)}(?!\d)", text or ""):
+        verdict = "this answer says it."
+    else:
+        verdict = ("this answer does not: greedy made the model's likeliest answer, and "
+                   "repeats it every time, wrong or not.")
+    return f"<div class='ex-answer-check'>The right answer is <b>{expected}</b>; {verdict}</div>"
+
+
 def show_token(text: str) -> str:
     """A token's text with visible whitespace: ␣ for a space, ↵ for a newline, ∅ for empty."""
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
@@ -67,9 +89,9 @@ def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, see
     run (``submit_kwargs``, such as the session's ``cache_salt``, go to ``engine.generate``).
 
     Returns:
-        ``{"prompt_ids", "token_ids", "texts", "text", "finish_reason", "settings"}``: the
-        answer's ids, each token's text, the whole answer text, why it ended, and the settings
-        it was generated with.
+        ``{"prompt", "prompt_ids", "token_ids", "texts", "text", "finish_reason", "settings"}``:
+        the prompt, the answer's ids, each token's text, the whole answer text, why it ended, and
+        the settings it was generated with.
 
     Raises:
         gr.Error: a refused value (naming its field), a full queue, or a failed request.
@@ -86,7 +108,7 @@ def explorer_generate(engine, prompt: str, temperature, top_k, top_p, min_p, see
         raise gr.Error(str(exc), print_exception=False) from None
     if not out.finished_ok:
         raise gr.Error(f"the request ended with {out.finish_reason}: {out.error}")
-    return {"prompt_ids": out.prompt_token_ids, "token_ids": out.token_ids,
+    return {"prompt": prompt, "prompt_ids": out.prompt_token_ids, "token_ids": out.token_ids,
             "texts": [engine.detokenize([i]) for i in out.token_ids], "text": out.text,
             "finish_reason": str(out.finish_reason),
             "settings": {"temperature": params.temperature, "top_k": params.top_k,
@@ -107,7 +129,8 @@ def answer_html(answer: dict | None) -> str:
                 f"top-p {s.get('top_p', '?')}, min-p {s.get('min_p', '?')}, seed {s.get('seed', '?')}")
     return (f"<div class='ex-answer'><div class='ex-answer-text'>{html.escape(answer.get('text', ''))}</div>"
             f"<div class='ex-answer-foot'>{fmt_int(n)} tokens; {why} · {html.escape(how)}, repetition "
-            f"penalty {s.get('repetition_penalty', 1.0)}</div></div>")
+            f"penalty {s.get('repetition_penalty', 1.0)}</div>"
+            f"{check_html(answer.get('prompt', ''), answer.get('text', ''))}</div>")
 
 
 def step_choices(answer: dict) -> list[tuple[str, int]]:
