@@ -287,28 +287,37 @@ def _chunk_tokens(config) -> int:
 SAMPLING_PROMPT = "Give a name for a small grey cat."
 
 
-def sampling_examples(engine, prompt: str = SAMPLING_PROMPT, new_tokens: int = 12,
+def sampling_examples(engine, prompt: str = SAMPLING_PROMPT, new_tokens: int = 40,
                       temperature: float = 1.0, seeds: tuple[int, ...] = (1, 2, 1)) -> dict:
     """``prompt`` greedy twice, then sampled at ``temperature`` with each of ``seeds`` (a seed
-    given twice shows that a fixed seed repeats its answer).
+    given twice shows that a fixed seed repeats its answer); ``new_tokens`` at most, enough for
+    a sentence or two (an answer cut there is marked as cut).
 
     Returns:
-        ``prompt``, ``greedy`` (the two texts), ``sampled`` (``[{"seed", "text"}]``),
+        ``prompt``, ``greedy`` (the two texts), ``greedy_cut`` (for each, whether it stopped at
+        ``new_tokens`` rather than ending), ``sampled`` (``[{"seed", "text", "cut"}]``),
         ``greedy_equal`` (the greedy texts are the same), ``temperature``, ``new_tokens``.
+
+    Raises:
+        RuntimeError: a request that ended with an error.
     """
     from engine.params import SamplingParams
 
-    def text(params):
+    def answer(params) -> tuple[str, bool]:
         out = engine.submit(prompt, params).result()
         if not out.finished_ok:
             raise RuntimeError(f"engine request ended with {out.finish_reason}: {out.error}")
-        return out.text
+        return out.text, str(out.finish_reason) == "length"
 
-    greedy = [text(SamplingParams(temperature=0, max_tokens=new_tokens, repetition_penalty=1.0))
+    greedy = [answer(SamplingParams(temperature=0, max_tokens=new_tokens, repetition_penalty=1.0))
               for _ in range(2)]
-    sampled = [{"seed": s, "text": text(SamplingParams(temperature=temperature, top_k=0, top_p=1.0,
-                                                       max_tokens=new_tokens, seed=s))} for s in seeds]
-    return {"prompt": prompt, "greedy": greedy, "sampled": sampled, "greedy_equal": greedy[0] == greedy[1],
+    sampled = []
+    for s in seeds:
+        text, cut = answer(SamplingParams(temperature=temperature, top_k=0, top_p=1.0,
+                                          max_tokens=new_tokens, seed=s))
+        sampled.append({"seed": s, "text": text, "cut": cut})
+    return {"prompt": prompt, "greedy": [t for t, _ in greedy], "greedy_cut": [c for _, c in greedy],
+            "sampled": sampled, "greedy_equal": greedy[0][0] == greedy[1][0],
             "temperature": temperature, "new_tokens": new_tokens}
 
 

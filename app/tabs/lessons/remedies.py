@@ -54,7 +54,9 @@ QUESTIONS = (
      "below: **KV cache near full**"),
     ("Q4", "Greedy or sampling? Give examples.",
      f"{lesson(sampling)}; Playground › sidebar **temperature** (0 = greedy) with a fixed **seed**; "
-     "examples measured below"),
+     "the Playground's chat keeps its history, so press **Clear** before asking the same question "
+     "the other way (or the second answer also reads the first); examples measured below, each a "
+     "fresh request"),
     ("Q5", "An experiment: latency and throughput against batch size.",
      f"{lesson(batch)}: 1 to 16 sequences at once; below: **Throughput flat with batch**"),
 )
@@ -434,13 +436,20 @@ def sampling_markdown(m: dict | None) -> str:
     r, why = _part(m, "sampling")
     if why:
         return f"**Q4 examples:** {why}"
-    lines = [f"**Q4 examples** (“{html.escape(r['prompt'])}”, {r['new_tokens']} tokens):", "",
-             "| how | answer |", "| --- | --- |"]
-    for i, text in enumerate(r["greedy"], 1):
-        lines.append(f"| greedy, run {i} | {html.escape(text).replace('|', '&#124;').replace(chr(10), ' ')} |")
+    n = r["new_tokens"]
+    lines = [f"**Q4 examples** (“{html.escape(r['prompt'])}”, at most {n} tokens; an answer cut "
+             "there ends in “…”):", "", "| how | answer |", "| --- | --- |"]
+
+    def cell(text: str, cut: bool) -> str:
+        shown = html.escape(text).replace('|', '&#124;').replace(chr(10), ' ')
+        return f"{shown}… *(cut at {n} tokens)*" if cut else shown
+
+    cuts = r.get("greedy_cut") or [False] * len(r["greedy"])
+    for i, (text, cut) in enumerate(zip(r["greedy"], cuts), 1):
+        lines.append(f"| greedy, run {i} | {cell(text, cut)} |")
     for s in r["sampled"]:
         lines.append(f"| temperature {r['temperature']:g}, seed {s['seed']} | "
-                     f"{html.escape(s['text']).replace('|', '&#124;').replace(chr(10), ' ')} |")
+                     f"{cell(s['text'], s.get('cut', False))} |")
     seeds = [x["seed"] for x in r["sampled"]]
     again = len(seeds) > len(set(seeds))
     same = [x["text"] for x in r["sampled"] if x["seed"] == seeds[0]]

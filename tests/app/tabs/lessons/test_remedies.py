@@ -148,3 +148,35 @@ def test_q1_is_answered_on_the_remedies_tab_itself():
     md = questions_markdown()
     assert "memory-bound" in md and "Llama-2-7b" in md
     assert "from **batch 296**" in md and "295 FLOPs per byte" in md
+
+
+def test_q4_examples_run_long_enough_and_mark_an_answer_cut_at_the_limit():
+    """Sampled answers stopped at 12 tokens mid-sentence with nothing said; now they have room
+    for a sentence or two, and one that still stops at the limit is marked as cut."""
+    import inspect
+
+    from engine.experiments import remedies as experiment
+
+    limit = inspect.signature(experiment.sampling_examples).parameters["new_tokens"].default
+    assert limit >= 32
+    m = {"sampling": {"prompt": "Give a name for a small grey cat.", "greedy": ["Smokey.", "Smokey."],
+                      "greedy_cut": [False, False], "greedy_equal": True, "temperature": 1.0,
+                      "new_tokens": limit,
+                      "sampled": [{"seed": 1, "text": "How about Ash, a name that", "cut": True},
+                                  {"seed": 2, "text": "Pebble.", "cut": False},
+                                  {"seed": 1, "text": "How about Ash, a name that", "cut": True}]}}
+    md = remedies.sampling_markdown(m)
+    assert f"| temperature 1, seed 1 | How about Ash, a name that… *(cut at {limit} tokens)* |" in md
+    assert "| temperature 1, seed 2 | Pebble. |" in md and "| greedy, run 1 | Smokey. |" in md
+
+
+def test_q4_says_the_playground_chat_keeps_its_history_and_names_its_clear_button():
+    """Greedy against sampling on "the same question" in the Playground differ in context, since
+    the chat keeps its history: Q4's pointer says so and names the button that starts afresh."""
+    import inspect
+
+    from app.tabs.playground import layout
+
+    q4 = next(where for q, _, where in remedies.QUESTIONS if q == "Q4")
+    assert "keeps its history" in q4 and "**Clear**" in q4
+    assert 'gr.Button("Clear"' in inspect.getsource(layout)
