@@ -104,9 +104,16 @@ def _context(value) -> int:
     return n
 
 
+GPU_DASHES = ("dash", "dot", "dashdot", "longdash", "longdashdot")
+"""Each published GPU's ridge line its own dash, in :func:`intensity.published_ridges`'s order
+(five grey lines in one dash could not be told apart)."""
+
+
 def _ridges(machine: dict | None) -> list[tuple[str, float, str, str]]:
-    """``(name, ridge, colour, dash)`` of the measured machine (when given) and each GPU."""
-    ridges = [(g["name"] + " (datasheet)", g["ridge"], GPU, "dash") for g in intensity.published_ridges()]
+    """``(name, ridge, colour, dash)`` of the measured machine (when given, solid) and each GPU
+    (grey, each its own dash from :data:`GPU_DASHES`)."""
+    ridges = [(g["name"] + " (datasheet)", g["ridge"], GPU, GPU_DASHES[i % len(GPU_DASHES)])
+              for i, g in enumerate(intensity.published_ridges())]
     if machine:
         ridges.insert(0, (f"this machine ({machine['device']}, measured)", machine["ridge"], MACHINE, "solid"))
     return ridges
@@ -169,10 +176,14 @@ def prefill_figure(shape: intensity.DecodeShape, machine: dict | None, name: str
                                  hovertemplate=f"{html.escape(label)}: ridge {ridge:.1f} FLOPs per byte<extra></extra>"))
         t = rm.prefill_crossover(shape, ridge, largest=PROMPTS[-1])
         if t is not None:
-            fig.add_trace(go.Scatter(x=[t], y=[rm.prefill_intensity(shape, t)], mode="markers", showlegend=False,
+            # a ridge already passed below the axis's shortest prompt: marked at that prompt
+            x = max(t, PROMPTS[0])
+            when = (f"from {t} prompt tokens" if t >= PROMPTS[0] else
+                    f"from {t} prompt token{'s' if t != 1 else ''}, already at the shortest shown")
+            fig.add_trace(go.Scatter(x=[x], y=[rm.prefill_intensity(shape, x)], mode="markers", showlegend=False,
                                      marker={"color": color, "size": 10, "symbol": "x"},
-                                     hovertemplate=f"{html.escape(label)}: prefill compute-bound from {t} "
-                                                   "prompt tokens<extra></extra>"))
+                                     hovertemplate=f"{html.escape(label)}: prefill compute-bound {when}"
+                                                   "<extra></extra>"))
     fig.update_xaxes(type="log", tickvals=PROMPTS, ticktext=[fmt_int(t) for t in PROMPTS],
                      title_text="prompt length (tokens, one prompt)")
     fig.update_yaxes(type="log", dtick=1, title_text="FLOPs per byte")
@@ -371,19 +382,32 @@ def engine_model_name(engine) -> str:
     return f"{info.name} ({info.weights} weights, {kv} KV cache)"
 
 
+def served_note(engine_name: str, served_as: str, weights: str, kv_dtype: str) -> str:
+    """The status line while the page's own model is shown: it is drawn as served
+    (``served_as``, e.g. ``"int4 weights, bfloat16 KV cache"``), so the dtype boxes' ``weights``
+    and ``kv_dtype`` are not used, and the line says so and where they apply."""
+    return (f"<div class='roof-served'>{html.escape(engine_name)} is drawn as this page serves it "
+            f"(<b>{html.escape(served_as)}</b>): the dtype boxes ({html.escape(str(weights))} "
+            f"weights, {html.escape(str(kv_dtype))} KV cache) apply to a listed model or a pasted "
+            "config.json, not to it.</div>")
+
+
 def roofline_view(engine_shape, engine_name, model, weights, kv_dtype, pasted, context,
-                  measured) -> tuple:
+                  measured, served_as: str = "") -> tuple:
     """``(answer, decode figure, prefill figure, table, status html)`` for the chosen model
     (the answer: :func:`crossing_text`); on a refused value ``None`` for each but the status,
-    an error line naming the field ("leave them as they are")."""
+    an error line naming the field ("leave them as they are"). With the page's own model the
+    status says it is drawn as served (``served_as``: its weights and KV cache dtypes,
+    :func:`served_note`), not in the dtype boxes' dtypes."""
     try:
         n = _context(context)
         name, shape, served = chosen_shape(engine_shape, engine_name, model, weights, kv_dtype, pasted)
     except (ValueError, LookupError, TypeError, ArithmeticError) as exc:
         return None, None, None, None, error_html(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
     reference = None if served else engine_shape
+    status = served_note(engine_name, served_as, weights, kv_dtype) if served and served_as else ""
     return (crossing_text(shape, n, name), roofline_figure(shape, n, measured, name, reference), prefill_figure(shape, measured, name),
-            roofline_table(shape, n, measured, name, served), "")
+            roofline_table(shape, n, measured, name, served), status)
 
 
 def build(ctx) -> dict:
@@ -419,7 +443,10 @@ def build(ctx) -> dict:
         c["roof_json"] = gr.Textbox(label="paste config.json (wins over the list)", lines=3, max_lines=12,
                                     placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
                                     elem_id="lesson-roof-json")
-    c["roof_status"] = gr.HTML("", elem_id="lesson-roof-status")
+    served_as = (f"{engine.info.weights or engine.info.dtype} weights, "
+                 f"{engine.info.kv_dtype or engine.info.dtype} KV cache")
+    c["roof_status"] = gr.HTML(served_note(name, served_as, c["roof_weights"].value, c["roof_kv"].value),
+                               elem_id="lesson-roof-status")
     c["roof_answer"] = gr.Markdown(crossing_text(shape, 512, name), elem_id="lesson-roof-answer")
     machine = gr.State(None)
     c["roof_plot"] = gr.Plot(roofline_figure(shape, 512, None, name), show_label=False, elem_id="lesson-roof-plot")
@@ -430,7 +457,8 @@ def build(ctx) -> dict:
     outputs = [c["roof_answer"], c["roof_plot"], c["roof_prefill_plot"], c["roof_table"], c["roof_status"]]
 
     def view(model, weights, kv, pasted, context, measured):
-        return tuple(keep(v) for v in roofline_view(shape, name, model, weights, kv, pasted, context, measured))
+        return tuple(keep(v) for v in roofline_view(shape, name, model, weights, kv, pasted, context, measured,
+                                                    served_as))
 
     def on_measure(model, weights, kv, pasted, context):
         measured = measure_machine(engine)
