@@ -148,6 +148,18 @@ def calculator_figure(calc: dict) -> go.Figure:
     return fig
 
 
+def _total_note(calc: dict) -> str:
+    """The total row's assumption: with one unchunked prefill (the default) it says that is the
+    worst case and gives the total with chunked prefill beside it (``calc["chunked"]``:
+    ``{"chunk_tokens", "total_bytes"}``, set by :func:`calculator_view`); else ``""``."""
+    alt = calc.get("chunked")
+    if calc.get("chunk_tokens") or not alt:
+        return ""
+    return (f"activations of one unchunked prefill: the **worst case**; with chunked prefill "
+            f"({fmt_int(alt['chunk_tokens'])} tokens per pass, as serving engines run it) the "
+            f"total is {fmt_both(alt['total_bytes'])}")
+
+
 def calculator_table(calc: dict) -> str:
     """Markdown: every part in MB and MiB, the assumptions, the KV formula, and per GPU whether
     it fits and the limits."""
@@ -165,7 +177,7 @@ def calculator_table(calc: dict) -> str:
         f"| activations | **{fmt_both(act)}** | estimate, in {calc['dtype']}: {how} |",
         f"| framework overhead | **{fmt_both(calc.get('overhead_bytes', 0))}** | CUDA context and "
         "allocator cache: a few hundred MB to a few GB, as you set it |",
-        f"| **total** | **{fmt_both(calc['total_bytes'])}** | |",
+        f"| **total** | **{fmt_both(calc['total_bytes'])}** | {_total_note(calc)} |",
         "", f"`{calc['kv_formula']}`", "",
         f"| GPU | memory | fits? | largest batch at {fmt_int(calc['seq_len'])} tokens | "
         f"longest context at batch {calc['batch']} |", "| --- | --- | --- | --- | --- |"]
@@ -254,6 +266,12 @@ def calculator_view(model: str, pasted: str | None, uploaded: str | None, seq_le
             chunk_tokens=n["chunk_tokens"] if activations == CHUNKED else None,
             overhead_bytes=int(round(n["overhead_gb"] * 1e9)), samples=n["samples"],
             prompt_tokens=n["prompt_tokens"], block_sharing=bool(block_sharing))
+        if activations == UNCHUNKED:   # the worst case: the chunked total goes beside it
+            alt = calculator.calculate(
+                spec, n["seq_len"], n["batch"], dtype, weights=dtype, kv_dtype=kv_dtype,
+                chunk_tokens=n["chunk_tokens"], overhead_bytes=int(round(n["overhead_gb"] * 1e9)),
+                samples=n["samples"], prompt_tokens=n["prompt_tokens"], block_sharing=bool(block_sharing))
+            calc["chunked"] = {"chunk_tokens": n["chunk_tokens"], "total_bytes": alt["total_bytes"]}
     except (ValueError, TypeError, ArithmeticError) as exc:  # about the user's own values
         return go.Figure(), error_html(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
     return calculator_figure(calc), calculator_table(calc)
@@ -319,6 +337,7 @@ def build(ctx) -> dict:
                                          **elem("calc_kv_dtype"))
     with gr.Row():
         c["calc_act"] = gr.Radio(list(ACTIVATIONS), value=UNCHUNKED, label="activations: prefill as",
+                                 info="one unchunked prefill of batch × context tokens is the worst case",
                                  scale=2, **elem("calc_act"))
         c["calc_chunk"] = gr.Number(d["chunk_tokens"], precision=0, label="chunk (tokens per pass)",
                                     **elem("calc_chunk"))

@@ -170,3 +170,19 @@ def test_quantized_weights_row_says_what_is_beyond_bits_times_parameters(weights
     if weights == "int4":
         assert "5.2 GB" in row and "3.8 GB" in row
     assert calculator.calculate(QWEN, 2048, 1, "fp16")["weights_parts"] == []
+
+
+def test_the_default_unchunked_activations_are_called_the_worst_case_beside_the_chunked_total():
+    """The article's example (Qwen2.5-7B, batch 8, 8,192 tokens, fp16): 27.4 GB with the default
+    unchunked prefill against the article's ~18 GB; the total row says the default is the worst
+    case and gives the chunked total, the same figure the chunked choice prints."""
+    import re
+
+    _, worst = calculator_view(QWEN, "", None, 8192, 8, "fp16", "fp16", UNCHUNKED, 2048)
+    _, chunked = calculator_view(QWEN, "", None, 8192, 8, "fp16", "fp16", CHUNKED, 2048)
+    row = next(line for line in worst.splitlines() if line.startswith("| **total**"))
+    assert "**worst case**" in row
+    said = re.search(r"the total is ([^|]+?) \|", row).group(1)
+    theirs = re.search(r"\| \*\*total\*\* \| \*\*([^*]+)\*\* \|", chunked).group(1)
+    assert said == theirs
+    assert "worst case" not in next(line for line in chunked.splitlines() if line.startswith("| **total**"))
