@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from app.render import cards
-from app.tabs import beams, lessons, playground
+from app.tabs import beams, compare, lessons, playground
 from app.tabs.playground.layout import structure_controls
 from app.server.errors import guard
 from app.server.file_routes import link_trace_buttons
@@ -79,18 +79,21 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True) -> gr.B
         with gr.Tabs(elem_id="main-tabs"):
             with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
                 playground.build(ctx)
+            with gr.Tab("Compare", id="compare", elem_id="tab-compare") as compare_tab:
+                compared = compare.build(ctx)
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
                 lessons.build(ctx)
             with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding") as beams_tab:
                 beams.build(ctx)
-        # the sidebar's sampling controls belong to the Playground: the Lessons and the Beams tab
-        # have their own, so the sidebar closes there
+        # the sidebar's sampling controls belong to the Playground: the Compare, Lessons and Beams
+        # tabs have their own, so the sidebar closes there
         private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
         # the decode step switches from eager to compiled while the page serves
         gr.Timer(5.0).tick(guard(lambda: cards.decode_step_html(pg.engine.compile_status())),
                            None, decode_step, **private)
-        for tab in (lessons_tab, beams_tab):
+        for tab in (compare_tab, lessons_tab, beams_tab):
             tab.select(guard(lambda: gr.Sidebar(open=False)), None, sidebar["sidebar"], **private)
         play_tab.select(guard(lambda: gr.Sidebar(open=True)), None, sidebar["sidebar"], **private)
+    demo.compare_engines = compared["engines"]  # its variant engines: shut down with the page
     link_trace_buttons(demo, getattr(pg, "trace_links", None))  # downloads by opaque link, never a server path
     return demo

@@ -115,15 +115,24 @@ class Playground:
 
     # ---- requests -----------------------------------------------------------------------------
     def submit(self, session_id: str, prompt, params: SamplingParams, raw: bool = False,
-               use_kv_cache: bool = True):
+               use_kv_cache: bool = True, engine: EngineClient | None = None, **kwargs):
         """Queue a request for a session.
+
+        Args:
+            engine: another engine to run it on (the Compare tab's second variant); the
+                served engine when ``None``. Stop and closing the tab reach it all the same.
+            kwargs: more ``submit`` arguments (``speculative``; a ``cache_salt`` of the
+                caller's, which replaces the session's).
 
         Raises:
             ValueError: bad prompt or prompt + max_tokens beyond the context window.
             QueueFullError: the engine's waiting queue is full.
         """
-        handle = self.engine.submit(prompt, params, raw=raw, use_kv_cache=use_kv_cache,
-                                    **self.engine_kwargs(session_id))
+        engine = engine or self.engine
+        kwargs = {**self.engine_kwargs(session_id), **kwargs}
+        if not engine.capabilities.supports_cache_salt:  # a remote server beside the page
+            kwargs.pop("cache_salt", None)
+        handle = engine.submit(prompt, params, raw=raw, use_kv_cache=use_kv_cache, **kwargs)
         with self._lock:
             self._active.setdefault(session_id, set()).add(handle)
             self._recent.setdefault(session_id, deque(maxlen=KEEP_IDS)).append(str(handle.request_id))

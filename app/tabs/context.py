@@ -25,6 +25,8 @@ class TabContext:
         demo: the ``gr.Blocks`` being built (for page-wide events: load, unload).
         lessons: whether the Lessons tab runs its experiments (``python -m app --lessons off``
             builds it as a note, with no event a client could call).
+        compare_peer: a remote :class:`engine.protocol.EngineClient` beside the served engine
+            (``python -m app --compare-base-url``), for the Compare tab; ``None`` without one.
     """
 
     pg: object = None
@@ -34,6 +36,7 @@ class TabContext:
     sidebar: dict = field(default_factory=dict)
     demo: object = None
     lessons: bool = True
+    compare_peer: object = None
 
     @classmethod
     def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None,

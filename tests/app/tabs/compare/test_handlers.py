@@ -1,0 +1,115 @@
+"""The Compare tab's handler, engines and API on fake engines: frames, salts, variants, refusals."""
+
+import json
+
+import gradio as gr
+import pytest
+
+from app.state.playground import Playground
+from app.tabs.compare import api, handlers
+from app.tabs.compare.engines import MAX_VARIANTS, EngineSet
+from app.tabs.compare.events import live_updates
+from tests.support.fakes import FakeEngine
+
+API_KEYS = {"text", "token_ids", "token_times_s", "ttft_s", "tpot_s", "tokens_per_s",
+            "kv_cache_bytes", "weight_bytes", "first_diff"}
+
+
+def _pg(tmp_path, engine=None):
+    return Playground(engine or FakeEngine(), trace_dir=tmp_path, monitor=False)
+
+
+def test_both_sides_stream_and_the_last_frame_holds_both_results(tmp_path):
+    eng = FakeEngine()
+    pg = _pg(tmp_path, eng)
+    frames = list(handlers.compare(pg, EngineSet(eng), "s", "Hi", {"temperature": 0},
+                                   {"temperature": 0}, 8))
+    assert frames[0]["busy"] is True and frames[-1]["busy"] is False
+    res = frames[-1]["result"]
+    for side in ("left", "right"):
+        assert API_KEYS <= set(res[side])
+        assert res[side]["text"] == "Hello, world!" and res[side]["first_diff"] is None
+        assert res[side]["engine"].startswith("served engine")
+    assert frames[-1]["diff"] == "" and "identical answers" in frames[-1]["status"]
+    assert len(eng.submitted) == 2 and pg.active_count() == 0
+    assert len(set(eng.salts)) == 2  # cold: a fresh salt per side, not the session's
+    assert all(p.max_tokens == 8 for _, p, _, _ in eng.submitted)
+
+
+def test_a_warm_side_runs_its_prompt_once_first_under_its_own_salt(tmp_path):
+    eng = FakeEngine()
+    list(handlers.compare(_pg(tmp_path, eng), EngineSet(eng), "s", "Hi", {},
+                          {"prefix_cache": "warm"}, 8))
+    assert len(eng.submitted) == 3 and eng.submitted[0][1].max_tokens == 1
+    warm, left, right = eng.salts
+    assert warm == right != left
+
+
+def test_bad_settings_are_refused_before_anything_is_submitted(tmp_path):
+    eng, notes = FakeEngine(), []
+    frames = list(handlers.compare(_pg(tmp_path, eng), EngineSet(eng), "s", "Hi", {},
+                                   {"weights": "int3"}, 8, notify=notes.append))
+    assert notes == ["Refused: right.weights must be one of auto, int4, bf16, fp32, got 'int3'"]
+    assert frames[-1]["busy"] is False and "result" not in frames[-1] and not eng.submitted
+    notes.clear()
+    list(handlers.compare(_pg(tmp_path, eng), EngineSet(eng), "s", "  ", {}, {}, 8, notify=notes.append))
+    assert "prompt is empty" in notes[0]
+
+
+def test_the_live_log_names_the_tabs_own_panels_and_carries_changes(tmp_path):
+    eng = FakeEngine()
+    frames = handlers.compare(_pg(tmp_path, eng), EngineSet(eng), "s", "Hi", {}, {}, 8)
+    values = list(live_updates(frames, "cmp-test-1"))
+    lines = [json.loads(x) for x in values[-1].splitlines()[1:] if x.startswith("{") and "_tpl" not in x]
+    names = set().union(*lines)
+    assert {"cmp-status", "cmp-left-tokens", "cmp-right-tokens", "cmp-latency", "cmp-kv",
+            "cmp-table"} <= names
+    assert not names & {"tokens", "latency", "status", "kv"}  # never the Playground's panels
+    assert all(v.startswith(values[0]) for v in values)  # one append-only log
+    assert "fig" in lines[0]["cmp-latency"]
+
+
+class _Variant(FakeEngine):
+    def __init__(self, weights, kv):
+        super().__init__()
+        self.info.weights, self.info.kv_dtype = weights, kv if kv != "auto" else "bfloat16"
+        self.info.weights_bytes = {"int4": 94_835_584, "bf16": 325_653_376}.get(weights, 1)
+        self.shut = False
+
+    def shutdown(self):
+        self.shut = True
+
+
+def test_other_weights_run_on_a_second_engine_loaded_once_and_bounded(tmp_path):
+    made = []
+
+    def factory(served, weights, kv):
+        made.append(_Variant(weights, kv))
+        return made[-1]
+
+    served = FakeEngine()
+    engines = EngineSet(served, factory=factory)
+    pg = _pg(tmp_path, served)
+    res = list(handlers.compare(pg, engines, "s", "Hi", {"weights": "int4"}, {"weights": "bf16"}, 8))[-1]["result"]
+    assert res["left"]["weight_bytes"] == 94_835_584 and res["right"]["weight_bytes"] == 325_653_376
+    assert res["left"]["engine"] == "second engine (int4, KV bf16)"
+    assert not served.submitted and len(made[0].submitted) == 1
+    list(handlers.compare(pg, engines, "s", "Hi", {"weights": "int4"}, {}, 8))
+    assert len(made) == 2 and len(made[0].submitted) == 2  # kept, not loaded again
+    list(handlers.compare(pg, engines, "s", "Hi", {"kv_cache_dtype": "fp8"}, {}, 8))
+    assert len(engines.variants()) == MAX_VARIANTS and sum(v.shut for v in made) == 1
+    assert engines.key(engines_side := handlers.parse_sides({}, {}, 8, engines)["left"]) is None
+    engines.shutdown()
+    assert all(v.shut for v in made) and engines_side.weights == "auto"
+
+
+def test_the_api_returns_both_sides_or_names_the_bad_field(tmp_path):
+    eng = FakeEngine()
+    fn = api.make_compare(_pg(tmp_path, eng), EngineSet(eng))
+    out = fn("Hi", {"temperature": 0}, {"temperature": 1.0, "seed": 1}, 8)
+    assert set(out) == {"left", "right"} and API_KEYS <= set(out["left"])
+    json.dumps(out, default=str)
+    with pytest.raises(gr.Error, match="right.kv_cache_dtype must be one of auto, bf16, fp8"):
+        fn("Hi", {}, {"kv_cache_dtype": "int2"}, 8)
+    with pytest.raises(gr.Error, match="max_tokens must be an integer"):
+        fn("Hi", {}, {}, "many")
