@@ -2,7 +2,8 @@
 prefilling, or an 800-word prompt decoded without a KV cache (the whole sequence recomputed
 per token), no longer holds whole steps: the small request joins the next step and finishes
 long before the heavy one, within 2 s on a quiet machine (it waited 8-24 s before); the
-bound grows with the load average when other jobs load the CPU."""
+bound grows with the load average, or with the small request's own time alone, when other
+jobs load the CPU."""
 
 import os
 import time
@@ -14,12 +15,25 @@ from engine import SamplingParams
 SMALL = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 SMALL_PROMPT = "Say hi."
 BESIDE_S = 2.0  # the small request's bound beside a heavy one on a quiet machine
+QUIET_ALONE_S = 0.35  # the small request alone on the quiet 2-core machine (0.26-0.33 s measured)
 
 
-def bound_s() -> float:
-    """:data:`BESIDE_S`, scaled by the load average per CPU when other jobs load the machine
-    over one runnable thread per CPU (never below it)."""
-    return BESIDE_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+def bound_s(alone_s: float) -> float:
+    """:data:`BESIDE_S`, scaled when other jobs load the machine: by the load average per CPU
+    and by how much slower than on a quiet machine the small request ran alone (``alone_s``),
+    whichever is larger (never below :data:`BESIDE_S`)."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return BESIDE_S * max(1.0, load, alone_s / QUIET_ALONE_S)
+
+
+def alone_s(engine) -> float:
+    """Seconds the small request takes alone now (the faster of two runs)."""
+    runs = []
+    for _ in range(2):
+        t = time.perf_counter()
+        engine.generate(SMALL_PROMPT, SMALL)
+        runs.append(time.perf_counter() - t)
+    return min(runs)
 
 
 def words(n: int, tag: str) -> str:
@@ -51,7 +65,7 @@ def small_beside(engine, heavy) -> float:
 
 @pytest.mark.slow
 def test_a_small_request_beside_a_long_prefill(engine, loaded):
-    engine.generate(SMALL_PROMPT, SMALL)  # warm
+    alone = alone_s(engine)
     prompt = "Summarize: " + words(450, "x")
     n = len(loaded.tokenizer(prompt)["input_ids"])
     assert 1400 <= n <= 2000, n
@@ -60,12 +74,12 @@ def test_a_small_request_beside_a_long_prefill(engine, loaded):
         took = small_beside(engine, heavy)
     finally:
         heavy.result(300)
-    assert took < bound_s(), f"the small request took {took:.2f} s beside a {n}-token prefill"
+    assert took < bound_s(alone), f"the small request took {took:.2f} s beside a {n}-token prefill"
 
 
 @pytest.mark.slow
 def test_a_small_request_beside_a_no_cache_request(engine, loaded):
-    engine.generate(SMALL_PROMPT, SMALL)  # warm
+    alone = alone_s(engine)
     prompt = "Summarize: " + words(800, "w")
     heavy = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
                           use_kv_cache=False)
@@ -73,4 +87,4 @@ def test_a_small_request_beside_a_no_cache_request(engine, loaded):
         took = small_beside(engine, heavy)
     finally:
         heavy.abort()
-    assert took < bound_s(), f"the small request took {took:.2f} s beside an 800-word no-cache request"
+    assert took < bound_s(alone), f"the small request took {took:.2f} s beside an 800-word no-cache request"
