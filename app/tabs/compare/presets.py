@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PERSON_SCHEMA = ('{"type": "object", "properties": {"name": {"type": "string"}, '
-                 '"age": {"type": "integer"}}, "required": ["name", "age"]}')
+PERSON_SCHEMA = ('{"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, '
+                 '"age": {"type": "integer"}}, "required": ["name", "age"], '
+                 '"additionalProperties": false}')
 """The schema side of "free text vs a JSON schema"."""
 
 
