@@ -97,7 +97,8 @@ class LiveLog:
 
     The value only grows during a run, so Gradio's streaming diff sends each frame's new line and
     nothing else; a new run starts a new log (the browser sees a value that does not extend the
-    one it drew, and starts over from its first line).
+    one it drew, and starts over from its first line). :attr:`head`, the first line alone, is what
+    a run ends on: a value the drawn log starts with changes nothing in the browser.
 
     Args:
         run_id: a name unique on this page (a new run's log must not start like the last one's).
@@ -106,8 +107,8 @@ class LiveLog:
 
     def __init__(self, run_id: str, templates: tuple[str, ...] = ()) -> None:
         head = run_id.replace("\n", " ").encode() + b"\n" + b"".join(template_line(t) for t in templates)
-        self._parts = [head]
         self.value = head.decode()
+        self.head = self.value.split("\n", 1)[0] + "\n"
         self.frames = 0
         self.last_frame_bytes = 0
 

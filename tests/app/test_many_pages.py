@@ -159,8 +159,9 @@ def test_stream_sends_the_live_panels_as_ops_and_the_text_as_values(tmp_path):
     assert all(len(out) == width for out in outs)
     assert not [v for out in outs for v in out if v == gr.skip()]  # values, never skips
     logs = [out[0] for out in outs]
-    assert all(b.startswith(a) for a, b in zip(logs, logs[1:]))  # the log only grows in a run
-    ops = _log_frames(logs[-1])
+    assert all(b.startswith(a) for a, b in zip(logs[:-1], logs[1:-1]))  # the log only grows in a run
+    assert logs[-1] == "run-1\n" and logs[-2].startswith(logs[-1])  # and ends cut to its first line
+    ops = _log_frames(logs[-2])
     assert "_tpl" in ops[0]  # the plot template once, in the run's first frame
     assert "set" in ops[1]["status"] and "set" in ops[1]["tokens"]
     figs = [f["latency"] for f in ops if "latency" in f]
@@ -168,7 +169,7 @@ def test_stream_sends_the_live_panels_as_ops_and_the_text_as_values(tmp_path):
     assert "Finished" in ops[-1]["status"]["set"]
     at = {k: 1 + i for i, k in enumerate(schema.STREAM_KEYS)}
     assert last[at["completion"]].startswith("Count:") and first[at["chat"]] == []
-    assert all(out[-1] is None for out in outs[:-1])
+    assert all(out[-1] is None for out in outs[:-2])
     end = last[-1]
     assert end["trace"] and "rolling" in end
     assert len(outs) <= 12  # 8 tokens arrive one per poll: frames are throttled, not one per token
@@ -254,7 +255,7 @@ def test_a_refused_request_keeps_the_last_trace(tmp_path):
 
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     frames = handlers.generate(pg, "sess", "raw", "  ", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
-    (out,) = wiring.live_updates(frames, "r", {"completion": "", "message": "  ", "chat": []})
+    out, _ = wiring.live_updates(frames, "r", {"completion": "", "message": "  ", "chat": []})
     assert "prompt is empty" in _log_frames(out[0])[-1]["status"]["set"]
     end = wiring.end_updates(out[-1])
     at = {k: i for i, k in enumerate(schema.BUTTON_KEYS)}
@@ -279,8 +280,8 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
         st.add(ev)
     text = handlers._text_frame(st, "raw", [], "Count:")
     frames = [{**handlers.empty_panels(pg), **text, "busy": True}, text]
-    first, second = wiring.live_updates(frames, "r", {"chat": [], "completion": "", "message": ""}, encode=encode)
-    for out in (first, second):
+    outs = list(wiring.live_updates(frames, "r", {"chat": [], "completion": "", "message": ""}, encode=encode))
+    for out in outs:
         sent = asyncio.run(demo.postprocess_data(fn, list(out), state))
         assert len(sent) == len(fn.outputs)
 

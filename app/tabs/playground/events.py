@@ -48,7 +48,8 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
 
     Yields:
         ``[log, *stream values, end]``; ``end`` is ``None`` until the last frame, then
-        ``{"trace", "history", "rolling"}`` for :func:`end_updates`.
+        ``{"trace", "history", "rolling"}`` for :func:`end_updates`. After the last frame, once
+        more with the log cut back to its first line (:attr:`LiveLog.head`).
     """
     encode = encode or {}
     log = LiveLog(run_id, templates=(TEMPLATE,))
@@ -65,6 +66,9 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
         if frame.get("busy") is False:
             end = {"trace": frame.get("trace"), **{k: frame[k] for k in END_KEYS if k in frame}}
         yield [value] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] + [end]
+    # Gradio's closing message carries each output's last value whole: the log cut back to its
+    # first line keeps it small (the browser keeps what it drew from a value that starts it)
+    yield [log.head] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] + [end]
 
 
 def start_updates() -> list:

@@ -26,7 +26,7 @@ const CH = '__CHANNEL__';
 let drawn = '';
 const feed = () => {
   const v = props.value || '';
-  if (v === drawn) return;
+  if (drawn.startsWith(v)) return;   // the same log, or its first line alone (a run's end)
   let rest;
   if (drawn && v.startsWith(drawn)) rest = v.slice(drawn.length);
   else { live.reset(CH); rest = v; }   // a new run (or Clear): its log from the start
