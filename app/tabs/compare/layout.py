@@ -21,12 +21,11 @@ SIDE_FIELDS = ("weights", "temperature", "top_p", "top_k", "seed", "max_tokens",
                "use_kv_cache", "kv_cache_dtype", "prefix_cache", "json_schema", "engine")
 """The settings each side's panel holds, in the order of its components."""
 PROMPT = "Explain in three sentences why decoding one token at a time is slow."
-INTRO = ("**One prompt, two settings, both answers streaming at once.** Pick a preset (or set "
-         "Left and Right yourself) and press **Run both**; the chip where the answers part is "
-         "marked in both columns. Sides with the served model's weights and KV cache share the "
-         "engine's batches (the table gives each side's batch size); a side with other weights "
-         "or another KV cache dtype runs on a second engine of that variant, loaded on first use "
-         "and kept (at most two at a time), stepping in its own thread beside the first.")
+INTRO = ("**One prompt, two settings, both answers streaming at once.** Pick a preset or set Left "
+         "and Right, then **Run both**; the chip where the answers part is marked in both columns. "
+         "Sides on the served model share the engine's batches (the table gives each side's batch "
+         "size); other weights or another KV cache dtype run on a second engine of that variant, "
+         "loaded once and kept (two at most), stepping in its own thread.")
 REMOTE_INTRO = ("**One prompt, two sampling settings, both answers streaming at once** from the "
                 "remote server: it compares what the server can change per request "
                 "(temperature, top-p, top-k, seed, max tokens).")
@@ -58,7 +57,7 @@ def top(remote: bool) -> dict:
                               elem_id="cmp-stop")
     c["live"] = channel("cmp-live-channel", CHANNEL)
     gr.HTML("", js_on_load=DIFF_JS.replace("__NAME__", LIVE["diff"]), elem_id="cmp-diff-scroll",
-            container=False, padding=False)
+            elem_classes=["live-channel-block"], container=False, padding=False)
     return c
 
 
