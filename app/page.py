@@ -57,7 +57,8 @@ def _sidebar(pg) -> dict:
         return s
 
 
-def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True) -> gr.Blocks:
+def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
+               compare_peer=None) -> gr.Blocks:
     """Build the playground page around a :class:`app.state.playground.Playground`.
 
     Args:
@@ -65,6 +66,7 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True) -> gr.B
         max_concurrency: requests (page and API together) Gradio runs at once; set it above the
             engine's queue size so a full engine queue is reported, not hidden by Gradio's queue.
         with_lessons: False builds the Lessons tab as a note without events (``--lessons off``).
+        compare_peer: a remote engine beside ``pg``'s for the Compare tab (``--compare-base-url``).
 
     Returns:
         The ``gr.Blocks``; launch it with ``theme`` and ``css`` (Gradio 6 takes them in ``launch``).
@@ -76,6 +78,7 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True) -> gr.B
         decode_step = sidebar.pop("decode_step")  # not a request setting
         ctx = TabContext.of(pg, max_concurrency, sidebar, lessons=with_lessons)
         ctx.demo = demo
+        ctx.compare_peer = compare_peer
         with gr.Tabs(elem_id="main-tabs"):
             with gr.Tab("Playground", id="playground", elem_id="tab-playground") as play_tab:
                 playground.build(ctx)

@@ -64,6 +64,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-unauthenticated", action="store_true",
                    help="serve /v1 without a key on a non-loopback --host")
     p.add_argument("--no-api", action="store_true", help="no OpenAI-compatible /v1 routes")
+    p.add_argument("--compare-base-url", default=None,
+                   help="an OpenAI-compatible server beside the built-in engine, for the Compare "
+                        "tab's \"this engine vs the remote server\" preset (e.g. "
+                        "http://127.0.0.1:8000/v1; hidden without one)")
     p.add_argument("--lessons", choices=("on", "off"), default="on",
                    help="the Lessons tab's experiments (default on); off for a public server: "
                         "each run takes minutes of the machine and up to ~2.5 GB (two run at "
@@ -175,8 +179,9 @@ def serve(engine, args: argparse.Namespace) -> int:
             # see the engine's own queue position and its "queue is full" message rather than
             # Gradio's queue.
             concurrency = 2 * args.max_queue + 4
+            peer = _compare_peer(args, engine)
             demo = build_demo(pg, max_concurrency=concurrency,
-                              with_lessons=getattr(args, "lessons", "on") != "off")
+                              with_lessons=getattr(args, "lessons", "on") != "off", compare_peer=peer)
             demo.queue(default_concurrency_limit=concurrency)
             local_url, share_url = launch(demo, args.host, args.port, share=args.share, theme=theme(),
                                           css=read_css(), max_threads=concurrency + 8,
@@ -192,9 +197,33 @@ def serve(engine, args: argparse.Namespace) -> int:
         finally:
             if demo is not None:
                 close_page(demo)
+                engines = getattr(demo, "compare_engines", None)
+                if engines is not None:  # the Compare tab's second variants and its peer
+                    engines.shutdown()
+                    if engines.peer is not None:
+                        engines.peer.shutdown()
             pg.close()
             engine.shutdown()
     return 0
+
+
+def _compare_peer(args: argparse.Namespace, engine):
+    """The Compare tab's remote server (``--compare-base-url``) beside a built-in engine, or
+    ``None`` (none given, the page is itself remote, or the server can't be reached: said in one
+    line)."""
+    url = getattr(args, "compare_base_url", None)
+    if not url or engine.capabilities.remote:
+        return None
+    from app.remote import RemoteEngine
+    from app.remote.stream import RemoteError
+
+    try:
+        peer = RemoteEngine(url)
+    except RemoteError as exc:
+        print(f"Compare: no remote server ({exc})", flush=True)
+        return None
+    print(f"Compare: remote server {peer.info.engine} at {peer.info.base_url}", flush=True)
+    return peer
 
 
 def wait_for_stop(demo, stop: threading.Event) -> None:

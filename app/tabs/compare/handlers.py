@@ -129,7 +129,11 @@ def _frames(runs: list[SideRun], budget, token) -> Iterator[dict]:
 
 def _frame(runs: list[SideRun], final: bool, figures: bool) -> dict:
     left, right = runs
-    diff = view.first_diff(left.token_ids, right.token_ids, finished=final)
+    if "remote" in (left.placement.kind, right.placement.kind):  # another tokenizer's ids
+        diff = view.first_diff([t.text for t in left.state.tokens], [t.text for t in right.state.tokens],
+                               finished=final)
+    else:
+        diff = view.first_diff(left.token_ids, right.token_ids, finished=final)
     frame = {name: r.chips.html(r.state.tokens, diff) for name, r in zip(view.SIDES, runs)}
     figs = {r.name: r.figures(diff) for r in runs}
     frame["table"] = view.table_html(figs)
