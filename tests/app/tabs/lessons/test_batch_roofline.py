@@ -188,7 +188,11 @@ def test_knee_and_ridge_labels_sit_on_their_lines():
     labels = {a.text.strip(): a.x for a in fig.layout.annotations if a.text.strip().startswith(("knee", "ridge"))}
     assert labels == {"knee: batch 4": pytest.approx(math.log10(4)), "ridge: batch ≈ 6": pytest.approx(math.log10(6))}
     assert sorted(s.x0 for s in fig.layout.shapes) == [4, 4, 6]
-    assert not [a for a in lesson_batch.batch_figure(rows, ridge_batch=64).layout.annotations if "ridge" in a.text]
+    # a ridge past the axis gets no line, and its label sits at the axis's right edge saying so
+    off = lesson_batch.batch_figure(rows, ridge_batch=64)
+    assert sorted(s.x0 for s in off.layout.shapes) == [4, 4]
+    assert [(a.text, a.x) for a in off.layout.annotations if "ridge" in a.text] == \
+        [("ridge: batch ≈ 64, off this axis →", lesson_batch.X_RANGE[1])]
 
 
 def test_the_step_drawing_and_the_read_time_follow_the_tables_own_figures():
