@@ -25,6 +25,7 @@ from app.server import fields
 from app.server.errors import guard
 from app.tabs.lessons.gate import gated
 from app.render.fmt import fmt_int, fmt_rate
+from app.tabs.lessons import machine_profile
 from app.tabs.lessons.roofline import measure_machine, model_shape
 from app.tabs.lessons.runs import LessonEngine
 
@@ -76,13 +77,14 @@ def ridge_crossing(shape, machine: dict, context: int) -> dict:
 
     Args:
         shape: the model's :class:`engine.experiments.intensity.DecodeShape`.
-        machine: :func:`app.tabs.lessons.roofline.measure_machine`'s result (``flops_per_s``,
-            ``bandwidth_gb_per_s``, ``device``, ``dtype``).
+        machine: the server's machine profile (:func:`app.tabs.lessons.machine_profile.current`
+            of :func:`app.tabs.lessons.roofline.measure_machine`: ``flops_per_s``,
+            ``bandwidth_gb_per_s``, ``device``, ``dtype``, and ``measured_at`` for the stamp).
         context: tokens of context per sequence.
 
     Returns:
         ``{"gflops", "bandwidth_gb_per_s", "ridge", "context", "batch", "intensity_at",
-        "intensity_before", "device", "dtype"}``: ``ridge`` in FLOPs per byte; ``batch`` the
+        "intensity_before", "device", "dtype", "stamp"}``: ``ridge`` in FLOPs per byte; ``batch`` the
         crossing (``None`` when no batch up to 2²⁰ reaches the ridge); ``intensity_at`` and
         ``intensity_before`` the step's FLOPs per byte at that batch and the one below it.
     """
@@ -93,13 +95,16 @@ def ridge_crossing(shape, machine: dict, context: int) -> dict:
     return {"gflops": gflops, "bandwidth_gb_per_s": bw, "ridge": ridge, "context": context, "batch": b,
             "intensity_at": shape.intensity(b, context) if b else None,
             "intensity_before": shape.intensity(b - 1, context) if b and b > 1 else None,
-            "device": machine.get("device", ""), "dtype": machine.get("dtype", "")}
+            "device": machine.get("device", ""), "dtype": machine.get("dtype", ""),
+            "stamp": machine_profile.stamp(machine) if "measured_at" in machine else ""}
 
 
 def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None = None) -> dict:
     """Run :data:`SIZES` concurrent sequences, ``new_tokens`` each, through ``engine``
     (:data:`REPEATS` rounds, the sizes in turns, after a short warm-up), as lesson requests;
-    then measure this machine's ridge point as the roofline lesson does.
+    then this machine's ridge point from the server's machine profile (the roofline lesson's
+    figures; measured now when there is none, or it is older than
+    :data:`app.tabs.lessons.machine_profile.MAX_AGE_S`).
 
     Returns:
         ``engine.experiments.batch.run``'s result; its ``rows`` hold, per batch size, the medians
@@ -120,7 +125,8 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
                     batch_sizes=list(SIZES), new_tokens=n)
     if progress is not None:
         progress(1.0, "measuring this machine's bandwidth and FLOP/s")
-    res["ridge"] = ridge_crossing(model_shape(engine), measure_machine(engine), mean_context(res["rows"], n))
+    profile = machine_profile.current(lambda: measure_machine(engine))
+    res["ridge"] = ridge_crossing(model_shape(engine), profile, mean_context(res["rows"], n))
     return res
 
 
@@ -236,7 +242,10 @@ def ridge_html(r: dict | None, knee_batch: int | None) -> str:
     where = f"{html.escape(str(r['device']))}, {html.escape(str(r['dtype']))}"
     text = (f"<br><b>This machine's ridge point</b> ({where}) is {r['gflops']:,.1f} GFLOP/s ÷ "
             f"{r['bandwidth_gb_per_s']:,.1f} GB/s = <b>{r['ridge']:,.1f} FLOPs per byte</b> (a "
-            "matmul's speed over the memory read bandwidth, measured just now as in the next lesson). ")
+            "matmul's speed over the memory read bandwidth: "
+            + (f"this machine's profile, {html.escape(r['stamp'])}, the same figures the next lesson "
+               "prints; its “Measure this machine” takes them again" if r.get("stamp") else
+               "measured just now as in the next lesson") + "). ")
     ctx = fmt_int(r["context"])
     if r["batch"] is None:
         return text + (f"With {ctx} tokens of context per sequence no batch of this model's decode step "

@@ -25,7 +25,7 @@ from app.server import fields
 from app.server.errors import guard
 from app.tabs.lessons.gate import gated
 from app.render.fmt import fmt_bytes, fmt_int
-from app.tabs.lessons import last_runs, roofline_models as rm
+from app.tabs.lessons import last_runs, machine_profile, roofline_models as rm
 from app.tabs.lessons.calculator import read_config
 from app.tabs.lessons.common import error_html, progress_adapter
 
@@ -242,7 +242,8 @@ def roofline_table(shape: intensity.DecodeShape, context: int, machine: dict | N
     if machine:
         line(f"this machine ({machine['device']}, {machine['dtype']})", machine["bandwidth_gb_per_s"],
              machine["flops_per_s"], machine["ridge"],
-             f"measured now: sum over {BANDWIDTH_BYTES // 10**6} MB; {MATMUL_N}×{MATMUL_N} matmul")
+             f"{machine_profile.stamp(machine) if 'measured_at' in machine else 'measured now'} (the "
+             f"profile every lesson prints): sum over {BANDWIDTH_BYTES // 10**6} MB; {MATMUL_N}×{MATMUL_N} matmul")
     for g in intensity.published_ridges():
         line(f"{g['name']} ({g['dtype']})", g["bandwidth_gb_per_s"], g["tflops"] * 1e12, g["ridge"], g["source"])
     lines.append("\n“Never”: each sequence brings its own KV cache to read, so past some batch the bytes grow "
@@ -461,7 +462,7 @@ def build(ctx) -> dict:
                                                     served_as))
 
     def on_measure(model, weights, kv, pasted, context):
-        measured = measure_machine(engine)
+        measured = machine_profile.current(lambda: measure_machine(engine), fresh=True)
         return (measured, *view(model, weights, kv, pasted, context, measured))
 
     quiet = {"api_visibility": "private"}

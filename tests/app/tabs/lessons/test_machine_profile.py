@@ -1,0 +1,60 @@
+"""One machine profile for every lesson: the Batch size lesson and the Memory-bound lesson print
+the same ridge point, from one measurement, with when it was taken and the load then (the
+student saw 39.4 FLOPs per byte in one and 3.0 in the other, both "measured just now")."""
+
+import re
+
+import pytest
+
+from engine.experiments import intensity
+
+from app.tabs.lessons import batch, machine_profile, roofline
+
+SHAPE = intensity.DecodeShape(params=134_515_008, weight_bytes=94_835_584, kv_bytes_per_token=23_040,
+                              layers=30, heads=9, head_dim=64)
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    machine_profile.forget()
+    yield
+    machine_profile.forget()
+
+
+def _measures():
+    """A machine whose figures move between calls, as a loaded one does."""
+    figures = iter([(161.4e9, 4.1), (16.0e9, 5.3), (20.0e9, 6.0)])
+
+    def measure():
+        flops, bw = next(figures)
+        return {"device": "cpu", "dtype": "bfloat16", "flops_per_s": flops, "bandwidth_gb_per_s": bw,
+                "ridge": flops / (bw * 1e9)}
+    return measure
+
+
+def test_a_profile_is_kept_reused_and_measured_again_on_demand_or_when_old():
+    measure, now = _measures(), [1000.0]
+    first = machine_profile.current(measure, clock=lambda: now[0])
+    now[0] += 60
+    assert machine_profile.current(measure, clock=lambda: now[0]) == first  # reused, not remeasured
+    again = machine_profile.current(measure, fresh=True, clock=lambda: now[0])
+    assert again["flops_per_s"] == 16.0e9 and again["measured_at"] == 1060.0
+    now[0] += machine_profile.MAX_AGE_S + 1
+    assert machine_profile.current(measure, clock=lambda: now[0])["flops_per_s"] == 20.0e9
+    assert machine_profile.stamp({"measured_at": 0.0, "load_average": 3.1}) == \
+        "measured at 00:00 UTC, load average 3.1"
+
+
+def test_the_batch_and_memory_bound_lessons_print_one_ridge_with_its_time_and_load():
+    measure = _measures()
+    # the Memory-bound lesson's button measures; the Batch size lesson's run comes after it
+    theirs = machine_profile.current(measure, fresh=True)
+    ours = batch.ridge_crossing(SHAPE, machine_profile.current(measure), 512)
+    table = roofline.roofline_table(SHAPE, 512, theirs)
+    text = batch.ridge_html(ours, None)
+    row = next(line for line in table.splitlines() if line.startswith("| this machine"))
+    their_ridge = row.split("|")[4].strip()
+    our_ridge = re.search(r"= <b>([\d,.]+) FLOPs per byte</b>", text).group(1)
+    assert our_ridge == their_ridge == "39.4"
+    stamp = machine_profile.stamp(theirs)
+    assert stamp in row and stamp in text
