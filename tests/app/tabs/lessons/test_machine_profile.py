@@ -58,3 +58,20 @@ def test_the_batch_and_memory_bound_lessons_print_one_ridge_with_its_time_and_lo
     assert our_ridge == their_ridge == "39.4"
     stamp = machine_profile.stamp(theirs)
     assert stamp in row and stamp in text
+
+
+def test_the_overhead_table_reads_its_roof_from_the_same_profile():
+    """The Memory-bound tab printed 15.9 GB/s above and 20.0 GB/s in its overhead table's roof:
+    the table now takes the profile's bandwidth, and its read time and roof follow from it."""
+    profile = machine_profile.current(_measures())          # 4.1 GB/s
+    res = {"batch_sizes": [1], "eager_tokens_per_s": {1: 20.3}, "compiled_tokens_per_s": {1: 60.9},
+           "roofline_fraction": {"eager": 0.1, "compiled": 0.3},
+           "rounds": {"eager": {1: [20.3]}, "compiled": {1: [60.9]}},
+           "bandwidth_gb_per_s": 20.0, "bytes_per_step": 96_000_000, "ceiling_tokens_per_s": 208.3,
+           "compile": {"compile_s": 5.0, "cache_hits": 3}, "parity": [{"equal": True}],
+           "profile": {p: dict.fromkeys(roofline.PARTS, 1.0) for p in ("eager", "compiled")}}
+    table = roofline.overhead_table(roofline.with_profile_bandwidth(res, profile))
+    assert "20.0 GB/s" not in table
+    assert f"at the 4.1 GB/s of this machine's profile ({machine_profile.stamp(profile)}" in table
+    assert f"**{96_000_000 / 4.1e9 * 1e3:.1f} ms**" in table and f"= {4.1e9 / 96e6:.0f} tokens/s" in table
+    assert f"| eager (transformers' code) | 20.3 | 49.3 | {100 * 20.3 / (4.1e9 / 96e6):.1f}% |" in table
