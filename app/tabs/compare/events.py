@@ -27,11 +27,15 @@ _RUNS = itertools.count(1)
 
 def live_updates(frames, run_id: str):
     """:func:`app.tabs.compare.handlers.compare`'s frames as the channel's log, one value per
-    frame (``run_id``: unique on the page)."""
+    frame (``run_id``: unique on the page), then the log's first line alone
+    (:attr:`app.render.live_ops.LiveLog.head`), which ends the run."""
     log = LiveLog(run_id, templates=(TEMPLATE,))
     panels = LiveEncoder(append=LIVE_APPEND, figures=LIVE_FIGURES)
     for frame in frames:
         yield log.add(panels.ops({LIVE[k]: v for k, v in frame.items() if k in LIVE}))
+    # Gradio's closing message carries the last value whole: the log cut back to its first line
+    # keeps it small (the channel keeps what it drew from a value its drawn log starts with)
+    yield log.head
 
 
 def side_dict(values) -> dict:
