@@ -16,6 +16,7 @@ from engine import QueueFullError
 
 from app.render import cards
 from app.render import compare as view
+from app.render.fmt import fmt_bytes
 from app.server import fields
 from app.server.errors import log_internal
 from app.state.run_state import Throttle
@@ -151,8 +152,12 @@ def _frame(runs: list[SideRun], final: bool, figures: bool) -> dict:
 def _status(runs: list[SideRun], diff: int | None, final: bool) -> str:
     left, right = runs
     shared_engine = left.placement.engine is right.placement.engine
-    how = ("both sides share the engine's batches" if shared_engine else
-           "two engines, each stepping in its own thread")
+    if shared_engine:
+        how = "both sides share the engine's batches"
+    else:  # both variants' weights are in memory at once
+        sizes = [getattr(r.placement.engine.info, "weights_bytes", 0) or 0 for r in runs]
+        how = "two engines, each stepping in its own thread" + (
+            f" (weights {fmt_bytes(sizes[0])} + {fmt_bytes(sizes[1])} in memory)" if all(sizes) else "")
     counts = f"Left {len(left.token_ids)} · Right {len(right.token_ids)} tokens"
     if diff is None:
         part = "identical so far" if not final else "identical answers"

@@ -92,9 +92,11 @@ def test_other_weights_run_on_a_second_engine_loaded_once_and_bounded(tmp_path):
     served = FakeEngine()
     engines = EngineSet(served, factory=factory)
     pg = _pg(tmp_path, served)
-    res = list(handlers.compare(pg, engines, "s", "Hi", {"weights": "int4"}, {"weights": "bf16"}, 8))[-1]["result"]
+    last = list(handlers.compare(pg, engines, "s", "Hi", {"weights": "int4"}, {"weights": "bf16"}, 8))[-1]
+    res = last["result"]
     assert res["left"]["weight_bytes"] == 94_835_584 and res["right"]["weight_bytes"] == 325_653_376
     assert res["left"]["engine"] == "second engine (int4, KV bf16)"
+    assert "two engines" in last["status"] and "(weights 94.8 MB + 325.7 MB in memory)" in last["status"]
     assert not served.submitted and len(made[0].submitted) == 1
     list(handlers.compare(pg, engines, "s", "Hi", {"weights": "int4"}, {}, 8))
     assert len(made) == 2 and len(made[0].submitted) == 2  # kept, not loaded again

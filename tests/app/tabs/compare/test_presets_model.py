@@ -44,6 +44,17 @@ def test_greedy_against_greedy_gives_equal_tokens_in_shared_batches(setup):
     assert len(frames) > 3  # streamed, not one frame at the end
 
 
+def test_a_side_equals_the_same_request_alone(setup, engine):
+    _, res = run(setup, {"temperature": 0}, {"temperature": 0.7, "seed": 5}, max_tokens=12)
+    from engine import SamplingParams
+
+    for side, params in (("left", SamplingParams(temperature=0, max_tokens=12)),
+                         ("right", SamplingParams(temperature=0.7, seed=5, max_tokens=12))):
+        alone = engine.generate(PROMPT, params, cache_salt=f"alone-{side}")
+        assert res[side]["token_ids"] == alone.token_ids, side
+        assert res[side]["kv_cache_bytes"] == alone.kv_cache_bytes, side
+
+
 def test_greedy_against_sampling_parts_and_marks_the_chip(setup):
     p = BY_KEY["greedy_sampling"]
     frames, res = run(setup, p.left, p.right)
