@@ -97,12 +97,19 @@ def test_chat_history_from_the_client_cannot_reach_server_files(served, tmp_path
 def test_the_conversation_is_kept_per_session_on_the_server(served):
     demo, url, _, eng = served
     index = fn_index(demo, "on_generate", "prompt")
+    end = fn_index(demo, "on_end")  # Generate's last step keeps the turn in the session's state
     session = secrets.token_hex(8)
-    queue_call(url, index, generate_payload(demo, index, [], Prompt="First"), session)
-    queue_call(url, index, generate_payload(demo, index, [], Prompt="Second"), session)
-    queue_call(url, index, generate_payload(demo, index, [], Prompt="Elsewhere"))
+
+    def turn(prompt, sess=None):
+        sess = sess or secrets.token_hex(8)
+        queue_call(url, index, generate_payload(demo, index, [], Prompt=prompt), sess)
+        queue_call(url, end, [None], sess)
+
+    turn("First", session)
+    turn("Second", session)
+    turn("Elsewhere")
     queue_call(url, fn_index(demo, "on_clear"), [], session)  # Clear starts a new conversation
-    queue_call(url, index, generate_payload(demo, index, [], Prompt="Third"), session)
+    turn("Third", session)
     assert [p for p, *_ in eng.submitted] == [
         [{"role": "user", "content": "First"}],
         [{"role": "user", "content": "First"}, {"role": "assistant", "content": "Hello, world!"},
