@@ -130,3 +130,21 @@ def test_fp8_kv_cache_bytes_are_half_of_bf16(setup):
     print(f"KV bytes per token bf16/fp8 {per_token[0]:,.0f} / {per_token[1]:,.0f} B")
     if bf16["tokens"] == fp8["tokens"]:
         assert fp8["kv_cache_bytes"] == bf16["kv_cache_bytes"] // 2
+
+
+@pytest.mark.slow
+def test_frames_carry_what_changed_and_do_not_grow(setup):
+    from app.tabs.compare.events import live_updates
+
+    pg, engines = setup
+    frames = handlers.compare(pg, engines, "test", "Count from one to fifty in words.",
+                              {"temperature": 0}, {"temperature": 0}, 48)
+    values = list(live_updates(frames, "cmp-frames-1"))
+    lines = [x for x in values[-2].split("\n")[1:] if x.startswith("{") and "_tpl" not in x]
+    sizes = [len(x.encode()) for x in lines]
+    assert len(sizes) >= 6, sizes
+    quarter = max(2, len(sizes) // 4)
+    early, late = sorted(sizes[1:1 + quarter]), sorted(sizes[-quarter - 1:-1])
+    assert late[len(late) // 2] <= 1.5 * early[len(early) // 2], sizes  # chips appended, points extended
+    assert max(sizes[1:]) < 12_000, sizes
+    print(f"compare frames: {len(sizes)}, median {sorted(sizes)[len(sizes) // 2]} B, total {sum(sizes)} B")
