@@ -25,7 +25,7 @@ from app.server import fields
 from app.server.errors import guard
 from app.tabs.lessons.gate import gated
 from app.render.fmt import fmt_int, fmt_rate
-from app.tabs.lessons import machine_profile
+from app.tabs.lessons import last_runs, machine_profile
 from app.tabs.lessons.roofline import measure_machine, model_shape
 from app.tabs.lessons.runs import LessonEngine
 
@@ -112,7 +112,8 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
         ``throughput_tokens_per_s`` (end to end: batch × new tokens / wall time, prefill
         included, tokens per second), with every round's figures; :func:`decode_throughput`
         gives decode-only batch ÷ TPOT. Added: ``ridge`` (:func:`ridge_crossing` at
-        :func:`mean_context`).
+        :func:`mean_context`). The rows' medians and the knee are kept as the lesson's last run
+        (:mod:`app.tabs.lessons.last_runs`, ``"batch"``) for the Remedies view to quote.
 
     Raises:
         ValueError: ``new_tokens`` outside [4, 128] (the message names it).
@@ -127,7 +128,17 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
         progress(1.0, "measuring this machine's bandwidth and FLOP/s")
     profile = machine_profile.current(lambda: measure_machine(engine))
     res["ridge"] = ridge_crossing(model_shape(engine), profile, mean_context(res["rows"], n))
+    record_last_run(res["rows"], n)
     return res
+
+
+def record_last_run(rows: list[dict], new_tokens: int) -> None:
+    """Keep a sweep's medians (batch, end-to-end tokens/s, TPOT ms), its knee, the answer length
+    and the rounds as this lesson's last run (:mod:`app.tabs.lessons.last_runs`, ``"batch"``)."""
+    rows = sorted(rows, key=lambda r: r["batch"])
+    last_runs.record("batch", {"new_tokens": new_tokens, "rounds": REPEATS, "knee": knee(rows)["batch"],
+                               "rows": [{k: r[k] for k in ("batch", "throughput_tokens_per_s",
+                                                           "per_token_latency_ms")} for r in rows]})
 
 
 def knee(rows: list[dict], gain: float = KNEE_GAIN) -> dict:

@@ -188,7 +188,27 @@ def cell_batching(m, facts) -> str:
                "here (see the roofline), or the machine was busy (measure again)")
     return (f"throughput **{a:.1f} → {b:.1f} tok/s** from batch 1 to {many['batch']} "
             f"({b:.1f} ÷ {a:.1f} = {_times(b, a)}; {many['batch']}× if sequences were free), "
-            f"{n} new tokens each, prefill included; {verdict}")
+            f"{n} new tokens each, prefill included; {verdict}{lesson_batch_note(facts, many['batch'])}")
+
+
+def lesson_batch_note(facts: dict, upto: int) -> str:
+    """The Batch size lesson's last run beside this view's own two points (``facts["batch_run"]``,
+    :mod:`app.tabs.lessons.last_runs`): its end-to-end throughput from batch 1 to ``upto`` and
+    its knee, with the time it ran. Two runs at two moments of a shared machine: the note says
+    the figures differ by the load, so a student comparing them knows why. ``""`` before that
+    lesson has run."""
+    run = (facts or {}).get("batch_run")
+    if not run:
+        return ""
+    rows = {r["batch"]: r for r in run.get("rows", [])}
+    if 1 not in rows or upto not in rows:
+        return ""
+    a, b = round(rows[1]["throughput_tokens_per_s"], 1), round(rows[upto]["throughput_tokens_per_s"], 1)
+    at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
+    knee = (f"knee at batch {run['knee']}" if run.get("knee") else "no knee up to batch 16")
+    return (f". The Batch size lesson's last run ({at}, {run['new_tokens']} new tokens, medians of "
+            f"{run.get('rounds', 1)} rounds): **{a:.1f} → {b:.1f} tok/s** from batch 1 to {upto} ({_times(b, a)}), "
+            f"{knee}; another moment of a shared machine, so the two differ by its load")
 
 
 def cell_speculative(m, facts) -> str:
@@ -470,7 +490,7 @@ def engine_facts(engine) -> dict:
     cfg = getattr(engine, "config", None)
     status = engine.compile_status() if hasattr(engine, "compile_status") else {}
     return {"compile": status, "compile_run": last_runs.latest("compile"),
-            "quant_run": last_runs.latest("quantization"),
+            "quant_run": last_runs.latest("quantization"), "batch_run": last_runs.latest("batch"),
             "max_num_batched_tokens": getattr(cfg, "max_num_batched_tokens", 0)}
 
 

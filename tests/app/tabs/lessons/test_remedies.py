@@ -180,3 +180,28 @@ def test_q4_says_the_playground_chat_keeps_its_history_and_names_its_clear_butto
     q4 = next(where for q, _, where in remedies.QUESTIONS if q == "Q4")
     assert "keeps its history" in q4 and "**Clear**" in q4
     assert 'gr.Button("Clear"' in inspect.getsource(layout)
+
+
+def test_the_batching_remedy_quotes_the_batch_lessons_last_run_beside_its_own():
+    """Remedies said 28.1 → 52.9 tok/s "counts as flat" while the Batch size lesson said 28.7 →
+    78.9 tok/s, knee at batch 4: the remedy now prints the lesson's own figures and knee beside
+    its measurement, with the time each was taken, and says why they differ."""
+    from app.tabs.lessons import batch, last_runs
+
+    rows = [{"batch": b, "throughput_tokens_per_s": t, "per_token_latency_ms": ms}
+            for b, t, ms in ((1, 28.7, 18.0), (2, 50.0, 19.0), (4, 78.0, 21.0), (8, 78.9, 40.0),
+                             (16, 80.0, 90.0))]
+    last_runs.clear()
+    try:
+        batch.record_last_run(rows, 24)
+        facts = {"batch_run": last_runs.latest("batch"), "max_num_batched_tokens": 512}
+    finally:
+        last_runs.clear()
+    m = {"batch": {"new_tokens": 16, "rows": [
+        {"batch": 1, "throughput_tokens_per_s": 28.1, "per_token_latency_ms": 28.0, "ttft_s": 0.1},
+        {"batch": 8, "throughput_tokens_per_s": 52.9, "per_token_latency_ms": 90.0, "ttft_s": 0.5}]}}
+    cell = remedies.cell_batching(m, facts)
+    assert "**28.1 → 52.9 tok/s** from batch 1 to 8" in cell
+    k = batch.knee(rows)["batch"]
+    assert f"last run (" in cell and f"**28.7 → 78.9 tok/s** from batch 1 to 8 (2.7×), knee at batch {k}" in cell
+    assert "differ by its load" in cell and "medians of 3 rounds" in cell
