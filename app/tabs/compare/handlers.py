@@ -138,7 +138,9 @@ def _frame(runs: list[SideRun], final: bool, figures: bool) -> dict:
     frame = {name: r.chips.html(r.state.tokens, diff) for name, r in zip(view.SIDES, runs)}
     figs = {r.name: r.figures(diff) for r in runs}
     frame["table"] = view.table_html(figs)
-    frame["status"] = cards.status_html(_status(runs, diff, final), "ok" if final else "busy")
+    stopped = final and any(r.state.finish_reason in ("abort", "error") for r in runs)
+    frame["status"] = cards.status_html(_status(runs, diff, final),
+                                        "busy" if not final else "warn" if stopped else "ok")
     if figures:
         frame["latency"] = view.latency_figure({r.name: r.token_times_s() for r in runs})
         frame["kv"] = view.kv_figure({r.name: (r.state.kv_tokens, r.state.kv_bytes) for r in runs})
@@ -163,4 +165,7 @@ def _status(runs: list[SideRun], diff: int | None, final: bool) -> str:
         part = "identical so far" if not final else "identical answers"
     else:
         part = f"the answers part at token #{diff + 1} (marked)"
-    return f"{'Finished' if final else 'Streaming'}: {counts} · {part} · {how}"
+    ended = {r.state.finish_reason for r in runs}
+    head = ("Streaming" if not final else "Stopped" if "abort" in ended else
+            "Failed" if "error" in ended else "Finished")
+    return f"{head}: {counts} · {part} · {how}"

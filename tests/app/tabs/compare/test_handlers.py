@@ -117,3 +117,16 @@ def test_the_api_returns_both_sides_or_names_the_bad_field(tmp_path):
         fn("Hi", {}, {"kv_cache_dtype": "int2"}, 8)
     with pytest.raises(gr.Error, match="max_tokens must be an integer"):
         fn("Hi", {}, {}, "many")
+
+
+def test_stop_aborts_both_sides(tmp_path):
+    eng = FakeEngine("slow")
+    pg = _pg(tmp_path, eng)
+    frames = handlers.compare(pg, EngineSet(eng), "s", "Hi", {}, {}, 8)
+    next(frames)
+    next(frames)  # both submitted and streaming
+    assert pg.stop("s") is True
+    last = list(frames)[-1]
+    assert sorted(eng.aborted) == ["req-0", "req-1"] and last["busy"] is False
+    assert last["result"]["left"]["finish_reason"] == "abort" and pg.active_count() == 0
+    assert "Stopped" in last["status"] and "status-warn" in last["status"]
