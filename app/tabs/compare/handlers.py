@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterator
 
-from engine import QueueFullError
+from engine import ModelLoadError, QueueFullError
 
 from app.render import cards
 from app.render import compare as view
@@ -79,7 +79,8 @@ def compare(pg, engines: EngineSet, session_id: str, prompt, left, right, max_to
     except ValueError as exc:
         yield from refuse(f"Refused: {exc}")
         return
-    loading = [s for s in sides.values() if engines.key(s) is not None and s.engine == "local"]
+    loading = not engines.remote and any(engines.key(s) is not None and s.engine == "local"
+                                         for s in sides.values())
     note = ("Loading the second variant (once; a few seconds)…" if loading else "Submitting both sides…")
     yield {**empty_frame(note), "status": cards.status_html(note, "busy"), "busy": True}
     try:
@@ -87,10 +88,13 @@ def compare(pg, engines: EngineSet, session_id: str, prompt, left, right, max_to
     except QueueFullError as exc:
         yield from refuse(f"The engine is busy: {exc}")
         return
+    except ModelLoadError as exc:  # its message may name server paths: logged, an id shown
+        yield from refuse("That variant could not be loaded on this server: " + log_internal("Compare", exc))
+        return
     except ValueError as exc:
         yield from refuse(f"Refused: {exc}")
         return
-    except Exception as exc:  # noqa: BLE001 - a model that failed to load, a server failure
+    except Exception as exc:  # noqa: BLE001 - a server failure
         yield from refuse(log_internal("Compare", exc))
         return
     budget = shared(pg).frames

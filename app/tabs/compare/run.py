@@ -130,7 +130,14 @@ def submit_pair(pg, engines: EngineSet, session_id: str, prompt, sides: dict) ->
         ValueError, QueueFullError, ModelLoadError: from placing or submitting (a side already
         submitted is aborted first).
     """
-    placed = {name: engines.place(s) for name, s in sides.items()}
+    placed = {}
+    try:
+        for name, s in sides.items():
+            placed[name] = engines.place(s)
+    except BaseException:  # a variant that failed to load: the other side's is free again
+        for p in placed.values():
+            engines.done(p)
+        raise
     salts = {}
     for name, s in sides.items():
         if not placed[name].engine.capabilities.supports_cache_salt:

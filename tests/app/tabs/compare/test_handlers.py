@@ -130,3 +130,22 @@ def test_stop_aborts_both_sides(tmp_path):
     assert sorted(eng.aborted) == ["req-0", "req-1"] and last["busy"] is False
     assert last["result"]["left"]["finish_reason"] == "abort" and pg.active_count() == 0
     assert "Stopped" in last["status"] and "status-warn" in last["status"]
+
+
+def test_a_variant_that_fails_to_load_is_reported_and_frees_the_other(tmp_path):
+    from engine import ModelLoadError
+
+    made = []
+
+    def factory(served, weights, kv):
+        if weights == "fp32" and kv == "fp8":
+            raise ModelLoadError("no fp8 here")
+        made.append(_Variant(weights, kv))
+        return made[-1]
+
+    served = FakeEngine()
+    engines, notes = EngineSet(served, factory=factory), []
+    last = list(handlers.compare(_pg(tmp_path, served), engines, "s", "Hi", {"weights": "int4"},
+                                 {"kv_cache_dtype": "fp8"}, 8, notify=notes.append))[-1]
+    assert last["busy"] is False and notes and notes[0].startswith("That variant could not be loaded on this server: internal error")
+    assert engines._busy == {("int4", "auto"): 0}
