@@ -106,6 +106,7 @@ def kv_figure(runs: dict) -> PlainFigure:
 
 
 ROWS = (
+    ("settings", "settings", str),
     ("engine", "runs on", str),
     ("ttft_s", "TTFT", fmt_seconds),
     ("tpot_s", "TPOT", fmt_seconds),

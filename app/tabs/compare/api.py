@@ -38,7 +38,7 @@ def make_compare(pg, engines):
             ``{"left": {...}, "right": {...}}``, each with text, token_ids, token_times_s
             (seconds from submit to each token), ttft_s, tpot_s, tokens_per_s, kv_cache_bytes,
             weight_bytes, first_diff (0-based index where the answers part, or null), batch_size,
-            acceptance (speculative decoding, else null), engine and finish_reason. Bad settings
+            acceptance (speculative decoding, else null), engine, settings and finish_reason. Bad settings
             are refused naming the side and field ("right.weights must be one of ...").
         """
         session = request.session_hash if request is not None and request.session_hash \

@@ -79,7 +79,8 @@ class SideRun:
             runs), ``kv_cache_tokens`` (tokens its cache held after its last step),
             ``cached_prompt_tokens`` (prompt tokens the prefix cache served), ``weight_bytes`` (the engine's stored weights), ``acceptance`` (accepted /
             drafted, ``None`` without speculative decoding), ``batch_size`` (most sequences
-            in one of its steps), ``first_diff`` (0-based), ``engine``, ``finish_reason``.
+            in one of its steps), ``first_diff`` (0-based), ``engine``, ``settings`` (what differs
+            from the defaults), ``finish_reason``.
         """
         m = self.state.live_metrics()
         out = self.output
@@ -98,7 +99,7 @@ class SideRun:
             "weight_bytes": getattr(info, "weights_bytes", None) or None,
             "acceptance": spec.get("acceptance_rate") if spec and spec.get("drafted") else None,
             "batch_size": max(self.state.batch_sizes) if self.state.batch_sizes else None,
-            "first_diff": diff, "engine": self.placement.label,
+            "first_diff": diff, "engine": self.placement.label, "settings": self.settings.summary(),
             "finish_reason": self.state.finish_reason,
         }
 

@@ -65,6 +65,17 @@ class SideSettings:
         structure = structure_from("json", self.json_schema) if self.json_schema.strip() else None
         return dataclasses.replace(params, structured_outputs=structure) if structure else params
 
+    def summary(self) -> str:
+        """The fields that differ from :data:`DEFAULTS`, short (``"temperature 1, seed 0"``;
+        ``"defaults"`` when none; a schema as ``json_schema``)."""
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value != getattr(DEFAULTS, f.name):
+                parts.append(f.name if f.name == "json_schema" else f"{f.name} {value:g}"
+                             if isinstance(value, float) else f"{f.name} {value}")
+        return ", ".join(parts) or "defaults (greedy)"
+
     def as_dict(self) -> dict:
         """The settings as the API takes them."""
         return dataclasses.asdict(self)

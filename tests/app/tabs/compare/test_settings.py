@@ -101,3 +101,9 @@ def test_figures_and_table_hold_both_sides():
                             "right": {"ttft_s": None}})
     assert "TTFT" in html and "94.8 MB" in html and "#3" in html and "–" in html
     json.dumps(lat.to_plotly_json())
+
+
+def test_a_side_summarises_what_differs_from_the_defaults():
+    assert parse_side("left", {}).summary() == "defaults (greedy)"
+    assert parse_side("right", {"temperature": 1.0, "seed": 0}).summary() == "temperature 1, seed 0"
+    assert parse_side("right", {"json_schema": "{}", "weights": "int4"}).summary() == "weights int4, json_schema"
