@@ -373,9 +373,9 @@ class Remedy:
     """One remedy of a bottleneck.
 
     Attributes:
-        name: the remedy; what: what it changes, in a sentence; where: the lesson tab or the
-        Playground control that shows it; cell: ``(measurements, facts) -> text`` of the figure
-        it moved on this engine.
+        name: the remedy; what: what it changes, in a sentence; where: the lesson tab, the
+        Playground control or this view's own Measure that shows it; cell:
+        ``(measurements, facts) -> text`` of the figure it moved on this engine.
     """
 
     name: str
@@ -389,14 +389,17 @@ BOTTLENECKS = (
         Remedy("prefix cache", "a prompt that starts like an earlier one reuses its cached KV blocks",
                "Playground: send one long prompt twice; the metrics card counts the tokens “from the prefix cache”",
                cell_prefix),
-        Remedy("chunked prefill", "a long prompt is split over several steps, so running answers keep going",
-               f"{lesson(prefill)} (long prompts are prefilled in chunks)", cell_chunked),
         Remedy("shorter prompts", "fewer tokens to prefill: trim the system prompt, the history, the documents",
                f"{lesson(prefill)}: the prompt-length sweep", cell_short),
         Remedy("scheduling", "fewer prompts admitted per step, or short ones first, so a prompt waits less",
-               f"{lesson(batch)}: TTFT grows with the batch", cell_scheduling),
+               "this view's **Measure** (the figure beside it): TTFT alone against 8 requests arriving "
+               "at once", cell_scheduling),
     )),
     ("High TPOT (time per output token)", "every decode step reads all the weights for one token", (
+        Remedy("chunked prefill", "a long prompt is split over several steps, so the answers already "
+               "running keep their pace instead of waiting out the whole prefill",
+               "this view's **Measure** (the figure beside it): a running answer's longest gap between "
+               "tokens while a long prompt is prefilled in chunks", cell_chunked),
         Remedy("speculative decoding", "guessed tokens are checked several at a time in one pass",
                f"{lesson(speculative)}", cell_speculative),
         Remedy("a compiled decode step", "small operators fused, Python overhead gone",

@@ -34,7 +34,8 @@ def test_questions_and_remedies_name_where_each_is_shown():
         for r in rs:  # a lesson tab of this bar, a top tab, or a Playground control
             named = re.findall(r"Lessons › \*\*(.+?)\*\*", r.where)
             assert all(t in titles for t in named), r.where
-            assert named or "Playground" in r.where or "Beams and samples" in r.where, r.where
+            assert (named or "Playground" in r.where or "Beams and samples" in r.where
+                    or "this view's **Measure**" in r.where), r.where
     for _, text, where in remedies.QUESTIONS:
         assert all(t in titles for t in re.findall(r"Lessons › \*\*(.+?)\*\*", where)), where
     assert md.count(remedies.NOT_YET) >= 10  # nothing claimed before a measurement
@@ -205,3 +206,18 @@ def test_the_batching_remedy_quotes_the_batch_lessons_last_run_beside_its_own():
     k = batch.knee(rows)["batch"]
     assert f"last run (" in cell and f"**28.7 → 78.9 tok/s** from batch 1 to 8 (2.7×), knee at batch {k}" in cell
     assert "differ by its load" in cell and "medians of 3 rounds" in cell
+
+
+def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_shown():
+    """Chunked prefill's figure is a running answer's longest gap between tokens: it sits under
+    High TPOT, not High TTFT; scheduling's TTFT figure is this view's own Measure, not the Batch
+    size lesson (which shows no TTFT)."""
+    groups = {title: {r.name: r for r in rs} for title, _, rs in remedies.BOTTLENECKS}
+    tpot = next(g for t, g in groups.items() if t.startswith("High TPOT"))
+    ttft = next(g for t, g in groups.items() if t.startswith("High TTFT"))
+    assert "chunked prefill" in tpot and "chunked prefill" not in ttft
+    assert "longest gap" in tpot["chunked prefill"].where
+    m = {"chunked_prefill": {"max_gap_s": 0.09, "long_prefill_s": 1.2, "median_gap_s": 0.03,
+                             "long_prompt_tokens": 1024, "chunk_tokens": 512}}
+    assert "longest gap between tokens" in remedies.cell_chunked(m, {})
+    assert "Batch size" not in ttft["scheduling"].where and "TTFT" in ttft["scheduling"].where
