@@ -505,6 +505,33 @@ def run_measurements(engine, submit_kwargs: dict | None = None, progress=None) -
     return measurements.measure(LessonEngine(engine, "remedies", submit_kwargs), progress=progress)
 
 
+def keep_measure(m: dict) -> None:
+    """Keep a Measure's results as the server's last (:mod:`app.tabs.lessons.last_runs`,
+    ``"remedies"``), so a page load draws them again instead of an empty table."""
+    from app.tabs.lessons import last_runs
+
+    last_runs.record("remedies", {"measure": m})
+
+
+def last_measure() -> dict | None:
+    """The last Measure's results on this server (any visitor's), or ``None``; ``at`` (epoch
+    seconds) is added to them."""
+    from app.tabs.lessons import last_runs
+
+    run = last_runs.latest("remedies")
+    return {**run["measure"], "at": run["at"]} if run else None
+
+
+def measured_note(m: dict | None) -> str:
+    """``"Measured at 19:02 UTC in 41 s."`` (and the parts that failed) of a Measure, or ``""``."""
+    if not m:
+        return ""
+    spent = sum((m.get("elapsed_s") or {}).values())
+    failed = [k for k in measurements.PARTS if "error" in (m.get(k) or {})]
+    at = f" at {time.strftime('%H:%M UTC', time.gmtime(m['at']))}" if m.get("at") else ""
+    return f"Measured{at} in {spent:.0f} s." + (f" Not measured: {', '.join(failed)}." if failed else "")
+
+
 def build(ctx) -> dict:
     """The lesson inside an open ``gr.Tab``: the questions, the measure button, the remedies
     tables and Q4's examples, wired to ``ctx.engine``. Returns the components by name
@@ -520,21 +547,20 @@ def build(ctx) -> dict:
     with gr.Row():
         c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))
-        c["rem_status"] = gr.HTML("", **elem("rem_status"))
-    # a callable value: drawn again at every page load (the compile status moves after start)
-    c["rem_table"] = gr.Markdown(guard(lambda: remedies_markdown(None, engine_facts(engine))),
+        c["rem_status"] = gr.HTML(guard(lambda: measured_note(last_measure())), **elem("rem_status"))
+    # callable values: drawn again at every page load, from the last Measure (any visitor's) and
+    # the lessons' last runs, so a reload keeps both and picks up what ran since
+    c["rem_table"] = gr.Markdown(guard(lambda: remedies_markdown(last_measure(), engine_facts(engine))),
                                  **elem("rem_table"))
-    c["rem_sampling"] = gr.Markdown(sampling_markdown(None), **elem("rem_sampling"))
+    c["rem_sampling"] = gr.Markdown(guard(lambda: sampling_markdown(last_measure())), **elem("rem_sampling"))
 
     def on_run(request: gr.Request, progress=gr.Progress()):
         try:
             m = run_measurements(engine, session_kwargs(request.session_hash), progress_adapter(progress))
         except ValueError as exc:
             return gr.skip(), gr.skip(), error_html(str(exc))
-        spent = sum(m["elapsed_s"].values())
-        failed = [k for k in measurements.PARTS if "error" in (m.get(k) or {})]
-        note = f"Measured in {spent:.0f} s." + (f" Not measured: {', '.join(failed)}." if failed else "")
-        return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), note
+        keep_measure(m)
+        return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(last_measure())
 
     c["rem_run"].click(guard(gated(on_run, "remedies")), None, [c["rem_table"], c["rem_sampling"], c["rem_status"]],
                        concurrency_limit=None, api_visibility="private")

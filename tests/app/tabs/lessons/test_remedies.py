@@ -221,3 +221,29 @@ def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_
                              "long_prompt_tokens": 1024, "chunk_tokens": 512}}
     assert "longest gap between tokens" in remedies.cell_chunked(m, {})
     assert "Batch size" not in ttft["scheduling"].where and "TTFT" in ttft["scheduling"].where
+
+
+def test_a_page_load_draws_the_last_measure_again():
+    """A reload wiped Measure: the tables and the status are drawn at every page load from the
+    server's last Measure (and the lessons' last runs), so a reload keeps them."""
+    import gradio as gr
+
+    from tests.support.fakes import FakeEngine
+
+    with gr.Blocks():
+        c = lessons.build_lessons(FakeEngine())
+    m = {"sampling": {"prompt": "Give a name for a small grey cat.", "greedy": ["Smokey.", "Smokey."],
+                      "greedy_cut": [False, False], "greedy_equal": True, "temperature": 1.0, "new_tokens": 40,
+                      "sampled": [{"seed": 1, "text": "Ash.", "cut": False}]},
+         "elapsed_s": {"sampling": 3.0}}
+    last_runs.clear()
+    try:
+        remedies.keep_measure(m)
+        sampling = c["rem_sampling"].load_event_to_attach[0]()
+        status = c["rem_status"].load_event_to_attach[0]()
+        table = c["rem_table"].load_event_to_attach[0]()
+    finally:
+        last_runs.clear()
+    assert "| temperature 1, seed 1 | Ash. |" in sampling
+    assert re.fullmatch(r"Measured at \d\d:\d\d UTC in 3 s\.", status), status
+    assert "#### High TTFT" in table
