@@ -174,7 +174,21 @@ def cell_smaller_batch_tpot(m, facts) -> str:
         return why
     one, many, _ = rows
     a, b = one["per_token_latency_ms"], many["per_token_latency_ms"]
-    return f"TPOT **{a:.0f} ms** at batch 1, **{b:.0f} ms** at batch {many['batch']}"
+    return (f"TPOT **{a:.0f} ms** at batch 1, **{b:.0f} ms** at batch {many['batch']}"
+            f"{lesson_tpot_note(facts, many['batch'])}")
+
+
+def lesson_tpot_note(facts: dict, upto: int) -> str:
+    """The Batch size lesson's last run's TPOT at batch 1 and ``upto`` beside this view's own
+    (``facts["batch_run"]``), with the time it ran and why the two differ; ``""`` before it ran."""
+    run = (facts or {}).get("batch_run")
+    rows = {r["batch"]: r for r in (run or {}).get("rows", [])}
+    if not run or 1 not in rows or upto not in rows:
+        return ""
+    at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
+    return (f"; the Batch size lesson's last run ({at}, {run['new_tokens']} new tokens): "
+            f"**{rows[1]['per_token_latency_ms']:.0f} ms** and **{rows[upto]['per_token_latency_ms']:.0f} ms**, "
+            "another moment of a shared machine and another answer length, so the two differ")
 
 
 def cell_batching(m, facts) -> str:

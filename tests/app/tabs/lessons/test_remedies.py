@@ -206,6 +206,10 @@ def test_the_batching_remedy_quotes_the_batch_lessons_last_run_beside_its_own():
     k = batch.knee(rows)["batch"]
     assert f"last run (" in cell and f"**28.7 → 78.9 tok/s** from batch 1 to 8 (2.7×), knee at batch {k}" in cell
     assert "differ by its load" in cell and "medians of 3 rounds" in cell
+    # and the time per token at batch 1 (28 ms here, 18 ms in the lesson) is quoted the same way
+    tpot = remedies.cell_smaller_batch_tpot(m, facts)
+    assert "TPOT **28 ms** at batch 1, **90 ms** at batch 8" in tpot
+    assert "(**18 ms** and **40 ms**" not in tpot and "**18 ms** and **40 ms**, another moment" in tpot
 
 
 def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_shown():
