@@ -104,14 +104,14 @@ def rest_call(url: str, data: list, name: str = "generate") -> tuple[str, str]:
     return events[-1], datas[-1]
 
 
-def file_urls(msg) -> list[str]:
-    """Every served-file URL (``/file=``) anywhere in a queue message."""
+def urls_in(msg, keep) -> list[str]:
+    """Every ``url`` value anywhere in a queue message for which ``keep(url)`` is true."""
     out = []
 
     def walk(x):
         if isinstance(x, dict):
             u = x.get("url")
-            if isinstance(u, str) and "/file=" in u:
+            if isinstance(u, str) and keep(u):
                 out.append(u)
             for v in x.values():
                 walk(v)
@@ -121,3 +121,8 @@ def file_urls(msg) -> list[str]:
 
     walk(msg)
     return out
+
+
+def file_urls(msg) -> list[str]:
+    """Every served-file URL (``/file=``) anywhere in a queue message."""
+    return urls_in(msg, lambda u: "/file=" in u)

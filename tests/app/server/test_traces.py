@@ -18,7 +18,7 @@ import pytest
 
 from app.state.playground import Playground
 from tests.support.fakes import FakeEngine, make_events, make_output
-from tests.support.gradio_queue import file_urls
+from tests.support.gradio_queue import file_urls, urls_in
 from tests.support.page_chain import run_generate
 from tests.support.servers import wait_until
 
@@ -106,21 +106,7 @@ def test_python_m_app_keeps_its_files_private_and_removes_them(run_cli, tmp_path
 
 def trace_links(msg) -> list[str]:
     """Every trace download link (``/playground-traces/...``) anywhere in a queue message."""
-    out = []
-
-    def walk(x):
-        if isinstance(x, dict):
-            u = x.get("url")
-            if isinstance(u, str) and u.startswith("/playground-traces/"):
-                out.append(u)
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(msg)
-    return out
+    return urls_in(msg, lambda u: u.startswith("/playground-traces/"))
 
 
 def test_old_traces_are_pruned_with_their_empty_session_folders(tmp_path, monkeypatch):
