@@ -43,9 +43,10 @@ class StepEvent:
         token_prob: probability of the chosen token after the sampling filters.
         top_candidates: up to 5 :class:`Candidate` objects, most likely first.
         start_s, end_s: ``time.perf_counter()`` seconds around the step's model forward and
-            sampling.
-        num_tokens: tokens processed in the forward pass (prompt length at prefill, 1 at decode
-            with a KV cache, the whole sequence without one).
+            sampling (from the first chunk's start when a prefill ran in several chunks).
+        num_tokens: tokens processed since the last event (the prompt tokens computed at
+            prefill, all chunks together; 1 at decode with a KV cache, the whole sequence
+            without one).
         kv_tokens: tokens held in this request's KV cache after the step (0 without a cache).
         kv_bytes: bytes of the cache tensors after the step, measured as the sum of ``nbytes``.
         batch_size: sequences in the forward pass (1 with the one-at-a-time scheduler).

@@ -37,6 +37,8 @@ class RequestState:
         emitted_len: characters of ``detok.text`` already streamed.
         pending_start_s: when the first step toward the next token began (a chunked prefill
             spans several steps), ``None`` right after a token.
+        pending_tokens: tokens computed by the steps since the last token that brought none
+            (a chunked prefill's earlier chunks), so the next event counts the whole prefill.
         stop_reason: the stop string that ended it, if one did.
         last_kv_bytes: KV bytes at its last step.
         last_memory: the memory breakdown of its last step.
@@ -50,6 +52,7 @@ class RequestState:
     times: RequestTimes
     emitted_len: int = 0
     pending_start_s: float | None = None
+    pending_tokens: int = 0
     stop_reason: str | None = None
     last_kv_bytes: int = 0
     last_memory: object = None
@@ -112,7 +115,10 @@ class OutputProcessor:
                 stopped += self.groups.process(self, e, state, runner_output, batch, memory)
                 continue
             choice = runner_output.sampled.get(rid)
-            if choice is None or rid in runner_output.errors:
+            if rid in runner_output.errors:
+                continue
+            if choice is None:  # an earlier chunk of a prefill: counted with its last one
+                state.pending_tokens += e.num_new
                 continue
             choices, accepted = [choice], 0
             if e.draft_ids:  # accepted drafts, then the model's token, as far as appended
@@ -138,7 +144,8 @@ class OutputProcessor:
                     token_prob=c.prob,
                     top_candidates=[Candidate(i, text(i), p, _log(p))
                                     for i, p in zip(c.top_ids, c.top_probs)],
-                    start_s=state.pending_start_s, end_s=end, num_tokens=e.num_new,
+                    start_s=state.pending_start_s, end_s=end,
+                    num_tokens=e.num_new + state.pending_tokens,
                     kv_tokens=runner_output.kv_tokens.get(rid, 0), kv_bytes=state.last_kv_bytes,
                     cached_tokens=max(0, seq.num_cached_tokens) if e.phase == "prefill" else 0,
                     batch_size=len(batch.request_ids) if batch is not None else 1,
@@ -148,7 +155,7 @@ class OutputProcessor:
                     tokens_in_step=len(choices), **token_marks(seq, first_step + j, text)))
                 if cut:
                     break
-            state.pending_start_s = None
+            state.pending_start_s, state.pending_tokens = None, 0
         return stopped
 
     def _postprocess(self, state: RequestState, seq: Sequence, token: int,

@@ -47,10 +47,14 @@ def test_batch_lesson_sweeps_five_sizes_through_the_engine(page, engine):
     page.locator("#lesson-batch-run").click()
     done = wait_until(lambda: "knee" in page.locator("#lesson-batch-status").inner_text(), 600, every=0.5)
     assert done, page.locator("#lesson-batch-status").inner_text()
-    latency, throughput, ideal = page.evaluate(TRACES, "#lesson-batch-plot")[:3]
-    assert latency["x"] == throughput["x"] == [1, 2, 4, 8, 16]
-    assert all(v > 0 for v in latency["y"] + throughput["y"])
-    assert ideal["y"] == pytest.approx([throughput["y"][0] * b for b in (1, 2, 4, 8, 16)])
+    latency, throughput, ideal, decode = page.evaluate(TRACES, "#lesson-batch-plot")[:4]
+    assert latency["x"] == throughput["x"] == decode["x"] == [1, 2, 4, 8, 16]
+    assert all(v > 0 for v in latency["y"] + throughput["y"] + decode["y"])
+    # the ideal: batch × the best decode-only rate per sequence (batch ÷ TPOT ÷ batch)
+    one = max(y / b for b, y in zip(decode["x"], decode["y"]))
+    assert ideal["y"] == pytest.approx([one * b for b in (1, 2, 4, 8, 16)], rel=1e-6)
+    assert decode["y"] == pytest.approx([b * 1000 / ms for b, ms in zip(latency["x"], latency["y"])],
+                                        rel=0.02)
     # 1 + 2 + 4 + 8 + 16 measured sequences and two warm-ups went through the page's engine
     assert engine.stats()["finished"] - finished >= 33
     assert "8 new tokens per sequence" in page.locator("#lesson-batch-status").inner_text()

@@ -88,3 +88,22 @@ def test_a_small_request_beside_a_no_cache_request(engine, loaded):
     finally:
         heavy.abort()
     assert took < bound_s(alone), f"the small request took {took:.2f} s beside an 800-word no-cache request"
+
+
+def test_a_chunked_prefill_reports_every_chunk_in_its_one_prefill_event(engine):
+    """A prompt longer than the chunk cap prefills over several steps but yields one prefill
+    event: it counts every computed prompt token (none from the prefix cache: a fresh prompt)
+    and spans from the first chunk's start (the page once showed the last chunk as 'computed'
+    and the rest as 'from prefix cache')."""
+    cap = engine.config.max_num_batched_tokens // 4
+    prompt = words(cap // 2, f"fresh{time.time_ns()}x")  # several tokens a word: > 2 chunks
+    n_prompt = len(engine.tokenizer(prompt)["input_ids"])  # the chat template adds a few
+    assert n_prompt > 2 * cap
+    h = engine.submit(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    h.result(120)
+    prefill = [e for e in h.events if e.phase == "prefill"]
+    assert len(prefill) == 1
+    first = prefill[0]
+    assert first.num_tokens == first.kv_tokens >= n_prompt and first.cached_tokens == 0
+    chunk_steps = [e for e in h.events if e.phase == "decode"]
+    assert first.end_s - first.start_s > 0 and all(e.num_tokens == 1 for e in chunk_steps)

@@ -60,8 +60,9 @@ def test_packed_prefill_logits_are_the_dense_bits(both):
 
 @pytest.mark.slow
 def test_packed_decode_gives_dense_tokens_alone_and_batched(both):
-    """Six at once, the packed model's greedy tokens are the dense model's; alone, each gives
-    exactly its batched tokens (a single row runs oneDNN's several-row kernel, as in a batch;
+    """Six at once, the packed model's greedy tokens are the dense model's where this CPU's two
+    kernels agree for the prefill's rows (else their first tokens); alone, each gives exactly
+    its batched tokens (a single row runs oneDNN's several-row kernel, as in a batch;
     the dense model's single rows take its one-row kernel, so they are not compared)."""
     p, d = both
     dense = LLMEngine(d, compile="off", telemetry=False)
@@ -75,11 +76,26 @@ def test_packed_decode_gives_dense_tokens_alone_and_batched(both):
             handles = [eng.submit(q, GREEDY) for q in PROMPTS]
             runs.append([h.result(600).token_ids for h in handles])
             assert max(max(e.batch_size for e in h.events) for h in handles) == len(PROMPTS)
-        assert runs[0] == runs[1]
         assert alone == runs[1]
+        rows = sum(len(pk.tokenizer(q)["input_ids"]) for q in PROMPTS)  # the prefill step's rows
+        if products_agree(rows):
+            assert runs[0] == runs[1]
+        else:   # this CPU's dense kernel sums that many rows otherwise (AMX): bf16 answers
+            assert [r[0] for r in runs[0]] == [r[0] for r in runs[1]]   # part after a while
     finally:
         dense.shutdown()
         pk.shutdown()
+
+
+def products_agree(rows: int) -> bool:
+    """Whether this CPU's dense bf16 product and the packed one give the same bits for a
+    ``[rows, 576] @ [576, 1536]`` product (true up to 32 rows everywhere seen; on AVX-512 AMD
+    for every size; not past 32 rows on an AMX Xeon, where oneDNN picks another kernel)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(576, 1536, bias=False).to(torch.bfloat16)
+    x = torch.randn(rows, 576).to(torch.bfloat16)
+    with torch.inference_mode():
+        return torch.equal(F.linear(x, lin.weight), PackedLinear(lin)(x))
 
 
 @pytest.mark.slow
