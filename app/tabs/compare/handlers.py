@@ -23,7 +23,7 @@ from app.state.run_state import Throttle
 from app.state.shared_views import shared
 from app.tabs.compare.engines import EngineSet
 from app.tabs.compare.run import SideRun, submit_pair
-from app.tabs.compare.settings import SideSettings, parse_side
+from app.tabs.compare.settings import MAX_TOKENS_CAP, SideSettings, parse_side
 
 TEXT_EVERY_S = 0.1     # chips, status and table
 FIGURES_EVERY_S = 1.0  # the two plots
@@ -43,8 +43,10 @@ def parse_sides(left, right, max_tokens, engines: EngineSet) -> dict[str, SideSe
     Raises:
         ValueError: naming the side and field (``"right.weights must be one of ..."``).
     """
-    if max_tokens is not None:
+    if max_tokens is not None:  # the comparison's own field, named as such (not a side's)
         max_tokens = fields.whole("max_tokens", max_tokens)
+        if not 1 <= max_tokens <= MAX_TOKENS_CAP:
+            raise ValueError(f"max_tokens must be in [1, {MAX_TOKENS_CAP}], got {max_tokens}")
     flags = dict(remote=engines.remote, peer=engines.peer is not None)
     return {"left": parse_side("left", left, max_tokens, **flags),
             "right": parse_side("right", right, max_tokens, **flags)}

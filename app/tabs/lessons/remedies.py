@@ -561,12 +561,18 @@ def build(ctx) -> dict:
     with gr.Row():
         c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))
-        c["rem_status"] = gr.HTML(guard(lambda: measured_note(last_measure())), **elem("rem_status"))
-    # callable values: drawn again at every page load, from the last Measure (any visitor's) and
-    # the lessons' last runs, so a reload keeps both and picks up what ran since
-    c["rem_table"] = gr.Markdown(guard(lambda: remedies_markdown(last_measure(), engine_facts(engine))),
-                                 **elem("rem_table"))
-    c["rem_sampling"] = gr.Markdown(guard(lambda: sampling_markdown(last_measure())), **elem("rem_sampling"))
+        c["rem_status"] = gr.HTML(measured_note(last_measure()), **elem("rem_status"))
+    c["rem_table"] = gr.Markdown(remedies_markdown(last_measure(), engine_facts(engine)), **elem("rem_table"))
+    c["rem_sampling"] = gr.Markdown(sampling_markdown(last_measure()), **elem("rem_sampling"))
+
+    def drawn():  # from the last Measure (any visitor's) and the lessons' last runs
+        m = last_measure()
+        return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(m)
+
+    outputs = [c["rem_table"], c["rem_sampling"], c["rem_status"]]
+    if getattr(ctx, "demo", None) is not None:  # drawn again at every page load, off the API list
+        ctx.demo.load(guard(drawn), None, outputs, api_visibility="private", concurrency_limit=None,
+                      show_progress="hidden")
 
     def on_run(request: gr.Request, progress=gr.Progress()):
         try:
@@ -576,6 +582,5 @@ def build(ctx) -> dict:
         keep_measure(m)
         return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(last_measure())
 
-    c["rem_run"].click(guard(gated(on_run, "remedies")), None, [c["rem_table"], c["rem_sampling"], c["rem_status"]],
-                       concurrency_limit=None, api_visibility="private")
+    c["rem_run"].click(guard(gated(on_run, "remedies")), None, outputs, concurrency_limit=None, api_visibility="private")
     return c

@@ -117,6 +117,10 @@ def test_the_api_returns_both_sides_or_names_the_bad_field(tmp_path):
         fn("Hi", {}, {"kv_cache_dtype": "int2"}, 8)
     with pytest.raises(gr.Error, match="max_tokens must be an integer"):
         fn("Hi", {}, {}, "many")
+    before = len(eng.submitted)
+    with pytest.raises(gr.Error, match=r"^.?Refused: max_tokens must be in \[1, 1024\], got 5000"):
+        fn("Hi", {}, {}, 5000)  # the comparison's own field, not left's
+    assert len(eng.submitted) == before
 
 
 def test_stop_aborts_both_sides(tmp_path):
