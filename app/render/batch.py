@@ -8,6 +8,7 @@ student sees their own requests marked. No Gradio, no engine, no torch.
 from __future__ import annotations
 
 import html
+import json
 import math
 
 from app.render.figures import DECODE, HEIGHT, PREFILL
@@ -216,9 +217,8 @@ class PoolPicture:
             who = "; ".join(f"{r}{' (you)' if r in mine else ''}, logical block {lb}"
                             for r, lb in self.owners.get(i, ()))
             tip = f"block {i}: {POOL_LABELS[cls]}" + (f" — {who}" if who else "")
-        else:
-            end = min(self.num_blocks, (i + 1) * self.span) - 1
-            tip = f"blocks {i * self.span}–{end}: {POOL_LABELS[cls]} (strongest)"
+        else:  # the tooltip is written on hover (POOL_HOVER_JS): a frame carries classes only
+            return f"<i class='bp-cell bp-{cls}'></i>"
         return f"<i class='bp-cell bp-{cls}' title='{html.escape(tip, quote=True)}'></i>"
 
     def html(self, mine) -> str:
@@ -248,7 +248,22 @@ class PoolPicture:
                  f"each square is {self.span} blocks of {self.block_size} tokens: the pool is too large to draw block by block")
         return (f"<div class='bp'><div class='bp-title'>KV block pool: {fmt_int(self.num_blocks)} blocks "
                 f"({scale})</div><div class='bp-legend'>{legend}</div>"
-                f"<div class='bp-grid'>{''.join(cells)}</div></div>")
+                f"<div class='bp-grid' data-span='{self.span}' data-n='{self.num_blocks}'>"
+                f"{''.join(cells)}</div></div>")
+
+
+POOL_HOVER_JS = """
+element.addEventListener('mouseover', (e) => {
+  const c = e.target, g = c.parentElement;
+  if (!c.classList || !c.classList.contains('bp-cell') || c.title || !g || !g.dataset.span) return;
+  const i = Array.prototype.indexOf.call(g.children, c), s = +g.dataset.span, n = +g.dataset.n;
+  const kind = [...c.classList].find((k) => k !== 'bp-cell').slice(3);
+  c.title = `blocks ${i * s}\u2013${Math.min(n, (i + 1) * s) - 1}: ${LABELS[kind]} (strongest)`;
+});
+""".replace("LABELS", json.dumps(POOL_LABELS))
+"""The block pool's tooltips where a square stands for several blocks: written on hover from the
+square's place in the grid (``data-span`` blocks a square, ``data-n`` blocks in all), so the
+timer's 700-square frame carries no 700 titles."""
 
 
 def pool_cells(snapshot: dict, mine: set[str], max_cells: int = MAX_CELLS) -> tuple[list[str], int]:

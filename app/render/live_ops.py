@@ -92,36 +92,57 @@ def template_line(name: str) -> bytes:
     return b'{"_tpl":{' + orjson.dumps(name) + b":" + template_json(name) + b"}}\n"
 
 
+LOG_LIMIT = 48_000
+"""Characters a run's log grows to before it starts a new part (:class:`LiveLog`)."""
+
+CARRY = 3
+"""Frames a new part of the log repeats from the last one (frames the browser may not have seen)."""
+
+
 class LiveLog:
     """The channel's value for one run: a first line naming the run, then one JSON line per frame.
 
-    The value only grows during a run, so Gradio's streaming diff sends each frame's new line and
-    nothing else; a new run starts a new log (the browser sees a value that does not extend the
-    one it drew, and starts over from its first line). :attr:`head`, the first line alone, is what
-    a run ends on: a value the drawn log starts with changes nothing in the browser.
+    The value grows during a run, so Gradio's streaming diff sends each frame's new line and
+    nothing else. It grows only to :data:`LOG_LIMIT` characters: then a new part starts (the first
+    line again, a ``~part`` line, and the last :data:`CARRY` frames), so what the browser and the
+    server do per frame with the whole value (diff, copy, compare) stays bounded however long the
+    answer. Every frame carries its number ``_n``; the browser applies each number once, so the
+    repeated frames change nothing where they were seen, and fill the gap where the browser saw
+    two values as one (it draws the last value of a burst). A new run starts a new log (its first
+    line differs), and the browser starts over.
+
+    :attr:`head`, the first line alone, is what a run ends on: a value the drawn log starts with
+    changes nothing in the browser.
 
     Args:
         run_id: a name unique on this page (a new run's log must not start like the last one's).
         templates: Plotly template names the run's figures use, sent in the log's first frame.
+        limit: :data:`LOG_LIMIT` (smaller in tests).
     """
 
-    def __init__(self, run_id: str, templates: tuple[str, ...] = ()) -> None:
-        head = run_id.replace("\n", " ").encode() + b"\n" + b"".join(template_line(t) for t in templates)
-        self.value = head.decode()
-        self.head = self.value.split("\n", 1)[0] + "\n"
+    def __init__(self, run_id: str, templates: tuple[str, ...] = (), limit: int = LOG_LIMIT) -> None:
+        self.head = run_id.replace("\n", " ") + "\n"
+        self.value = self.head + b"".join(template_line(t) for t in templates).decode()
+        self.limit = limit
         self.frames = 0
+        self.parts = 1
         self.last_frame_bytes = 0
+        self._recent: list[str] = []
 
     def add(self, ops: dict) -> str:
-        """Append one frame (panel name -> op; empty ops add nothing) and return the whole log."""
+        """Append one frame (panel name -> op; empty ops add nothing) and return the log."""
         ops = {k: v for k, v in ops.items() if v is not None}
         if not ops:
             self.last_frame_bytes = 0
             return self.value
-        line = orjson.dumps(ops, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        line = orjson.dumps({**ops, "_n": self.frames}, option=orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
         self.frames += 1
         self.last_frame_bytes = len(line)
-        self.value += line.decode()
+        if len(self.value) + len(line) > self.limit and self._recent:
+            self.parts += 1
+            self.value = self.head + f"~{self.parts}\n" + "".join(self._recent)
+        self._recent = (self._recent + [line])[-CARRY:]
+        self.value += line
         return self.value
 
 

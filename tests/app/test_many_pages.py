@@ -292,3 +292,46 @@ def test_plotly_js_url_names_no_installed_package_path():
     tag = serve_plotly_js()
     assert "site-packages" not in tag and "plotly/package_data" not in tag
     assert tag.endswith("plotly.min.js'></script>")
+
+
+def apply_log(values: list[str]) -> list[dict]:
+    """The channel script's rules (:data:`app.tabs.playground.live_channel.CHANNEL_JS`) in
+    Python: the ops a browser applies when it draws each of ``values`` in turn."""
+    drawn, run, seen, applied = "", None, -1, []
+    for v in values:
+        if drawn.startswith(v):
+            continue
+        if drawn and v.startswith(drawn):
+            rest = v[len(drawn):]
+        else:
+            ident = v[:v.index("\n") + 1]
+            if ident != run:
+                run, seen, applied = ident, -1, []
+            rest = v
+        drawn = v
+        for line in rest.split("\n"):
+            if line.startswith("{"):
+                ops = json.loads(line)
+                if ops.get("_n", seen + 1) <= seen:
+                    continue
+                seen = ops.pop("_n", seen)
+                applied.append(ops)
+    return applied
+
+
+def test_a_long_runs_log_stays_bounded_and_every_frame_arrives_once():
+    """The log starts a new part at its bound, repeating its last frames: the value stays under
+    the bound however many frames, and a browser that draws every value, or only the last of
+    each burst of two (as Gradio may hand it a burst), applies each frame exactly once."""
+    log = wiring.LiveLog("run-7", limit=2_000)
+    values = []
+    for i in range(300):
+        values.append(log.add({"tokens": {"app": f"<span>{i}</span>" * 3}}))
+    assert log.parts > 10 and max(len(v) for v in values) <= 2_000
+    want = [{"tokens": {"app": f"<span>{i}</span>" * 3}} for i in range(300)]
+    assert apply_log(values) == want
+    assert apply_log(values[1::2] + values[-1:]) == want   # every other value seen
+    assert apply_log(values + [log.head]) == want           # the run's end changes nothing
+    # a new run starts over
+    other = wiring.LiveLog("run-8")
+    assert apply_log(values + [other.add({"status": {"set": "x"}})]) == [{"status": {"set": "x"}}]

@@ -175,3 +175,25 @@ def test_two_browsers_share_decode_steps_and_each_sees_its_own_marked(page_url, 
     assert wait_until(lambda: engine.stats()["running"] == 0, 30)
     for ctx in contexts:
         ctx.close()
+
+
+def test_the_block_pools_squares_say_which_blocks_they_hold(page_url, browser):
+    """Hovering a square of the block pool titles it with its blocks and their state (written
+    on hover when a square stands for several blocks, so the timer's frames carry no titles)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(page_url)
+        page.wait_for_selector("#block-pool .bp-grid .bp-cell", timeout=60_000)
+        grid = page.locator("#block-pool .bp-grid")
+        span = int(grid.get_attribute("data-span") or 1)
+        cell = grid.locator(".bp-cell").nth(2)
+        cell.scroll_into_view_if_needed()
+        cell.hover()
+        title = cell.get_attribute("title") or ""
+        first, last = 2 * span, min(int(grid.get_attribute("data-n")), 3 * span) - 1
+        want = f"blocks {first}–{last}: " if span > 1 else "block 2: "
+        assert title.startswith(want), title
+        assert title.split(": ", 1)[1].split(" (")[0].split(" —")[0] in {
+            "empty", "cached prefix", "other requests", "your request"}, title
+    finally:
+        page.close()

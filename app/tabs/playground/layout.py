@@ -131,7 +131,8 @@ def _batching(pg, head: str) -> dict:
     b = {"batch_stats": gr.HTML(first["batch_stats"], elem_id="batch-stats")}
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
-            b["pool"] = gr.HTML(first["pool"], visible=show, elem_id="block-pool")
+            b["pool"] = gr.HTML(first["pool"], visible=show, elem_id="block-pool",
+                                js_on_load=batch_view.POOL_HOVER_JS)
             b["tables"] = gr.HTML(first["tables"], visible=show, elem_id="block-tables")
         with gr.Column(scale=4):
             b["strip"] = plot_panel(first["strip"], "step-strip", head, visible=show)

@@ -4,8 +4,9 @@ A Gradio stream with one output per panel costs the browser a component update f
 of each frame (state copy, loading status, re-render), and each panel's whole value: the stat
 cards' HTML, every figure's JSON. The Playground instead streams one hidden ``gr.HTML`` whose
 value is an append-only log (:class:`app.render.live_ops.LiveLog`): a first line naming the
-run, then one JSON line per frame with each changed panel's *op* (:mod:`app.render.live_ops`).
-Gradio's streaming diff sends only the new line; the channel's script parses it and hands each
+run, then one numbered JSON line per frame with each changed panel's *op*
+(:mod:`app.render.live_ops`), started over in a new part (same first line) when it reaches a
+bound. Gradio's streaming diff sends only the new line; the channel's script parses it and hands each
 op to its panel through a small registry on ``window`` (:data:`REGISTRY_JS`). Each panel is its
 own ``gr.HTML`` with a script that applies ops in place: chips appended, cards patched where
 they changed, plot points appended and drawn at most once per animation frame, and only while
@@ -23,15 +24,24 @@ from app.render.live_js import REGISTRY_JS
 
 CHANNEL_JS = REGISTRY_JS + r"""
 const CH = '__CHANNEL__';
-let drawn = '';
+let drawn = '', run = null, seen = -1;
 const feed = () => {
   const v = props.value || '';
   if (drawn.startsWith(v)) return;   // the same log, or its first line alone (a run's end)
   let rest;
   if (drawn && v.startsWith(drawn)) rest = v.slice(drawn.length);
-  else { live.reset(CH); rest = v; }   // a new run (or Clear): its log from the start
+  else {   // a new run (or Clear) starts over; a new part of this run's log goes on
+    const id = v.slice(0, v.indexOf('\n') + 1);
+    if (id !== run) { live.reset(CH); run = id; seen = -1; }
+    rest = v;
+  }
   drawn = v;
-  for (const line of rest.split('\n')) if (line.charCodeAt(0) === 123) live.push(CH, JSON.parse(line));
+  for (const line of rest.split('\n')) {
+    if (line.charCodeAt(0) !== 123) continue;
+    const ops = JSON.parse(line);
+    if (ops._n !== undefined) { if (ops._n <= seen) continue; seen = ops._n; delete ops._n; }
+    live.push(CH, ops);
+  }
 };
 watch('value', feed);
 feed();
