@@ -108,20 +108,22 @@ def compare(pg, engines: EngineSet, session_id: str, prompt, left, right, max_to
     finally:
         budget.close(token)
         for run in runs:
-            pg.release(session_id, run.handle)
+            if run.handle is not None:
+                pg.release(session_id, run.handle)
             engines.done(run.placement)
 
 
 def _frames(runs: list[SideRun], budget, token) -> Iterator[dict]:
     text_due, figs_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S)
     while not all(r.finished for r in runs):
+        _next_turn(runs)
         stretch = budget.stretch()
         text_due.interval_s, figs_due.interval_s = TEXT_EVERY_S * stretch, FIGURES_EVERY_S * stretch
         changed = [r.poll() for r in runs]
         if any(changed) and text_due.due():
             budget.frame(token)
             yield _frame(runs, final=False, figures=figs_due.due())
-        waiting = next((r for r in runs if not r.handle.finished), None)
+        waiting = next((r for r in runs if r.handle is not None and not r.handle.finished), None)
         if waiting is not None:
             try:
                 waiting.handle.result(timeout=POLL_S)
@@ -132,6 +134,20 @@ def _frames(runs: list[SideRun], budget, token) -> Iterator[dict]:
     for r in runs:
         r.finish()
     yield _frame(runs, final=True, figures=True)
+
+
+def _next_turn(runs: list[SideRun]) -> None:
+    """Submit a side that waits for its turn once the side before it has ended; when that one
+    was stopped (or failed), end the waiting side too, unsubmitted."""
+    for before, run in zip(runs, runs[1:]):
+        if run.start is None or not before.finished:
+            continue
+        if before.state.finish_reason in ("abort", "error") or \
+                (before.handle is not None and before.handle.abort_requested):
+            run.start = None
+            run.state.finish_reason = "abort"
+        else:
+            run.start()
 
 
 def _frame(runs: list[SideRun], final: bool, figures: bool) -> dict:
@@ -160,7 +176,10 @@ def _frame(runs: list[SideRun], final: bool, figures: bool) -> dict:
 def _status(runs: list[SideRun], diff: int | None, final: bool) -> str:
     left, right = runs
     shared_engine = left.placement.engine is right.placement.engine
-    if shared_engine:
+    if shared_engine and any(not r.settings.use_kv_cache for r in runs):
+        how = ("one side after the other (sharing steps, the side with a cache would decode at "
+               "the recompute's pace)")
+    elif shared_engine:
         how = "both sides share the engine's batches"
     else:  # both variants' weights are in memory at once
         sizes = [getattr(r.placement.engine.info, "weights_bytes", 0) or 0 for r in runs]

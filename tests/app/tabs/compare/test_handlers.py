@@ -153,3 +153,33 @@ def test_a_variant_that_fails_to_load_is_reported_and_frees_the_other(tmp_path):
                                  {"kv_cache_dtype": "fp8"}, 8, notify=notes.append))[-1]
     assert last["busy"] is False and notes and notes[0].startswith("That variant could not be loaded on this server: internal error")
     assert engines._busy == {("int4", "auto"): 0}
+
+
+def test_a_side_without_a_kv_cache_runs_after_the_other(tmp_path):
+    """KV cache on vs off on one engine: Right is submitted only once Left has ended (sharing
+    steps, Left would decode at Right's recompute pace), and the status says so."""
+    eng = FakeEngine()
+    pg = _pg(tmp_path, eng)
+    frames = handlers.compare(pg, EngineSet(eng), "s", "Hi", {"use_kv_cache": True},
+                              {"use_kv_cache": False}, 8)
+    next(frames)
+    next(frames)
+    assert len(eng.submitted) == 1  # Left alone so far
+    rest = list(frames)
+    assert len(eng.submitted) == 2 and eng.submitted[1][3] is False  # Right: no cache
+    res = rest[-1]["result"]
+    assert res["left"]["text"] == res["right"]["text"] == "Hello, world!"
+    assert "one side after the other" in rest[-1]["status"] and pg.active_count() == 0
+
+
+def test_stopping_the_first_of_two_apart_sides_never_starts_the_second(tmp_path):
+    eng = FakeEngine("slow")
+    pg = _pg(tmp_path, eng)
+    frames = handlers.compare(pg, EngineSet(eng), "s", "Hi", {}, {"use_kv_cache": False}, 8)
+    next(frames)
+    next(frames)
+    assert pg.stop("s") is True
+    last = list(frames)[-1]
+    assert len(eng.submitted) == 1 and eng.aborted == ["req-0"]
+    assert last["result"]["right"]["finish_reason"] == "abort" and last["busy"] is False
+    assert "Stopped" in last["status"] and pg.active_count() == 0
