@@ -86,6 +86,7 @@ def serve(port: int) -> None:
     from engine import LLMEngine, load_model
 
     from app.server.assets import read_css
+    from app.server.launch import launch
     from app.server.main import theme
     from app.state.playground import Playground
     from app.page import build_demo
@@ -97,8 +98,8 @@ def serve(port: int) -> None:
     concurrency = 2 * 32 + 4  # as app.server.main
     demo = build_demo(pg, max_concurrency=concurrency)
     demo.queue(default_concurrency_limit=concurrency)
-    demo.launch(server_name="127.0.0.1", server_port=port, theme=theme(), css=read_css(),
-                prevent_thread_lock=True, quiet=True, max_threads=concurrency + 8)
+    # as app.server.main: its middleware serves plotly.js (without it no plot is ever drawn)
+    launch(demo, port=port, theme=theme(), css=read_css(), max_threads=concurrency + 8)
     status = engine.wait_compiled(1800)  # measure compiled steps only
     print(f"decode step: {status['path']} ({status['status']}, buckets {status['ready']})", file=sys.stderr, flush=True)
     print(f"BENCH-READY http://127.0.0.1:{port}/ {os.getpid()}", flush=True)
@@ -319,6 +320,7 @@ def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
     """Open the page in raw completion mode with greedy settings, ``max_tokens`` and ``prompt``."""
     page.goto(url)
     page.wait_for_selector("#generate-btn", timeout=120_000)
+    page.wait_for_function("() => !!window.Plotly", timeout=60_000)  # the plots draw, as for a user
     page.get_by_text("Raw completion").click()
     for slider, value in (("#temperature", "0"), ("#rep-penalty", "1"), ("#max-tokens", str(max_tokens))):
         box = page.locator(f"{slider} input[type=number]")
