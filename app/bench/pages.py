@@ -24,6 +24,10 @@ measures:
 100 tokens: bytes per frame and browser CPU per token (a frame must cost what changed, not the
 answer so far).
 
+``--compare`` measures the Compare tab instead: each page runs one comparison (both default
+sides: greedy, ``--tokens`` tokens each, two requests sharing the engine's steps), "Finished"
+stamped on the Compare status line, against as many ``/compare`` calls.
+
 ``--pin`` runs the server on CPU 0 (started under ``taskset``, so its thread pools size
 themselves to that one core) and this driver, its API clients and the browsers it launches on
 CPU 1: the browsers can't take the server's core, as in a classroom where they run on the
@@ -220,29 +224,62 @@ class ApiSide:
         return {"times_s": sorted(d - t0 for d in done), "tokens": sum(r["tokens"] for r in records)}
 
 
+class CompareApiSide(ApiSide):
+    """N ``gradio_client`` clients, one ``/compare`` call each per turn (two greedy requests of
+    ``tokens`` tokens, the Compare tab's default sides), started together."""
+
+    def turn(self, server: Server) -> dict:
+        errors, done = [], []
+        go = threading.Barrier(len(self.clients) + 1)
+
+        def one(i: int, client) -> None:
+            go.wait()
+            try:
+                client.predict(prompt=PROMPTS[i], left={}, right={}, max_tokens=self.tokens,
+                               api_name="/compare")
+                done.append(time.time())
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i, c)) for i, c in enumerate(self.clients)]
+        for t in threads:
+            t.start()
+        go.wait()
+        t0 = time.time()
+        for t in threads:
+            t.join()
+        records = server.wait(2 * len(self.clients))
+        if errors:
+            raise RuntimeError(f"API request failed: {errors[0]}")
+        return {"times_s": sorted(d - t0 for d in done), "tokens": sum(r["tokens"] for r in records)}
+
+
 # Stamps, on the page's own clock, the moment its status reads "Finished" after a click and the
 # moment its last chip appeared; counts the chips. Installed once per page.
-STAMPS_JS = """() => {
+STAMPS_JS = """(ids) => {
   const b = window.__bench = {armed: false, clicked: 0, finished: 0, lastChip: 0, chips: 0};
   const now = () => performance.timeOrigin + performance.now();
-  const st = document.querySelector('#status');
+  const st = document.querySelector(ids.status);
   new MutationObserver(() => {
     if (b.armed && st.textContent.trim().startsWith('Finished')) { b.finished = now(); b.armed = false; }
   }).observe(st, {subtree: true, childList: true, characterData: true});
-  const body = document.querySelector('#tokens .tok-body');
+  const body = document.querySelector(ids.tokens);
   new MutationObserver(() => { b.lastChip = now(); b.chips = body.childElementCount; })
-    .observe(body, {childList: true});
+    .observe(body, {childList: true, subtree: ids.subtree || false});
 }"""
-CLICK_AT = """t => setTimeout(() => {
+CLICK_AT = """([t, run]) => setTimeout(() => {
   const b = window.__bench;
   if (b) { b.armed = true; b.finished = 0; b.clicked = performance.timeOrigin + performance.now(); }
-  document.querySelector('#generate-btn').click();
+  document.querySelector(run).click();
 }, Math.max(0, t - Date.now()))"""
 
 
 class PageSide:
     """N pages (one browser context each) set to raw greedy completion of one prompt each, with
     their stream's chunks and DevTools metrics recorded."""
+
+    requests_per_page = 1
+    ids = {"status": "#status", "tokens": "#tokens .tok-body", "run": "#generate-btn"}
 
     def __init__(self, browser, url: str, n: int, tokens: int, viewport=(1280, 720)) -> None:
         self.pages, self.cdp, self.chunks = [], [], []
@@ -253,22 +290,25 @@ class PageSide:
             chunks: list = []
             watch_stream(cdp, chunks)
             cdp.send("Performance.enable")
-            set_up_raw_greedy(page, url, PROMPTS[i], tokens)
-            page.evaluate(STAMPS_JS)
+            self.set_up(page, url, PROMPTS[i], tokens)
+            page.evaluate(STAMPS_JS, self.ids)
             self.pages.append(page)
             self.cdp.append(cdp)
             self.chunks.append(chunks)
+
+    def set_up(self, page, url: str, prompt: str, tokens: int) -> None:
+        set_up_raw_greedy(page, url, prompt, tokens)
 
     def turn(self, server: Server, timeout_s: float = 600.0) -> dict:
         for c in self.chunks:
             c.clear()
         metrics0 = [perf_metrics(c) for c in self.cdp]
-        click_all(self.pages)
-        records = server.wait(len(self.pages), timeout_s)
+        click_all(self.pages, button=self.ids["run"])
+        records = server.wait(self.requests_per_page * len(self.pages), timeout_s)
         stamps = []
         for page in self.pages:  # the page has drawn its last frame and can run again
-            page.wait_for_function("window.__bench.finished > 0 && !document.querySelector('#generate-btn').disabled",
-                                   polling=250, timeout=timeout_s * 1000)
+            page.wait_for_function("(run) => window.__bench.finished > 0 && !document.querySelector(run).disabled",
+                                   arg=self.ids["run"], polling=250, timeout=timeout_s * 1000)
             stamps.append(page.evaluate("({...window.__bench})"))
         metrics = [{k: perf_metrics(c)[k] - m0[k] for k in m0} for c, m0 in zip(self.cdp, metrics0)]
         sizes = [x[1] for c in self.chunks for x in c]
@@ -282,6 +322,27 @@ class PageSide:
     def close(self) -> None:
         for page in self.pages:
             page.context.close()
+
+
+class ComparePageSide(PageSide):
+    """N pages on the Compare tab, each running both default sides (greedy, ``tokens`` tokens)
+    on one prompt: "Finished" stamped on the Compare status line."""
+
+    requests_per_page = 2
+    ids = {"status": "#cmp-status", "tokens": "#cmp-left-tokens", "run": "#cmp-run", "subtree": True}
+
+    def set_up(self, page, url: str, prompt: str, tokens: int) -> None:
+        page.goto(url)
+        page.wait_for_selector("#generate-btn", timeout=120_000)
+        page.wait_for_function("() => !!window.Plotly", timeout=60_000)
+        page.get_by_role("tab", name="Compare").click()
+        page.wait_for_selector("#cmp-run", timeout=60_000)
+        for side in ("left", "right"):
+            box = page.locator(f"#cmp-{side}-max-tokens input[type=number]")
+            if box.count():
+                box.fill(str(tokens))
+                box.press("Tab")
+        page.locator("#cmp-prompt textarea").fill(prompt)
 
 
 def watch_stream(cdp, chunks: list) -> None:
@@ -308,12 +369,13 @@ def perf_metrics(cdp) -> dict:
     return {k: got.get(k, 0.0) for k in wanted}
 
 
-def click_all(pages, lead_ms: int = 400) -> None:
-    """Click Generate on every page at the same moment: each page clicks on its own at one wall
-    time (the pages share this machine's clock), so the script's round trips don't stagger them."""
+def click_all(pages, lead_ms: int = 400, button: str = "#generate-btn") -> None:
+    """Click Generate (``button``) on every page at the same moment: each page clicks on its own
+    at one wall time (the pages share this machine's clock), so the script's round trips don't
+    stagger them."""
     at = pages[0].evaluate("Date.now()") + lead_ms * len(pages)
     for page in pages:
-        page.evaluate(CLICK_AT, at)
+        page.evaluate(CLICK_AT, [at, button])
 
 
 def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
@@ -330,9 +392,11 @@ def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
 
 
 def run(pages: list[int], repeats: int, tokens: int, log=print, pin: bool = False,
-        long_tokens: int = 0) -> dict:
+        long_tokens: int = 0, compare: bool = False) -> dict:
     """Warm up, then alternate API and page turns for each N (and the long answer); returns every
-    turn and the medians. ``pin``: the server on CPU 0, this process and its browsers on CPU 1."""
+    turn and the medians. ``pin``: the server on CPU 0, this process and its browsers on CPU 1.
+    ``compare``: each page runs a comparison on the Compare tab (two requests) against as many
+    ``/compare`` calls, instead of Generate against ``/generate``."""
     from playwright.sync_api import sync_playwright
 
     if pin:
@@ -342,12 +406,13 @@ def run(pages: list[int], repeats: int, tokens: int, log=print, pin: bool = Fals
     server = Server(cpu=0 if pin else None, timeout_s=1800)
     log(f"server at {server.url} (pid {server.pid})")
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "tokens": tokens,
-                     "repeats": repeats, "cpus": os.cpu_count(), "pinned": pin, "sizes": {}}
+                     "repeats": repeats, "cpus": os.cpu_count(), "pinned": pin, "compare": compare,
+                     "sizes": {}}
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             for n in pages:
-                results["sizes"][str(n)] = _size(server, browser, n, tokens, repeats, log)
+                results["sizes"][str(n)] = _size(server, browser, n, tokens, repeats, log, compare)
             if long_tokens:
                 results["long"] = long_answer(server, browser, long_tokens, log)
             browser.close()
@@ -364,9 +429,11 @@ def _measured(side, server: Server) -> dict:
     return got
 
 
-def _size(server: Server, browser, n: int, tokens: int, repeats: int, log) -> dict:
-    """Alternating turns for N pages; the medians and each turn."""
-    api, web = ApiSide(server.url, n, tokens), PageSide(browser, server.url, n, tokens)
+def _size(server: Server, browser, n: int, tokens: int, repeats: int, log, compare: bool = False) -> dict:
+    """Alternating turns for N pages (``compare``: N pages each running a comparison, against N
+    ``/compare`` calls); the medians and each turn."""
+    api_side, page_side = (CompareApiSide, ComparePageSide) if compare else (ApiSide, PageSide)
+    api, web = api_side(server.url, n, tokens), page_side(browser, server.url, n, tokens)
     api.turn(server), web.turn(server)  # warm-up, not counted
     turns: dict = {"api": [], "pages": []}
     for k in range(repeats):
@@ -451,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pages", type=int, nargs="+", default=[1, 4, 8], help="page counts (default 1 4 8)")
     ap.add_argument("--repeats", type=int, default=3, help="measured turns per side and N (default 3)")
     ap.add_argument("--tokens", type=int, default=64, help="new tokens per request (default 64)")
+    ap.add_argument("--compare", action="store_true",
+                    help="each page runs a comparison on the Compare tab (two greedy requests), "
+                         "against as many /compare calls")
     ap.add_argument("--long", type=int, default=0, metavar="N",
                     help="also stream one answer of N tokens (e.g. 1024) and compare its first and last 100")
     ap.add_argument("--json", help="also write every turn to this JSON file")
@@ -464,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if max(args.pages) > len(PROMPTS):
         ap.error(f"at most {len(PROMPTS)} pages")
-    res = run(args.pages, args.repeats, args.tokens, pin=args.pin, long_tokens=args.long)
+    res = run(args.pages, args.repeats, args.tokens, pin=args.pin, long_tokens=args.long,
+              compare=args.compare)
     print("\n| pages | API s | pages 'Finished' s (slowest) | API / pages | server CPU pages / API | "
           "browser CPU ms per token | bytes per chunk |\n| --- | --- | --- | --- | --- | --- | --- |")
     for n, r in res["sizes"].items():

@@ -75,6 +75,19 @@ def _hint(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
+MARKER_POINTS = 150
+"""Points a live trace draws as markers; past this many it is drawn as a line (Plotly draws every
+marker as an SVG path of its own, so a 1,000-token answer's redraws cost several times its first
+ones; a line is one path, and its points still answer on hover)."""
+
+
+def _marked(mode: str, n: int) -> str:
+    """``mode`` for a live trace of ``n`` points: its markers dropped past :data:`MARKER_POINTS`."""
+    if n <= MARKER_POINTS:
+        return mode
+    return "lines" if mode in ("markers", "lines+markers") else mode
+
+
 def _scatter(name: str, x: list, y: list, mode: str, hovertemplate: str, **props) -> dict:
     return {"type": "scatter", "name": name, "x": x, "y": y, "mode": mode,
             "hovertemplate": hovertemplate, **props}
@@ -114,7 +127,7 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
                  "prefill → token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
                  customdata=pre[2], marker={"color": PREFILL, "size": 13, "symbol": "diamond"}),
         _scatter("decode (1 token per step)" if use_kv_cache else "decode (no cache: all tokens each step)",
-                 dec[0], dec[1], "lines+markers",
+                 dec[0], dec[1], _marked("lines+markers", len(dec[0])),
                  "token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
                  customdata=dec[2], line={"color": DECODE, "width": 2}, marker={"size": 4}),
     ]
@@ -162,7 +175,7 @@ def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
         _scatter(f"formula: {fmt_int(bytes_per_token)} B × tokens", [0, top], [0, bytes_per_token * top], "lines",
                  "%{x} tokens → %{y:,} B (formula)<extra></extra>",
                  line={"color": FORMULA, "dash": "dash", "width": 1.5}),
-        _scatter("measured (cache tensors)", list(kv_tokens), list(kv_bytes), "markers",
+        _scatter("measured (cache tensors)", list(kv_tokens), list(kv_bytes), _marked("markers", len(kv_tokens)),
                  "%{x} tokens → %{y:,} B measured<extra></extra>", marker={"color": PREFILL, "size": 6}),
     ]
     last = f": {fmt_bytes(kv_bytes[-1])} now" if kv_bytes and use_kv_cache else ""

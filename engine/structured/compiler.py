@@ -230,6 +230,13 @@ class GrammarCompiler:
         kind, field = params.kind, params.field
         options = {"whitespace_flexible": False} if params.disable_any_whitespace else \
             {"whitespace_flexible": True, "whitespace_pattern": WHITESPACE}
+        rewritten = ascii_classes(params.regex) if kind == "regex" else None
+
+        def short(text: str) -> str:  # the user's own pattern in the message, not its rewrite
+            if rewritten and rewritten != params.regex:
+                text = text.replace(rewritten, params.regex)
+            return _short(text)
+
         try:
             if kind == "json":
                 schema = bounded_schema(params.json)
@@ -241,7 +248,7 @@ class GrammarCompiler:
                 grammar = m.grammar_from_json_schema(json.dumps(any_json_object()),
                                                      defaults=options)
             elif kind == "regex":
-                grammar = m.grammar_from_regex(ascii_classes(params.regex))
+                grammar = m.grammar_from_regex(rewritten)
             elif kind == "choice":
                 grammar = m.grammar_from_lark(
                     "start: " + " | ".join(json.dumps(c) for c in params.choice))
@@ -253,10 +260,10 @@ class GrammarCompiler:
         except (ValueError, RecursionError) as exc:
             if isinstance(exc, StructuredOutputError):
                 raise
-            raise StructuredOutputError(field, _short(str(exc))) from None
+            raise StructuredOutputError(field, short(str(exc))) from None
         error = m.validate_grammar(grammar, self.ll_tokenizer, limits=self.limits)
         if error:
-            raise StructuredOutputError(field, _short(error))
+            raise StructuredOutputError(field, short(error))
         return grammar
 
     def matcher_for(self, params: StructuredOutputsParams):

@@ -90,3 +90,24 @@ def test_kv_plot_before_a_run_spans_a_context_and_after_one_its_own_tokens():
     assert empty.data[0]["x"] == [0, 256] and empty.data[0]["y"] == [0, 256 * 23_040]
     done = figures.kv_figure([40, 41, 42], [40 * 23_040, 41 * 23_040, 42 * 23_040], 23_040)
     assert done.data[0]["x"] == [0, 42]
+
+
+def test_long_live_traces_drop_their_markers_and_keep_appending():
+    """Past MARKER_POINTS points the latency and KV traces are lines (one SVG path instead of a
+    path per point): the switch is one trace sent whole, and later frames append again."""
+    from app.render.live_ops import figure_op
+
+    def latency(n):
+        return figures.latency_figure(list(range(1, n + 1)), [20.0] * n, ["prefill"] + ["decode"] * (n - 1), 10)
+
+    def kv(n):  # n - 1 points, as the latency figure's decode trace
+        return figures.kv_figure(list(range(11, 10 + n)), [100 * t for t in range(11, 10 + n)], 100)
+
+    for make, i in ((latency, 1), (kv, 1)):
+        few, edge, past, more = (make(n) for n in (100, figures.MARKER_POINTS + 1, figures.MARKER_POINTS + 2,
+                                                     figures.MARKER_POINTS + 12))
+        assert "markers" in few.traces[i]["mode"] and "markers" in edge.traces[i]["mode"]
+        assert past.traces[i]["mode"] == "lines" == more.traces[i]["mode"]
+        assert str(i) in figure_op(edge, past)["tr"]               # the switch: sent whole once
+        assert "tr" not in (figure_op(past, more) or {}).get("tr", {}).get(str(i), {}) and \
+            len(figure_op(past, more)["ext"][str(i)]["x"]) == 10   # then appended again

@@ -156,3 +156,12 @@ def test_the_grammar_cache_is_bounded_in_bytes(engine, monkeypatch):
     assert sum(size for _, size in compiler._cache.values()) == compiler.stats.cache_bytes
     assert len(compiler._cache) == 4
     assert [k[1] for k in compiler._cache] == [f"[a-z]{{{i + 1}}}-bytes" for i in range(4, 8)]
+
+
+def test_a_bad_regex_is_quoted_as_the_user_wrote_it(engine):
+    """The refusal of a regex that does not compile quotes the user's pattern, not the ASCII
+    rewrite the grammar engine was given (``\\d`` shown as ``\\d``, not ``[0-9]``)."""
+    with pytest.raises(StructuredOutputError) as info:
+        engine.submit("Hi", SamplingParams(max_tokens=4, structured_outputs={"regex": r"\d{3}-(\d{4}"}))
+    assert info.value.field == "structured_outputs.regex"
+    assert r"\d{3}-(\d{4}" in info.value.detail and "[0-9]" not in info.value.detail, info.value.detail
