@@ -329,7 +329,7 @@ class ComparePageSide(PageSide):
     on one prompt: "Finished" stamped on the Compare status line."""
 
     requests_per_page = 2
-    ids = {"status": "#cmp-status", "tokens": "#cmp-left-tokens", "run": "#cmp-run", "subtree": True}
+    ids = {"status": "#cmp-status", "tokens": "#cmp-left", "run": "#cmp-run", "subtree": True}
 
     def set_up(self, page, url: str, prompt: str, tokens: int) -> None:
         page.goto(url)
