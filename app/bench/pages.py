@@ -191,11 +191,19 @@ def browser_cpu_s() -> float:
 class ApiSide:
     """N ``gradio_client`` clients, one request each per turn, started together."""
 
+    requests_per_call = 1
+
     def __init__(self, url: str, n: int, tokens: int) -> None:
         from gradio_client import Client
 
         self.clients = [Client(url, verbose=False) for _ in range(n)]
         self.tokens = tokens
+
+    def call(self, i: int, client) -> None:
+        """Client ``i``'s one request of a turn."""
+        client.predict(prompt=PROMPTS[i], temperature=0.0, top_p=1.0, top_k=0,
+                       repetition_penalty=1.0, max_tokens=self.tokens, seed=0, raw=True,
+                       api_name="/generate")
 
     def turn(self, server: Server) -> dict:
         errors, done = [], []
@@ -204,9 +212,7 @@ class ApiSide:
         def one(i: int, client) -> None:
             go.wait()
             try:
-                client.predict(prompt=PROMPTS[i], temperature=0.0, top_p=1.0, top_k=0,
-                               repetition_penalty=1.0, max_tokens=self.tokens, seed=0, raw=True,
-                               api_name="/generate")
+                self.call(i, client)
                 done.append(time.time())
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
@@ -218,7 +224,7 @@ class ApiSide:
         t0 = time.time()
         for t in threads:
             t.join()
-        records = server.wait(len(self.clients))
+        records = server.wait(self.requests_per_call * len(self.clients))
         if errors:
             raise RuntimeError(f"API request failed: {errors[0]}")
         return {"times_s": sorted(d - t0 for d in done), "tokens": sum(r["tokens"] for r in records)}
@@ -228,30 +234,11 @@ class CompareApiSide(ApiSide):
     """N ``gradio_client`` clients, one ``/compare`` call each per turn (two greedy requests of
     ``tokens`` tokens, the Compare tab's default sides), started together."""
 
-    def turn(self, server: Server) -> dict:
-        errors, done = [], []
-        go = threading.Barrier(len(self.clients) + 1)
+    requests_per_call = 2
 
-        def one(i: int, client) -> None:
-            go.wait()
-            try:
-                client.predict(prompt=PROMPTS[i], left={}, right={}, max_tokens=self.tokens,
-                               api_name="/compare")
-                done.append(time.time())
-            except Exception as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=one, args=(i, c)) for i, c in enumerate(self.clients)]
-        for t in threads:
-            t.start()
-        go.wait()
-        t0 = time.time()
-        for t in threads:
-            t.join()
-        records = server.wait(2 * len(self.clients))
-        if errors:
-            raise RuntimeError(f"API request failed: {errors[0]}")
-        return {"times_s": sorted(d - t0 for d in done), "tokens": sum(r["tokens"] for r in records)}
+    def call(self, i: int, client) -> None:
+        client.predict(prompt=PROMPTS[i], left={}, right={}, max_tokens=self.tokens,
+                       api_name="/compare")
 
 
 # Stamps, on the page's own clock, the moment its status reads "Finished" after a click and the
