@@ -248,12 +248,13 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--greedy", action="store_true", help="greedy only (no seeded samples)")
     p.add_argument("--out", help="write the result as JSON here")
+    p.add_argument("--weights", help="this engine's weights (default: the loader's, int4 on CPU)")
     args = p.parse_args(argv)
     loaded = None
     if args.base_url is None:
         from engine.model.loader import load_model
 
-        loaded = load_model("smollm2-135m")
+        loaded = load_model("smollm2-135m", **({"weights": args.weights} if args.weights else {}))
     settings = SETTINGS[:1] if args.greedy else SETTINGS
     if args.base_url is None:
         res = run(loaded, limit=args.limit, max_tokens=args.max_tokens, settings=settings)

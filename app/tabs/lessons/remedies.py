@@ -570,9 +570,10 @@ def build(ctx) -> dict:
         return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(m)
 
     outputs = [c["rem_table"], c["rem_sampling"], c["rem_status"]]
-    if getattr(ctx, "demo", None) is not None:  # drawn again at every page load, off the API list
-        ctx.demo.load(guard(drawn), None, outputs, api_visibility="private", concurrency_limit=None,
-                      show_progress="hidden")
+    page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
+    if page is not None:  # drawn again at every page load, off the API list
+        page.load(guard(drawn), None, outputs, api_visibility="private", concurrency_limit=None,
+                  show_progress="hidden")
 
     def on_run(request: gr.Request, progress=gr.Progress()):
         try:

@@ -234,8 +234,10 @@ def test_a_page_load_draws_the_last_measure_again():
 
     from tests.support.fakes import FakeEngine
 
-    with gr.Blocks():
-        c = lessons.build_lessons(FakeEngine())
+    with gr.Blocks() as demo:
+        lessons.build_lessons(FakeEngine())
+    load = next(f for f in demo.fns.values() if f.name == "drawn")
+    assert load.api_visibility == "private"
     m = {"sampling": {"prompt": "Give a name for a small grey cat.", "greedy": ["Smokey.", "Smokey."],
                       "greedy_cut": [False, False], "greedy_equal": True, "temperature": 1.0, "new_tokens": 40,
                       "sampled": [{"seed": 1, "text": "Ash.", "cut": False}]},
@@ -243,9 +245,7 @@ def test_a_page_load_draws_the_last_measure_again():
     last_runs.clear()
     try:
         remedies.keep_measure(m)
-        sampling = c["rem_sampling"].load_event_to_attach[0]()
-        status = c["rem_status"].load_event_to_attach[0]()
-        table = c["rem_table"].load_event_to_attach[0]()
+        table, sampling, status = load.fn()
     finally:
         last_runs.clear()
     assert "| temperature 1, seed 1 | Ash. |" in sampling
