@@ -319,9 +319,7 @@ class ComparePageSide(PageSide):
     ids = {"status": "#cmp-status", "tokens": "#cmp-left", "run": "#cmp-run", "subtree": True}
 
     def set_up(self, page, url: str, prompt: str, tokens: int) -> None:
-        page.goto(url)
-        page.wait_for_selector("#generate-btn", timeout=120_000)
-        page.wait_for_function("() => !!window.Plotly", timeout=60_000)
+        open_page(page, url)
         page.get_by_role("tab", name="Compare").click()
         page.wait_for_selector("#cmp-run", timeout=60_000)
         for side in ("left", "right"):
@@ -365,11 +363,16 @@ def click_all(pages, lead_ms: int = 400, button: str = "#generate-btn") -> None:
         page.evaluate(CLICK_AT, [at, button])
 
 
-def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
-    """Open the page in raw completion mode with greedy settings, ``max_tokens`` and ``prompt``."""
+def open_page(page, url: str) -> None:
+    """Open the page and wait until it and plotly.js have loaded (the plots draw, as for a user)."""
     page.goto(url)
     page.wait_for_selector("#generate-btn", timeout=120_000)
-    page.wait_for_function("() => !!window.Plotly", timeout=60_000)  # the plots draw, as for a user
+    page.wait_for_function("() => !!window.Plotly", timeout=60_000)
+
+
+def set_up_raw_greedy(page, url: str, prompt: str, max_tokens: int) -> None:
+    """Open the page in raw completion mode with greedy settings, ``max_tokens`` and ``prompt``."""
+    open_page(page, url)
     page.get_by_text("Raw completion").click()
     for slider, value in (("#temperature", "0"), ("#rep-penalty", "1"), ("#max-tokens", str(max_tokens))):
         box = page.locator(f"{slider} input[type=number]")

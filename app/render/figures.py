@@ -82,10 +82,9 @@ ones; a line is one path, and its points still answer on hover)."""
 
 
 def _marked(mode: str, n: int) -> str:
-    """``mode`` for a live trace of ``n`` points: its markers dropped past :data:`MARKER_POINTS`."""
-    if n <= MARKER_POINTS:
-        return mode
-    return "lines" if mode in ("markers", "lines+markers") else mode
+    """``mode`` (with markers) for a live trace of ``n`` points: ``"lines"`` past
+    :data:`MARKER_POINTS`."""
+    return mode if n <= MARKER_POINTS else "lines"
 
 
 def _scatter(name: str, x: list, y: list, mode: str, hovertemplate: str, **props) -> dict:

@@ -20,6 +20,8 @@ the ops.
 
 from __future__ import annotations
 
+from collections import deque
+
 import orjson
 
 from app.render.plainfig import PlainFigure, template_json
@@ -127,7 +129,7 @@ class LiveLog:
         self.frames = 0
         self.parts = 1
         self.last_frame_bytes = 0
-        self._recent: list[str] = []
+        self._recent: deque[str] = deque(maxlen=CARRY)
 
     def add(self, ops: dict) -> str:
         """Append one frame (panel name -> op; empty ops add nothing) and return the log."""
@@ -141,7 +143,7 @@ class LiveLog:
         if len(self.value) + len(line) > self.limit and self._recent:
             self.parts += 1
             self.value = self.head + f"~{self.parts}\n" + "".join(self._recent)
-        self._recent = (self._recent + [line])[-CARRY:]
+        self._recent.append(line)
         self.value += line
         return self.value
 

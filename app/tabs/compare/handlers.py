@@ -22,7 +22,7 @@ from app.server.errors import log_internal
 from app.state.run_state import Throttle
 from app.state.shared_views import shared
 from app.tabs.compare.engines import EngineSet
-from app.tabs.compare.run import SideRun, submit_pair
+from app.tabs.compare.run import SideRun, apart, submit_pair
 from app.tabs.compare.settings import MAX_TOKENS_CAP, SideSettings, parse_side
 
 TEXT_EVERY_S = 0.1     # chips, status and table
@@ -176,7 +176,7 @@ def _frame(runs: list[SideRun], final: bool, figures: bool) -> dict:
 def _status(runs: list[SideRun], diff: int | None, final: bool) -> str:
     left, right = runs
     shared_engine = left.placement.engine is right.placement.engine
-    if shared_engine and any(not r.settings.use_kv_cache for r in runs):
+    if apart({r.name: r.settings for r in runs}, {r.name: r.placement for r in runs}):
         how = ("one side after the other (sharing steps, the side with a cache would decode at "
                "the recompute's pace)")
     elif shared_engine:

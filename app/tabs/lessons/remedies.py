@@ -558,16 +558,18 @@ def build(ctx) -> dict:
     c: dict = {}
     gr.Markdown(TEXT)
     c["rem_questions"] = gr.Markdown(questions_markdown(), **elem("rem_questions"))
-    with gr.Row():
-        c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
-                                 **elem("rem_run"))
-        c["rem_status"] = gr.HTML(measured_note(last_measure()), **elem("rem_status"))
-    c["rem_table"] = gr.Markdown(remedies_markdown(last_measure(), engine_facts(engine)), **elem("rem_table"))
-    c["rem_sampling"] = gr.Markdown(sampling_markdown(last_measure()), **elem("rem_sampling"))
 
     def drawn():  # from the last Measure (any visitor's) and the lessons' last runs
         m = last_measure()
         return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(m)
+
+    table, sampling, status = drawn()
+    with gr.Row():
+        c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
+                                 **elem("rem_run"))
+        c["rem_status"] = gr.HTML(status, **elem("rem_status"))
+    c["rem_table"] = gr.Markdown(table, **elem("rem_table"))
+    c["rem_sampling"] = gr.Markdown(sampling, **elem("rem_sampling"))
 
     outputs = [c["rem_table"], c["rem_sampling"], c["rem_status"]]
     page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
@@ -581,7 +583,7 @@ def build(ctx) -> dict:
         except ValueError as exc:
             return gr.skip(), gr.skip(), error_html(str(exc))
         keep_measure(m)
-        return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(last_measure())
+        return drawn()
 
     c["rem_run"].click(guard(gated(on_run, "remedies")), None, outputs, concurrency_limit=None, api_visibility="private")
     return c
