@@ -1,6 +1,7 @@
-"""The Lessons tab's "Constrained decoding" lesson: one prompt and seed with and without a
-JSON schema, side by side, with the share of the probability each step's mask threw away and
-the token where the free answer broke the schema. No torch here: the engine runs both answers
+"""The Lessons tab's "Constrained decoding" lesson: one prompt and seed free, under a JSON
+schema with the whitespace the model likes, and under the same schema forced compact, side by
+side, with the share of the probability each step's mask threw away and the token where the
+free answer broke the schema. No torch here: the engine runs both answers
 (as lesson requests, :mod:`app.tabs.lessons.runs`) and its grammar compiler checks the free one.
 """
 
@@ -32,18 +33,25 @@ knows which bytes may come next, so the engine can tell, for each of the 49,152 
 it keeps the answer valid: that is a **mask**, and every token outside it gets probability 0
 before sampling. Where the grammar allows exactly one token (after `{` only `"name"` may
 follow) the token is **forced**: there is nothing to choose, so the engine appends it without
-running the model for it. Below, the same prompt and seed run free and under the schema; the
-bars show how much of the model's probability each step's mask threw away."""
+running the model for it. Below, the same prompt and seed run free, under the schema, and under
+the schema **forced compact** (no whitespace between JSON tokens, vLLM's
+`disable_any_whitespace`); the bars show how much of the model's probability each step's mask
+threw away. A small model has seen JSON mostly pretty-printed: forced off its habit it can lose
+its way inside a value and run to the token limit."""
 
 
 def _answers(engine, prompt: str, schema: dict, seed: int, max_tokens: int, submit_kwargs=None):
-    """Submit the free and the constrained answer together; wait for both (300 s at most)."""
+    """Submit the free, the constrained and the compact constrained answer together; wait for
+    all three (300 s at most). Returns ``(constrained handle, free out, constrained out,
+    compact out)``."""
     runs = LessonEngine(engine, "constrained", submit_kwargs)
     params = dict(temperature=0.8, seed=int(seed), max_tokens=int(max_tokens))
     free = runs.submit(prompt, SamplingParams(**params))
     held = runs.submit(prompt, SamplingParams(
         **params, structured_outputs={"json": schema, "explain": True}))
-    return free, held, free.result(300), held.result(300)
+    compact = runs.submit(prompt, SamplingParams(
+        **params, structured_outputs={"json": schema, "disable_any_whitespace": True}))
+    return held, free.result(300), held.result(300), compact.result(300)
 
 
 def mask_figure(events) -> go.Figure:
@@ -88,17 +96,27 @@ def run_lesson(engine, example: str, prompt: str, seed: int, max_tokens: int, su
         submit_kwargs: extra ``engine.submit`` arguments (the session's ``cache_salt``).
 
     Returns:
-        ``(free answer Markdown, constrained answer Markdown, mask figure, note Markdown)``.
+        ``(free answer Markdown, constrained answer Markdown, compact constrained answer
+        Markdown, mask figure, note Markdown)``.
     """
     schema = EXAMPLES.get(example) or next(iter(EXAMPLES.values()))
     prompt = prompt or PROMPTS.get(example, "")
-    _, held, free_out, held_out = _answers(engine, prompt, schema, seed, max_tokens, submit_kwargs)
+    held, free_out, held_out, compact_out = _answers(engine, prompt, schema, seed, max_tokens,
+                                                     submit_kwargs)
     s = held_out.structured or {}
     note = (f"{broken_at(engine, schema, free_out)}\n\nUnder the schema: "
             f"{len(held_out.token_ids)} tokens, {s.get('forced_tokens', 0)} forced, of which "
-            f"{s.get('jump_forward_tokens', 0)} needed no forward pass.")
+            f"{s.get('jump_forward_tokens', 0)} needed no forward pass; {_ending(held_out)}. "
+            f"Forced compact: {len(compact_out.token_ids)} tokens; {_ending(compact_out)}.")
     return (f"```\n{free_out.text}\n```", f"```json\n{held_out.text}\n```",
-            mask_figure(list(held.events)), note)
+            f"```json\n{compact_out.text}\n```", mask_figure(list(held.events)), note)
+
+
+def _ending(out) -> str:
+    """How a constrained answer ended, in words: complete, or cut by the token limit."""
+    if out.finish_reason == "length":
+        return "**cut by the token limit** before the JSON closed"
+    return "complete"
 
 
 def build(ctx) -> dict:
@@ -120,8 +138,11 @@ def build(ctx) -> dict:
             gr.Markdown("**Free**")
             c["cd_free"] = gr.Markdown("", elem_id="lesson-cd-free")
         with gr.Column():
-            gr.Markdown("**Under the schema**")
+            gr.Markdown("**Under the schema** (whitespace free)")
             c["cd_held"] = gr.Markdown("", elem_id="lesson-cd-held")
+        with gr.Column():
+            gr.Markdown("**Under the schema, forced compact**")
+            c["cd_compact"] = gr.Markdown("", elem_id="lesson-cd-compact")
     c["cd_plot"] = gr.Plot(show_label=False, elem_id="lesson-cd-plot")
     c["cd_note"] = gr.Markdown("", elem_id="lesson-cd-note")
 
@@ -136,6 +157,6 @@ def build(ctx) -> dict:
         return run_lesson(engine, example, prompt, seed or 0, n, kwargs)
 
     c["cd_run"].click(guard(gated(on_run, "constrained decoding")), [c["cd_example"], c["cd_prompt"], c["cd_seed"], c["cd_tokens"]],
-                      [c["cd_free"], c["cd_held"], c["cd_plot"], c["cd_note"]],
+                      [c["cd_free"], c["cd_held"], c["cd_compact"], c["cd_plot"], c["cd_note"]],
                       concurrency_limit=None, api_visibility="private")
     return c

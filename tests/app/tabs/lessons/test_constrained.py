@@ -1,5 +1,6 @@
 """The "Constrained decoding" lesson on the embedded model: the constrained answer follows the
-schema, the free one is checked against it, and the mask figure has one bar per token."""
+schema with free whitespace, the compact one has none between tokens, the free one is checked
+against the schema, and the mask figure has one bar per token."""
 
 import json
 
@@ -17,16 +18,19 @@ def test_the_constrained_decoding_lesson_runs(engine, monkeypatch):
         return submit(prompt, params, **kwargs)
 
     monkeypatch.setattr(engine, "submit", spy)
-    free, held, fig, note = constrained.run_lesson(engine, "A person", "", 0, 48,
-                                                   {"cache_salt": "session-salt"})
+    free, held, compact, fig, note = constrained.run_lesson(engine, "A person", "", 0, 48,
+                                                            {"cache_salt": "session-salt"})
     text = held.strip("`").removeprefix("json\n").strip()
     assert set(json.loads(text)) == {"name", "age"}
+    compact_text = compact.strip("`").removeprefix("json\n").strip()
+    assert compact_text.startswith('{"') and "\n" not in compact_text and ": " not in compact_text
+    assert "Forced compact:" in note and ("complete" in note or "token limit" in note)
     assert free.startswith("```") and "forced" in note
     assert "free answer" in note.lower()
     bars = fig.data[0]
     assert len(bars.x) == len(bars.y) > 3 and all(0 <= y <= 1 for y in bars.y)
     # both runs are lesson requests, under the session's own prefix-cache salt
-    assert len(seen) == 2 and all(k["source"] == "lesson" and is_lesson_request(k["request_id"])
+    assert len(seen) == 3 and all(k["source"] == "lesson" and is_lesson_request(k["request_id"])
                                   and k["cache_salt"] == "session-salt" for k in seen)
 
 

@@ -107,3 +107,27 @@ def test_a_sweep_with_null_inputs_is_refused_by_name(engine):
         handlers["on_sweep"](256, 7)
     with pytest.raises(gr.Error, match="new tokens must be an integer, got 'x'; it must be from 20 to 500"):
         handlers["on_share"]("x", None)
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_a_finished_run_gives_its_memory_back():
+    """A run that leaves ~300 MB of small objects in a reference cycle (as a lesson's model
+    variants and engines do) hands them back to the system when its gate closes: collected,
+    and the freed heap trimmed, so the server's resident memory returns near where it was."""
+    gate = LessonGate(max_runs=1)
+
+    def lesson(request=None):
+        holder = {"blocks": [bytearray(2000) for _ in range(150_000)]}  # ~300 MB on the heap
+        holder["self"] = holder  # a cycle: only the collector frees it
+        grown = _resident_bytes() - before
+        return grown
+
+    before = _resident_bytes()
+    grown = gated(lesson, "memory", gate)()
+    after = _resident_bytes()
+    assert grown > 250 * 1024**2, grown
+    assert after - before < 60 * 1024**2, (before, after, grown)
