@@ -155,9 +155,11 @@ def test_stream_sends_the_live_panels_as_ops_and_the_text_as_values(tmp_path):
     frames = handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
     outs = list(wiring.live_updates(frames, "run-1", {"chat": [], "completion": "", "message": "Count:"}))
     first, *middle, last = outs
-    width = 1 + len(schema.STREAM_KEYS) + 1
+    width = 1 + len(schema.STREAM_KEYS) + len(schema.DOWNLOAD_KEYS) + len(schema.END_KEYS)
     assert all(len(out) == width for out in outs)
     assert not [v for out in outs for v in out if v == gr.skip()]  # values, never skips
+    assert [_update(v) for v in first[1 + len(schema.STREAM_KEYS):][:2]] == [True, True]
+    assert not [v for out in middle[:-1] for v in out if _update(v)]  # plain values in between
     logs = [out[0] for out in outs]
     assert all(b.startswith(a) for a, b in zip(logs[:-1], logs[1:-1]))  # the log only grows in a run
     assert logs[-1] == "run-1\n" and logs[-2].startswith(logs[-1])  # and ends cut to its first line
@@ -169,23 +171,39 @@ def test_stream_sends_the_live_panels_as_ops_and_the_text_as_values(tmp_path):
     assert "Finished" in ops[-1]["status"]["set"]
     at = {k: 1 + i for i, k in enumerate(schema.STREAM_KEYS)}
     assert last[at["completion"]].startswith("Count:") and first[at["chat"]] == []
-    assert all(out[-1] is None for out in outs[:-2])
-    end = last[-1]
-    assert end["trace"] and "rolling" in end
     assert len(outs) <= 12  # 8 tokens arrive one per poll: frames are throttled, not one per token
 
 
-def test_start_and_end_steps_switch_the_buttons():
-    first = wiring.start_updates()
-    at = {k: i for i, k in enumerate(schema.BUTTON_KEYS)}
-    assert all(_update(v) for v in first)
-    assert first[at["gen"]]["interactive"] is False and first[at["stop"]]["interactive"] is True
-    assert first[at["json"]] == {"__type__": "update", "value": None, "interactive": False}
-    last = wiring.end_updates({"trace": ("/t/a.json", "/t/a.csv"), "rolling": "<table></table>"})
-    assert last[at["gen"]]["interactive"] is True and last[at["stop"]]["interactive"] is False
-    assert last[at["json"]]["value"].endswith(".json") and last[at["json"]]["interactive"] is True
-    rest = dict(zip(schema.END_KEYS, last[len(schema.BUTTON_KEYS):]))
-    assert rest["rolling"] == "<table></table>"
+def test_the_stream_switches_the_downloads_once_each_way():
+    """The first frame empties and disables the trace downloads, the last frame's fills and
+    enables them with the new trace, and every frame in between sends plain values (a
+    ``gr.update`` costs a component rebuild on the server)."""
+    at = 1 + len(schema.STREAM_KEYS)
+    frames = [{"status": "s", "busy": True}, {"status": "t"}, {"status": "u"},
+              {"status": "v", "busy": False, "trace": ("/t/a.json", "/t/a.csv")}]
+    outs = list(wiring.live_updates(frames, "r", {"chat": [], "completion": "", "message": ""}))
+    downloads = [out[at:at + len(schema.DOWNLOAD_KEYS)] for out in outs]
+    assert downloads[0] == [{"__type__": "update", "value": None, "interactive": False}] * 2
+    assert downloads[1] == downloads[2] == [None, None]
+    assert [d["interactive"] for d in downloads[3]] == [True, True]
+    assert downloads[3][0]["value"].endswith(".json") and downloads[3][1]["value"].endswith(".csv")
+    assert downloads[4] == ["/t/a.json", "/t/a.csv"]  # the closing repeat: plain values
+
+
+def test_generate_is_one_gradio_event_with_the_buttons_switched_in_the_browser(tmp_path):
+    """Generate's click starts one server event (the stream); the buttons switch in the browser
+    before it (its ``js``) and after it (a browser-only step), so a run costs no extra messages."""
+    from app.page import build_demo
+
+    pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    demo = build_demo(pg)
+    gen = next(f for f in demo.fns.values() if f.name == "on_generate")
+    assert gen.js == wiring.START_JS and "disabled = running" in wiring.START_JS
+    after = [f for f in demo.fns.values() if f.trigger_after == gen._id]
+    assert len(after) == 1 and after[0].fn is None and after[0].js == wiring.END_JS
+    buttons = {c._id for c in demo.blocks.values() if getattr(c, "elem_id", None) in ("generate-btn", "stop-btn")}
+    assert len(buttons) == 2
+    assert not [f for f in demo.fns.values() if buttons & {o._id for o in f.outputs}]  # no server step switches them
 
 
 def test_stream_encodes_each_new_value_once():
@@ -257,14 +275,14 @@ def test_a_refused_request_keeps_the_last_trace(tmp_path):
     frames = handlers.generate(pg, "sess", "raw", "  ", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True)
     out, _ = wiring.live_updates(frames, "r", {"completion": "", "message": "  ", "chat": []})
     assert "prompt is empty" in _log_frames(out[0])[-1]["status"]["set"]
-    end = wiring.end_updates(out[-1])
-    at = {k: i for i, k in enumerate(schema.BUTTON_KEYS)}
-    assert end[at["json"]] == gr.skip() and end[at["gen"]]["interactive"] is True
+    at = 1 + len(schema.STREAM_KEYS)
+    assert out[at:at + 2] == [gr.skip()] * 2  # not run: the last trace's downloads stay as they were
 
 
 def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
-    """Gradio's own work on one streamed frame: five outputs (the live channel, the chat, the
-    completion, the prompt box and the run's end), whatever the number of live panels."""
+    """Gradio's own work on one streamed frame: seven outputs (the live channel, the chat, the
+    completion, the prompt box, the two trace downloads and the conversation), whatever the
+    number of live panels."""
     from gradio.state_holder import SessionState
 
     from app.page import build_demo
@@ -272,8 +290,9 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     demo = build_demo(pg)
     fn = next(f for f in demo.fns.values() if f.name == "on_generate")
-    assert fn.postprocess is False and len(fn.outputs) == 1 + len(schema.STREAM_KEYS) + 1
-    encode = {name: wiring.encoder(c) for name, c in zip(schema.STREAM_KEYS, fn.outputs[1:])}
+    names = schema.STREAM_KEYS + schema.DOWNLOAD_KEYS + schema.END_KEYS
+    assert fn.postprocess is False and len(fn.outputs) == 1 + len(names) == 7
+    encode = {name: wiring.encoder(c) for name, c in zip(names, fn.outputs[1:])}
     state = SessionState(demo)
     st = RunState()
     for ev in make_events(texts=tuple(f" t{i}" for i in range(40)), finish=None):

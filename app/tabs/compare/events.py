@@ -1,5 +1,6 @@
-"""The Compare tab's events: Run both (start step → stream → end step, as the Playground's
-Generate), Stop, the presets, and the ``/compare`` API endpoint.
+"""The Compare tab's events: Run both (one event, its buttons switched in the browser as the
+Playground's Generate: :mod:`app.tabs.run_buttons`), Stop, the presets, and the ``/compare``
+API endpoint.
 
 The stream sends one value: the tab's own live channel's log (:class:`app.render.live_ops.LiveLog`),
 one JSON line per frame with what changed in each panel (chips appended, plot points added).
@@ -14,6 +15,7 @@ import gradio as gr
 from app.render.live_ops import LiveEncoder, LiveLog
 from app.render.plainfig import TEMPLATE
 from app.server.errors import guard
+from app.tabs.run_buttons import start_js, wire_run
 from app.tabs.compare import api, handlers
 from app.tabs.compare.layout import LIVE, SIDE_FIELDS
 from app.tabs.compare.presets import Preset
@@ -68,16 +70,11 @@ def wire(c: dict, ctx, engines, presets: tuple[Preset, ...]) -> None:
                                   left, right, notify=gr.Warning)
         yield from live_updates(frames, f"cmp-{request.session_hash}-{next(_RUNS)}")
 
-    def on_start():
-        return gr.update(interactive=False), gr.update(interactive=True)
-
-    def on_end():
-        return gr.update(interactive=True), gr.update(interactive=False)
-
-    c["run"].click(guard(on_start), None, [c["run"], c["stop"]], **PRIVATE).then(
-        guard(on_run), {c["prompt"], *sides}, c["live"], show_progress="hidden",
-        concurrency_limit=ctx.max_concurrency, concurrency_id="engine", api_visibility="private",
-    ).then(guard(on_end), None, [c["run"], c["stop"]], **PRIVATE)
+    run = c["run"].click(
+        guard(on_run), {c["prompt"], *sides}, c["live"], js=start_js("cmp-run", "cmp-stop"),
+        show_progress="hidden", concurrency_limit=ctx.max_concurrency, concurrency_id="engine",
+        api_visibility="private")
+    wire_run(run, "cmp-run", "cmp-stop")
 
     def on_stop(request: gr.Request):
         pg.stop(request.session_hash)

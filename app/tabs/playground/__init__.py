@@ -29,7 +29,6 @@ def build(ctx: TabContext) -> SimpleNamespace:
     conversation = layout.first_screen(pg, empty)
     panels = layout.panels(pg, empty, {**conversation, **ctx.sidebar})
     page = SimpleNamespace(**ctx.sidebar, **conversation, **panels, timer=gr.Timer(2.0),
-                           batch_seen=gr.State(None), history=gr.State([]),
-                           run_end=gr.State(None))
+                           batch_seen=gr.State(None), history=gr.State([]))
     events.wire(ctx.demo, page, pg, ctx.max_concurrency)
     return page

@@ -17,10 +17,11 @@ from app.server import gradio_api as api
 from app.tabs.playground import handlers
 from app.render.live_ops import LiveEncoder, LiveLog
 from app.render.plainfig import TEMPLATE
-from app.tabs.playground.frames import (BUTTON_KEYS, CLEAR_KEYS, END_KEYS, FIGURE_KEYS, LIVE_APPEND,
+from app.tabs.playground.frames import (CLEAR_KEYS, DOWNLOAD_KEYS, END_KEYS, FIGURE_KEYS, LIVE_APPEND,
                                         LIVE_FIGURES, LIVE_KEYS, STREAM_KEYS, TIMER_KEYS, clear_value,
                                         components)
 from app.server.errors import guard
+from app.tabs.run_buttons import end_js, start_js, wire_run
 from app.tabs.playground.plot_panel import as_value
 from app.state.shared_views import shared
 
@@ -28,68 +29,66 @@ PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="
 LABELS = {"gen": "Generate", "stop": "Stop"}
 
 
+START_JS = start_js("generate-btn", "stop-btn")
+"""Generate's ``js``: Generate off and Stop on in the browser, at the click (:mod:`app.tabs.run_buttons`)."""
+END_JS = end_js("generate-btn", "stop-btn")
+"""The browser-only step after Generate's stream: Generate on, Stop off."""
+
+
 def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | None = None):
-    """Handler frames as the values of Generate's stream: the live channel's log, then one value
-    per ``STREAM_KEYS`` name (the chat, the completion, the prompt box), then the run's end.
+    """Handler frames as the values of Generate's one stream: the live channel's log, one value
+    per ``STREAM_KEYS`` name (the chat, the completion, the prompt box), the trace downloads
+    (``DOWNLOAD_KEYS``) and the ``END_KEYS`` outputs (the conversation).
 
     The live panels (``LIVE_KEYS``) reach the page as ops in the channel's log, one line per
     frame with what changed (:mod:`app.render.live_ops`); Gradio's streaming diff sends that line
     alone. The chat and the completion are values of their own (their diffs are the new text).
     An output keeps its latest value while unchanged (a streamed value equal to the last one
-    reaches the browser as an empty diff; a ``gr.skip()`` would cost a component update).
+    reaches the browser as an empty diff; a ``gr.skip()`` or a ``gr.update`` costs a component
+    rebuild on the server): the downloads are emptied and switched off by the first frame's
+    update and switched on with the new trace by the last frame's, plain values in between.
 
     Args:
         frames: the frames of :func:`app.tabs.playground.handlers.generate`.
         run_id: names the run's log (unique on the page, see :class:`app.render.live_ops.LiveLog`).
-        held: values the ``STREAM_KEYS`` outputs hold already (the chat in raw mode, the
-            completion and the prompt box as the browser sent them).
+        held: values the ``STREAM_KEYS`` and ``END_KEYS`` outputs hold already (the chat in raw
+            mode, the completion and the prompt box as the browser sent them, the conversation).
         encode: output name -> function turning a value into what the browser receives (the
             component's own postprocessing, done here once per new value; see :func:`encoder`).
 
     Yields:
-        ``[log, *stream values, end]``; ``end`` is ``None`` until the last frame, then
-        ``{"trace", "history", "rolling"}`` for :func:`end_updates`. After the last frame, once
-        more with the log cut back to its first line (:attr:`LiveLog.head`).
+        ``[log, *stream values, *downloads, *end values]``. After the last frame, once more with
+        the log cut back to its first line (:attr:`LiveLog.head`).
     """
     encode = encode or {}
     log = LiveLog(run_id, templates=(TEMPLATE,))
     panels = LiveEncoder(append=LIVE_APPEND, figures=LIVE_FIGURES)
     raw = dict(held or {})
     last = {k: (encode[k](v) if k in encode else v) for k, v in raw.items()}
-    end = None
+    n = len(DOWNLOAD_KEYS)
+    kept = None  # the downloads' plain values once a frame has set them
     for frame in frames:
         value = log.add(panels.ops({k: frame[k] for k in LIVE_KEYS if k in frame}))
-        for k in STREAM_KEYS:
+        for k in STREAM_KEYS + END_KEYS:
             if k in frame and raw.get(k, _NOTHING) is not frame[k]:  # a new value: encoded once
                 raw[k] = frame[k]
                 last[k] = encode[k](frame[k]) if k in encode else frame[k]
-        if frame.get("busy") is False:
-            end = {"trace": frame.get("trace"), **{k: frame[k] for k in END_KEYS if k in frame}}
-        yield [value] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] + [end]
+        if frame.get("busy") is False and frame.get("trace"):
+            kept = [encode[k](p) if k in encode else p for k, p in zip(DOWNLOAD_KEYS, frame["trace"])]
+            downloads = [gr.update(value=v, interactive=True) for v in kept]
+        elif kept is not None:
+            downloads = kept
+        elif frame.get("busy") is False:  # refused before it ran: the last trace stays downloadable
+            downloads = [gr.skip()] * n
+        else:  # the run's first frame: the last trace's downloads emptied until the new one exists
+            downloads, kept = [gr.update(value=None, interactive=False)] * n, [None] * n
+        yield [value] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] \
+            + downloads + [last.get(k) for k in END_KEYS]
     # Gradio's closing message carries each output's last value whole: the log cut back to its
     # first line keeps it small (the browser keeps what it drew from a value that starts it)
-    yield [log.head] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] + [end]
-
-
-def start_updates() -> list:
-    """Generate's first step, before the stream: Generate off, Stop on, the trace downloads
-    emptied until the new trace exists (``BUTTON_KEYS`` order)."""
-    return [gr.update(value=None, interactive=False)] * 2 + [gr.update(interactive=False),
-                                                             gr.update(interactive=True)]
-
-
-def end_updates(end: dict | None, encode: dict | None = None) -> list:
-    """Generate's last step: the trace downloads (when the run wrote a trace), Generate on and
-    Stop off, then the ``END_KEYS`` outputs (the conversation, the rolling table) where the run
-    set them (``end``: the last value :func:`live_updates` yielded; ``None`` when the stream
-    ended without a last frame)."""
-    encode = encode or {}
-    end = end or {}
-    trace = end.get("trace")
-    out = ([gr.update(value=encode[k](p) if k in encode else p, interactive=True)
-            for k, p in zip(BUTTON_KEYS, trace)] if trace else [gr.skip()] * 2)
-    out += [gr.update(interactive=True), gr.update(interactive=False)]
-    return out + [end[k] if k in end else gr.skip() for k in END_KEYS]
+    downloads = kept if kept is not None else [gr.skip()] * n
+    yield [log.head] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] + downloads \
+        + [last.get(k) for k in END_KEYS]
 
 
 def clear_log(pg) -> str:
@@ -143,13 +142,13 @@ def wire(demo: gr.Blocks, page, pg, max_concurrency: int) -> None:
 
 
 def _wire_generate(page, pg, max_concurrency: int) -> None:
-    """Generate (the button and Enter in the prompt box), in three steps: the buttons switch
-    (:func:`start_updates`), the answer streams (:func:`live_updates`), the buttons, the trace
-    downloads, the conversation and the rolling table are set (:func:`end_updates`)."""
-    stream_outputs = [page.live] + components(page, STREAM_KEYS) + [page.run_end]
-    end_outputs = components(page, BUTTON_KEYS + END_KEYS)
-    encode = {name: encoder(c) for name, c in zip(STREAM_KEYS + BUTTON_KEYS + END_KEYS,
-                                                   components(page, STREAM_KEYS + BUTTON_KEYS + END_KEYS))}
+    """Generate (the button and Shift+Enter in the prompt box) as one Gradio event: the browser
+    switches the buttons (:data:`START_JS`), the answer streams with the trace downloads and the
+    conversation set by its last frame (:func:`live_updates`), and the browser switches the
+    buttons back (:data:`END_JS`, no server step)."""
+    outputs = STREAM_KEYS + DOWNLOAD_KEYS + END_KEYS
+    stream_outputs = [page.live] + components(page, outputs)
+    encode = {name: encoder(c) for name, c in zip(outputs, components(page, outputs))}
 
     def on_generate(mode, message, history, completion, system_prompt, temperature, top_p, top_k, min_p,
                     rep_penalty, max_tokens, seed, use_kv, structure_kind, structure_text,
@@ -159,15 +158,14 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
                                    use_kv, notify=gr.Warning, structure_kind=structure_kind,
                                    structure_text=structure_text)
         # outputs keep the values they hold (sending them back costs less than a skip): the hidden
-        # chatbot of raw mode, the completion box in chat mode, the prompt box in raw mode
+        # chatbot of raw mode, the completion box in chat mode, the prompt box in raw mode, the
+        # conversation until the run's last frame
         held = {"completion": completion if isinstance(completion, str) else "",
-                "message": message if isinstance(message, str) else ""}
+                "message": message if isinstance(message, str) else "",
+                "history": history if isinstance(history, list) else []}
         if mode != "chat":
             held["chat"] = history
         yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode)
-
-    def on_end(end):
-        return end_updates(end if isinstance(end, dict) else None, encode)
 
     # the conversation comes from the session's own state, never from the browser: a client
     # could otherwise send a forged Chatbot value (file or component messages naming server files)
@@ -175,11 +173,13 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
                   page.temperature, page.top_p, page.top_k, page.min_p, page.rep_penalty,
                   page.max_tokens, page.seed, page.use_kv, page.structure_kind, page.structure_text]
     for trigger in (page.gen_btn.click, page.message.submit):
-        trigger(guard(start_updates), None, components(page, BUTTON_KEYS), **PRIVATE).then(
-            fn=guard(on_generate), inputs=gen_inputs, outputs=stream_outputs, show_progress="hidden",
-            concurrency_limit=max_concurrency, concurrency_id="engine", api_visibility="private",
+        run = trigger(
+            fn=guard(on_generate), inputs=gen_inputs, outputs=stream_outputs, js=START_JS,
+            show_progress="hidden", concurrency_limit=max_concurrency, concurrency_id="engine",
+            api_visibility="private",
             postprocess=False,  # live_updates encodes the values (see encoder)
-        ).then(guard(on_end), page.run_end, end_outputs, **PRIVATE, postprocess=False)
+        )
+        wire_run(run, "generate-btn", "stop-btn")  # END_JS, after the stream ended or failed
 
 
 def _on_stop(pg):

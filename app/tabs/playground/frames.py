@@ -31,8 +31,8 @@ BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent 
 # cadences
 TEXT, FIGURES, MEMORY, BATCH = "text", "figures", "memory", "batch"
 ONCE = "once"    # set by the first frame only (the prompt box, emptied in chat mode)
-END = "end"      # set by the last frame (the conversation, the rolling table)
-TIMER = "timer"  # only by the page's timer (the device panel)
+END = "end"      # set by the last frame (the conversation)
+TIMER = "timer"  # only by the page's timer (the device panel, the rolling table)
 
 EMPTY = "empty"  # Clear: the value of ``handlers.empty_panels``
 
@@ -80,7 +80,7 @@ OUTPUTS: tuple[Output, ...] = (
     Output("pool", "pool", BATCH, stream=False, timer=True),
     Output("tables", "tables", BATCH, stream=False, timer=True),
     Output("strip", "strip", BATCH, figure=True, stream=False, timer=True),
-    Output("rolling", "rolling", END, timer=True),
+    Output("rolling", "rolling", TIMER, stream=False, timer=True),
     Output("device", "device", TIMER, figure=True, stream=False, timer=True),
 )
 BY_NAME = {o.name: o for o in OUTPUTS}
@@ -88,15 +88,16 @@ BY_NAME = {o.name: o for o in OUTPUTS}
 # What a frame may carry besides outputs: the trace files' paths at the end, and ``busy``
 # (True in the first frame, False in the last; absent while streaming).
 CONTROL_KEYS = ("trace", "busy")
-# The buttons Generate's first and last steps set: the JSON and CSV trace downloads, Generate, Stop.
-BUTTONS = (("json", "json_btn"), ("csv", "csv_btn"), ("gen", "gen_btn"), ("stop", "stop_btn"))
+# The trace downloads Generate's stream empties in its first frame and fills in its last (JSON,
+# CSV); Generate and Stop themselves are switched in the browser (events.RUN_JS).
+DOWNLOADS = (("json", "json_btn"), ("csv", "csv_btn"))
 
 LIVE_KEYS = tuple(o.name for o in OUTPUTS if o.live)                 # drawn through the live channel
 LIVE_FIGURES = frozenset(o.name for o in OUTPUTS if o.live and o.figure)
 LIVE_APPEND = frozenset({"tokens"})                                  # only grows while an answer streams
 STREAM_KEYS = tuple(o.name for o in OUTPUTS if o.stream and not o.live and o.cadence in (TEXT, ONCE))
-END_KEYS = tuple(o.name for o in OUTPUTS if o.stream and o.cadence == END)  # set by the run's last step
-BUTTON_KEYS = tuple(name for name, _ in BUTTONS)
+END_KEYS = tuple(o.name for o in OUTPUTS if o.stream and o.cadence == END)  # set by the run's last frame
+DOWNLOAD_KEYS = tuple(name for name, _ in DOWNLOADS)
 FIGURE_KEYS = frozenset(o.name for o in OUTPUTS if o.figure)
 PLOT_KEYS = tuple(o.name for o in OUTPUTS if o.cadence in (FIGURES, MEMORY))
 BATCH_KEYS = tuple(o.name for o in OUTPUTS if o.cadence == BATCH)
@@ -106,8 +107,8 @@ FRAME_KEYS = tuple(o.name for o in OUTPUTS if o.stream) + CONTROL_KEYS
 
 
 def components(page, names) -> list:
-    """The page's components for output (or button) ``names``, in order."""
-    where = {**{o.name: o.component for o in OUTPUTS}, **dict(BUTTONS)}
+    """The page's components for output (or trace download) ``names``, in order."""
+    where = {**{o.name: o.component for o in OUTPUTS}, **dict(DOWNLOADS)}
     return [getattr(page, where[n]) for n in names]
 
 

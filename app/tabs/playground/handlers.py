@@ -286,7 +286,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     state.finish(output)
     trace = pg.write_trace(output, handle.events, session_id)
     final = {**_text_frame(state, mode, chat_base, message, chips),
-             **_figure_frame(pg, state, params.max_tokens), "rolling": shared(pg).rolling_html(), "busy": False}
+             **_figure_frame(pg, state, params.max_tokens), "busy": False}
     kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
     final["status"] = cards.status_html(state.status_line(), kind)
     if mode == "chat":

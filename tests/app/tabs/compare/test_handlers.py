@@ -183,3 +183,21 @@ def test_stopping_the_first_of_two_apart_sides_never_starts_the_second(tmp_path)
     assert len(eng.submitted) == 1 and eng.aborted == ["req-0"]
     assert last["result"]["right"]["finish_reason"] == "abort" and last["busy"] is False
     assert "Stopped" in last["status"] and pg.active_count() == 0
+
+
+def test_run_both_is_one_gradio_event_with_its_buttons_switched_in_the_browser(tmp_path):
+    """Run both starts one server event; its buttons switch in the browser before it and after
+    it (:mod:`app.tabs.run_buttons`), and no server step touches them."""
+    from app.page import build_demo
+    from app.state.playground import Playground
+    from app.tabs.run_buttons import end_js, start_js
+    from tests.support.fakes import FakeEngine
+
+    demo = build_demo(Playground(FakeEngine(), trace_dir=tmp_path, monitor=False))
+    run = next(f for f in demo.fns.values() if f.js == start_js("cmp-run", "cmp-stop"))
+    assert run.fn is not None
+    after = [f for f in demo.fns.values() if f.trigger_after == run._id]
+    assert len(after) == 1 and after[0].fn is None and after[0].js == end_js("cmp-run", "cmp-stop")
+    buttons = {c._id for c in demo.blocks.values() if getattr(c, "elem_id", None) in ("cmp-run", "cmp-stop")}
+    assert len(buttons) == 2
+    assert not [f for f in demo.fns.values() if buttons & {o._id for o in f.outputs}]
