@@ -21,7 +21,7 @@ from engine.core.finish_reason import FinishReason
 from engine.core.sequence import SOURCES, Sequence
 from engine.errors import EngineShutdownError
 from engine.heap import freeze_long_lived, thaw
-from engine.model.loader import LoadedModel
+from engine.model.model_info import LoadedModel
 from engine.model.special_tokens import special_token_ids
 from engine.model.prompt import check_fits, encode_prompt
 from engine.model.prompt_bytes import (check_prompt_bytes, check_prompt_prefix,
@@ -48,7 +48,7 @@ class LLMEngine(EngineViews):
     (text, stop strings, events, outputs). Data flows one way; only this class calls them.
 
     Args:
-        loaded: a :class:`engine.model.loader.LoadedModel`.
+        loaded: a :class:`engine.model.model_info.LoadedModel`.
         config: an :class:`engine.config.EngineConfig` (defaults when omitted).
         runner: a model runner to use instead of the one built for the model (tests drive
             the engine with a fake one).

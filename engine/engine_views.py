@@ -47,7 +47,7 @@ class EngineViews:
             self.rolling.reset()
 
     def experiment_model(self):
-        """The :class:`engine.model.loader.LoadedModel` this engine serves (the lessons'
+        """The :class:`engine.model.model_info.LoadedModel` this engine serves (the lessons'
         experiments load their own engines and variants from it)."""
         return self.loaded
 

@@ -31,7 +31,7 @@ def build_cached(stem: str, key: str, command: Callable[[str], list[str]], timeo
     The output is written to a temporary name and renamed into place, so a process starting in
     parallel sees a whole library or none.
     """
-    from engine.model.loader import cache_dir
+    from engine.model.embedded import cache_dir
 
     folder = cache_dir() / "kernels"
     target = folder / f"{stem}-{key}.so"

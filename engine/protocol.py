@@ -200,7 +200,7 @@ class EngineClient(Protocol):
     """What the page (``app``) calls on an engine; see the module docstring.
 
     Attributes:
-        info: the model's description (``engine.model.loader.ModelInfo`` or a remote's).
+        info: the model's description (``engine.model.model_info.ModelInfo`` or a remote's).
         spec: the model's shape (``engine.model.model_spec.ModelSpec``), ``None`` when unknown.
         capabilities: :class:`EngineCapabilities`.
         max_seq_tokens: longest prompt + output one request may reach, in tokens.
@@ -269,7 +269,7 @@ class EngineClient(Protocol):
 
     def experiment_model(self):
         """The loaded model the lessons' experiments build their own engines from
-        (``engine.model.loader.LoadedModel``).
+        (``engine.model.model_info.LoadedModel``).
 
         Raises:
             NotImplementedError: the engine has none (``supports_lessons`` False).

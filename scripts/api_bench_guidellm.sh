@@ -38,7 +38,7 @@ fi
 
 [ -x .venv/bin/python ] || { echo "run 'bash scripts/setup.sh' first (the tokenizer comes from it)"; exit 1; }
 TOKENIZER=$(.venv/bin/python -c \
-  "from engine.model.loader import embedded_config_folder as f; print(f('smollm2-135m'))")
+  "from engine.model.embedded import embedded_config_folder as f; print(f('smollm2-135m'))")
 mkdir -p "$OUT"
 "$VENV/bin/guidellm" run \
   --backend "kind=openai_http,target=$URL" \

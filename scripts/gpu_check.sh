@@ -16,7 +16,7 @@ if [ "${1:-}" = "--prepare" ]; then
   dir=${2:-.gpu}
   mkdir -p "$dir/model"
   PYTHON=${PYTHON:-.venv/bin/python}
-  src=$("$PYTHON" -c "from engine.model.loader import EMBEDDED, _embedded_folder; print(_embedded_folder(EMBEDDED['smollm2-135m'], None)[0])")
+  src=$("$PYTHON" -c "from engine.model.embedded import EMBEDDED, _embedded_folder; print(_embedded_folder(EMBEDDED['smollm2-135m'], None)[0])")
   cp "$src"/{config.json,generation_config.json,tokenizer.json,tokenizer_config.json,chat_template.jinja} "$dir/model/" 2>/dev/null
   echo "model config and tokenizer copied to $dir/model (no weights: random weights on the GPU)"
   exit 0

@@ -8,7 +8,7 @@
 # transformers < 5.20 and must not disturb the playground's). The CPU torch of requirements.txt
 # goes in first; PyPI's torchvision, torchaudio and torchcodec break vLLM's import on it, so they
 # are removed. vLLM loads the embedded model's fp32 safetensors folder (dequantized from the GGUF
-# once, engine.model.loader.embedded_weights_folder) in bf16 and compiles for a few minutes
+# once, engine.model.embedded.embedded_weights_folder) in bf16 and compiles for a few minutes
 # before it serves; our servers compile their decode step first too (--compile-wait).
 # Environment: WEIGHTS (our weight options, default "bf16 int4"), CONCURRENCY ("1 8 32"),
 # REQUESTS_PER_CLIENT (2), MAX_TOKENS (128), ROUNDS (2), VLLM_VERSION (0.32.0), PORT (8101).
@@ -34,7 +34,7 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 fi
 FOLDER=$(.venv/bin/python -c \
-  "from engine.model.loader import embedded_weights_folder as f; print(f('smollm2-135m'))")
+  "from engine.model.embedded import embedded_weights_folder as f; print(f('smollm2-135m'))")
 mkdir -p "$OUT"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true' EXIT

@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def loaded():
-    """The embedded model loaded once: a ``engine.model.loader.LoadedModel`` (fp32 on CPU)."""
+    """The embedded model loaded once: a ``engine.model.model_info.LoadedModel`` (fp32 on CPU)."""
     from engine.model.loader import load_model
 
     return load_model("smollm2-135m", device="cpu", dtype="float32")

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return _serve_remote(args)
     args.model = args.model or "smollm2-135m"
     from engine import LLMEngine, load_model
-    from engine.model.loader import ModelLoadError, check_model_name
+    from engine.model.locate import ModelLoadError, check_model_name
 
     if args.speculative == "draft" and not args.draft_model:
         print("error: --speculative draft needs --draft-model (a smaller model with the same "

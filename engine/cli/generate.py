@@ -92,7 +92,7 @@ def run(args) -> int:
         fail("--speculative draft needs --draft-model (a Hub id or a local folder of a smaller "
              "model with the same tokenizer)", 2)
     if args.draft_model:  # a bad name fails now, not after the target model has loaded
-        from engine.model.loader import ModelLoadError, check_model_name
+        from engine.model.locate import ModelLoadError, check_model_name
 
         try:
             check_model_name(args.draft_model, "--draft-model")

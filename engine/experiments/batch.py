@@ -159,7 +159,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, batch_sizes: li
     medians over its runs (:func:`median_fields`).
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: batches 1, 2, 4 with 12 new tokens, once each, instead of 1 to 32 with 64
             new tokens, three times each.
         progress: ``progress(fraction, message)`` callback or ``None``.

@@ -112,7 +112,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Compile, then time eager and compiled in turns, check parity and profile a step.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: batch 1 only, 24 new tokens and 2 rounds instead of batches 1 and 16, 96
             tokens and 3 rounds.
         progress: ``progress(fraction, message)`` callback or ``None``.

@@ -24,7 +24,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Time one request and split it into its phases.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: 48 new tokens instead of 500.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).

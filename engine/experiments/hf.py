@@ -43,7 +43,7 @@ def hf_generate(loaded, batch_ids: list[list[int]], new_tokens: int) -> dict:
     engine does with ``ignore_eos=True``.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         batch_ids: one list of prompt token ids per sequence (lengths may differ).
         new_tokens: tokens to generate per sequence (``>= 1``).
 

@@ -51,7 +51,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Generate the same greedy answer with the cache on, then off.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: 32 new tokens instead of 256.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).

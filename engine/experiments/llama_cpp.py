@@ -39,7 +39,7 @@ beside a peer is the engine a user would run."""
 
 def gguf_path(loaded) -> Path | None:
     """The GGUF file behind an embedded model, or ``None`` (not embedded, package missing)."""
-    from engine.model.loader import EMBEDDED
+    from engine.model.embedded import EMBEDDED
 
     emb = EMBEDDED.get(str(loaded.info.name).lower())
     if emb is None:
@@ -120,7 +120,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Compare llama.cpp and the engine on the same prompt ids, greedy, the same token count.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: 24 new tokens instead of 128.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (when ``None``, a private one with the decode

@@ -28,7 +28,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, lengths: list[i
     """Time a one-token request for each prompt length.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: lengths 16, 64, 256 once each instead of 16 to 4,096 twice each.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).

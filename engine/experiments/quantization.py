@@ -54,7 +54,7 @@ def teacher_forced_logprobs(loaded, ids: list[int], kv_cache_dtype: str = "auto"
     in ``kv_cache_dtype`` and read back through the paged attention.
 
     Args:
-        loaded: a :class:`engine.model.loader.LoadedModel` (Llama-family: paged attention).
+        loaded: a :class:`engine.model.model_info.LoadedModel` (Llama-family: paged attention).
         ids: ``T`` token ids.
         kv_cache_dtype: ``auto``, ``bf16``, ``fp16`` or ``fp8`` (fp8 scales calibrated first).
 

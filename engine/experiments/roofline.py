@@ -103,7 +103,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Measure bandwidth, then a batch-1 decode run, and compare.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: a 512 MiB tensor read 4 times and 32 new tokens instead of 1 GiB read 10 times
             and 128 tokens.
         progress: ``progress(fraction, message)`` callback or ``None``.

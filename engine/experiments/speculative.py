@@ -72,7 +72,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
     """Measure both prompts, plain and speculative, in alternating turns.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: 24 new tokens and 1 pair instead of 128 and 3.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (when ``None``, a private one with the decode

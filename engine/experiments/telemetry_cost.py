@@ -30,7 +30,7 @@ def measure_telemetry_cost(loaded, tokens: int = 64, pairs: int = 3,
     request each. Decode tokens/s comes from each request's :class:`RequestMetrics`.
 
     Args:
-        loaded: a :class:`engine.model.loader.LoadedModel`.
+        loaded: a :class:`engine.model.model_info.LoadedModel`.
         tokens: new tokens per request (EOS ignored so every run decodes the same count).
         pairs: how many off/on pairs to run.
         progress: called with a line per run, or ``None``.

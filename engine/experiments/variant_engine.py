@@ -18,7 +18,7 @@ def variant_engine(loaded, weights: str, kv_cache_dtype: str = "auto", **options
     ``kv_cache_dtype``.
 
     Args:
-        loaded: the served :class:`engine.model.loader.LoadedModel` (its name and device are
+        loaded: the served :class:`engine.model.model_info.LoadedModel` (its name and device are
             used; the model is loaded anew, so no module is shared between two engine threads).
         weights: ``fp32``, ``bf16``, ``fp16``, ``int8`` or ``int4``.
         kv_cache_dtype: one of :data:`engine.config.KV_CACHE_DTYPES`.

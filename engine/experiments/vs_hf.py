@@ -30,7 +30,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, pairs: int | No
     """Run the A B A B comparison.
 
     Args:
-        loaded: the :class:`engine.model.loader.LoadedModel`.
+        loaded: the :class:`engine.model.model_info.LoadedModel`.
         quick: small sizes (2 pairs of 24 tokens) instead of 5 pairs of 128.
         progress: ``progress(fraction, message)`` callback or ``None``.
         engine: an ``LLMEngine`` to run through (a private one when ``None``).

@@ -68,7 +68,7 @@ def load_draft_model(name: str, target, progress=None) -> DraftModelProposer:
 
     Args:
         name: an embedded name, a local folder or a Hub id.
-        target: the target's :class:`engine.model.loader.LoadedModel` (device, compute dtype,
+        target: the target's :class:`engine.model.model_info.LoadedModel` (device, compute dtype,
             vocabulary and tokenizer to match).
         progress: called with a line of text per stage, or ``None``.
 
@@ -82,7 +82,7 @@ def load_draft_model(name: str, target, progress=None) -> DraftModelProposer:
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from engine.model.loader import _locate
+    from engine.model.locate import _locate
 
     where, source, extra = _locate(name, progress)
     try:

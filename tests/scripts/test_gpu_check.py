@@ -14,7 +14,7 @@ from tests.support.paths import REPO
 
 @pytest.mark.slow
 def test_gpu_check_script_runs_on_cpu_with_random_weights(loaded, tmp_path):
-    from engine.model.loader import EMBEDDED, _embedded_folder
+    from engine.model.embedded import EMBEDDED, _embedded_folder
 
     src, _ = _embedded_folder(EMBEDDED["smollm2-135m"], None)
     model = tmp_path / "model"

@@ -38,7 +38,7 @@ def test_rows_and_table_from_a_report():
 
 
 def test_embedded_config_folder_has_the_tokenizer():
-    from engine.model.loader import embedded_config_folder
+    from engine.model.embedded import embedded_config_folder
 
     folder = embedded_config_folder("smollm2-135m")
     assert (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
@@ -47,7 +47,7 @@ def test_embedded_config_folder_has_the_tokenizer():
 def test_embedded_config_folder_refuses_other_names():
     import pytest
 
-    from engine.model.loader import ModelLoadError, embedded_config_folder
+    from engine.model.embedded import ModelLoadError, embedded_config_folder
 
     with pytest.raises(ModelLoadError, match="not an embedded model"):
         embedded_config_folder("gpt2")

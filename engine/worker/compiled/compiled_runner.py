@@ -104,7 +104,7 @@ def inductor_cache_dir() -> str:
     replaced too. Returns the folder in use."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from engine.model.loader import cache_dir
+    from engine.model.embedded import cache_dir
 
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if current is None or os.path.abspath(current) == os.path.abspath(default_cache_dir()):

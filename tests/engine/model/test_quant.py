@@ -126,7 +126,7 @@ def test_q4_1_import_matches_transformers_dequantization(loaded):
 
 
 def loaded_folder(loaded) -> str:
-    from engine.model.loader import EMBEDDED, cache_dir
+    from engine.model.embedded import EMBEDDED, cache_dir
 
     return str(cache_dir() / EMBEDDED["smollm2-135m"].short_name)
 
@@ -258,8 +258,9 @@ def test_first_int4_start_reads_the_gguf_without_an_fp32_copy(tmp_path, monkeypa
     and no fp32 safetensors; the engine then answers and its memory panel counts the packed bytes."""
     from engine import LLMEngine, SamplingParams
     from engine.model import loader
+    from engine.model.embedded import CACHE_ENV
 
-    monkeypatch.setenv(loader.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     lm = loader.load_model("smollm2-135m", device="cpu", weights="int4", progress=None)
     assert not list(tmp_path.rglob("*.safetensors"))
     assert (tmp_path / "smollm2-135m-config" / "tokenizer.json").exists()
