@@ -22,8 +22,8 @@ from engine.experiments import remedies as measurements
 from engine.telemetry.estimator import load_spec
 
 from app.render.fmt import fmt_bytes, fmt_int
-from app.tabs.lessons import (batch, calculator, kv_cache, prefill, quantization, roofline,
-                              sampling, speculative)
+from app.tabs.lessons import (batch, calculator, kv_cache, prefill, quantization, remedies_chunked,
+                              roofline, sampling, speculative)
 from app.tabs.lessons.common import error_html, progress_adapter
 
 TITLE = "Remedies"
@@ -132,13 +132,7 @@ def cell_prefix(m, facts) -> str:
 
 def cell_chunked(m, facts) -> str:
     r, why = _part(m, "chunked_prefill")
-    if why:
-        return why
-    gap, whole, med = _ms(r["max_gap_s"]), _ms(r["long_prefill_s"]), _ms(r["median_gap_s"])
-    return (f"while a {fmt_int(r['long_prompt_tokens'])}-token prompt was prefilled in chunks of "
-            f"{fmt_int(r['chunk_tokens'])} tokens, a running answer's longest gap between tokens was "
-            f"**{gap:,} ms** (median {med:,} ms); unchunked it would wait the whole prefill, "
-            f"**{whole:,} ms**")
+    return why or remedies_chunked.cell(r)
 
 
 def cell_short(m, facts) -> str:
@@ -411,9 +405,10 @@ BOTTLENECKS = (
     )),
     ("High TPOT (time per output token)", "every decode step reads all the weights for one token", (
         Remedy("chunked prefill", "a long prompt is split over several steps, so the answers already "
-               "running keep their pace instead of waiting out the whole prefill",
-               "this view's **Measure** (the figure beside it): a running answer's longest gap between "
-               "tokens while a long prompt is prefilled in chunks", cell_chunked),
+               "running keep their pace instead of waiting out the whole prefill; the long prompt's "
+               "own first token comes a little later",
+               f"this view's **Measure**: [{remedies_chunked.TITLE.split(':')[0]}](#{remedies_chunked.PLOT_ID}), "
+               "a running answer's gaps and the long prompt's TTFT, chunked and in one step", cell_chunked),
         Remedy("speculative decoding", "guessed tokens are checked several at a time in one pass",
                f"{lesson(speculative)}", cell_speculative),
         Remedy("a compiled decode step", "small operators fused, Python overhead gone",
@@ -549,7 +544,8 @@ def measured_note(m: dict | None) -> str:
 def build(ctx) -> dict:
     """The lesson inside an open ``gr.Tab``: the questions, the measure button, the remedies
     tables and Q4's examples, wired to ``ctx.engine``. Returns the components by name
-    (``rem_questions``, ``rem_run``, ``rem_status``, ``rem_table``, ``rem_sampling``)."""
+    (``rem_questions``, ``rem_run``, ``rem_status``, ``rem_table``, ``rem_chunk_plot``,
+    ``rem_sampling``)."""
     from app.server.errors import guard
     from app.tabs.lessons.gate import gated
     from app.tabs.lessons.common import elem
@@ -561,17 +557,19 @@ def build(ctx) -> dict:
 
     def drawn():  # from the last Measure (any visitor's) and the lessons' last runs
         m = last_measure()
-        return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(m)
+        return (remedies_markdown(m, engine_facts(engine)), remedies_chunked.figure((m or {}).get("chunked_prefill")),
+                sampling_markdown(m), measured_note(m))
 
-    table, sampling, status = drawn()
+    table, chunk_fig, sampling, status = drawn()
     with gr.Row():
         c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))
         c["rem_status"] = gr.HTML(status, **elem("rem_status"))
     c["rem_table"] = gr.Markdown(table, **elem("rem_table"))
+    c["rem_chunk_plot"] = gr.Plot(chunk_fig, show_label=False, elem_id=remedies_chunked.PLOT_ID)
     c["rem_sampling"] = gr.Markdown(sampling, **elem("rem_sampling"))
 
-    outputs = [c["rem_table"], c["rem_sampling"], c["rem_status"]]
+    outputs = [c["rem_table"], c["rem_chunk_plot"], c["rem_sampling"], c["rem_status"]]
     page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
     if page is not None:  # drawn again at every page load, off the API list
         page.load(guard(drawn), None, outputs, api_visibility="private", concurrency_limit=None,
@@ -581,7 +579,7 @@ def build(ctx) -> dict:
         try:
             m = run_measurements(engine, session_kwargs(request.session_hash), progress_adapter(progress))
         except ValueError as exc:
-            return gr.skip(), gr.skip(), error_html(str(exc))
+            return gr.skip(), gr.skip(), gr.skip(), error_html(str(exc))
         keep_measure(m)
         return drawn()
 

@@ -112,7 +112,7 @@ def test_batching_sharing_speculation_chunking_and_sampling(measured):
     sp = measured["speculative"]
     assert sp["identical_tokens"] and sp["acceptance_rate"] > 0
     c = measured["chunked_prefill"]
-    assert c["long_prompt_tokens"] > c["chunk_tokens"] and c["max_gap_s"] < c["long_prefill_s"]
+    assert c["long_prompt_tokens"] > c["chunk_tokens"] and c["chunked"]["max_gap_s"] < c["whole"]["max_gap_s"]
     g = measured["sampling"]
     assert g["greedy_equal"] and g["sampled"][0]["text"] != g["sampled"][1]["text"]
     assert [x["seed"] for x in g["sampled"]] == [1, 2, 1] and g["sampled"][2]["text"] == g["sampled"][0]["text"]
@@ -220,10 +220,13 @@ def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_
     tpot = next(g for t, g in groups.items() if t.startswith("High TPOT"))
     ttft = next(g for t, g in groups.items() if t.startswith("High TTFT"))
     assert "chunked prefill" in tpot and "chunked prefill" not in ttft
-    assert "longest gap" in tpot["chunked prefill"].where
-    m = {"chunked_prefill": {"max_gap_s": 0.09, "long_prefill_s": 1.2, "median_gap_s": 0.03,
-                             "long_prompt_tokens": 1024, "chunk_tokens": 512}}
-    assert "longest gap between tokens" in remedies.cell_chunked(m, {})
+    assert "gaps" in tpot["chunked prefill"].where and "TTFT" in tpot["chunked prefill"].where
+    side = {"max_gap_s": 0.09, "ttft_s": 1.2, "tokens_during": 4}
+    m = {"chunked_prefill": {"chunked": side, "whole": {**side, "max_gap_s": 0.9, "ttft_s": 1.0,
+                                                        "tokens_during": 1},
+                             "long_prompt_tokens": 512, "chunk_tokens": 128}}
+    cell = remedies.cell_chunked(m, {})
+    assert "longest gap **90 ms**" in cell and "900 ÷ 90 = 10.0×" in cell and "1,200 − 1,000 = 200 ms of TTFT" in cell
     assert "Batch size" not in ttft["scheduling"].where and "TTFT" in ttft["scheduling"].where
 
 
@@ -245,7 +248,7 @@ def test_a_page_load_draws_the_last_measure_again():
     last_runs.clear()
     try:
         remedies.keep_measure(m)
-        table, sampling, status = load.fn()
+        table, chunk_fig, sampling, status = load.fn()
     finally:
         last_runs.clear()
     assert "| temperature 1, seed 1 | Ash. |" in sampling
