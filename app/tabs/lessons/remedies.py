@@ -25,6 +25,7 @@ from app.render.fmt import fmt_bytes, fmt_int
 from app.tabs.lessons import (batch, calculator, kv_cache, prefill, quantization, remedies_chunked,
                               roofline, sampling, speculative)
 from app.tabs.lessons.common import error_html, progress_adapter
+from app.tabs.lessons.remedy_links import figure_link
 
 TITLE = "Remedies"
 TEXT = (
@@ -392,13 +393,17 @@ class Remedy:
     cell: object
 
 
+OVERHEAD = "Where a decode step's time goes"
+QUANT_LINK = figure_link(quantization.TITLE, "lesson-quant-plot", "memory, speed and agreement")
+CALC_LINK = figure_link(calculator.TITLE, "lesson-calc-table", "KV cache")
+
 BOTTLENECKS = (
     ("High TTFT (time to first token)", "the prompt's prefill, or the wait before it", (
         Remedy("prefix cache", "a prompt that starts like an earlier one reuses its cached KV blocks",
                "Playground: send one long prompt twice; the metrics card counts the tokens “from the prefix cache”",
                cell_prefix),
         Remedy("shorter prompts", "fewer tokens to prefill: trim the system prompt, the history, the documents",
-               f"{lesson(prefill)}: the prompt-length sweep", cell_short),
+               figure_link(prefill.TITLE, "lesson-lat-sweep-plot", "Latency vs prompt length"), cell_short),
         Remedy("scheduling", "fewer prompts admitted per step, or short ones first, so a prompt waits less",
                "this view's **Measure** (the figure beside it): TTFT alone against 8 requests arriving "
                "at once", cell_scheduling),
@@ -407,38 +412,45 @@ BOTTLENECKS = (
         Remedy("chunked prefill", "a long prompt is split over several steps, so the answers already "
                "running keep their pace instead of waiting out the whole prefill; the long prompt's "
                "own first token comes a little later",
-               f"this view's **Measure**: [{remedies_chunked.TITLE.split(':')[0]}](#{remedies_chunked.PLOT_ID}), "
-               "a running answer's gaps and the long prompt's TTFT, chunked and in one step", cell_chunked),
+               "this view's **Measure**: "
+               + figure_link(TITLE, remedies_chunked.PLOT_ID, remedies_chunked.TITLE.split(":")[0], prefix="")
+               + ", a running answer's gaps and the long prompt's TTFT, chunked and in one step", cell_chunked),
         Remedy("speculative decoding", "guessed tokens are checked several at a time in one pass",
-               f"{lesson(speculative)}", cell_speculative),
+               figure_link(speculative.TITLE, "lesson-spec-plot", "Speculative decoding on this machine"),
+               cell_speculative),
         Remedy("a compiled decode step", "small operators fused, Python overhead gone",
-               f"{lesson(roofline)}: “Time eager against compiled”; the sidebar's decode-step badge",
+               figure_link(roofline.TITLE, "lesson-roof-overhead-plot", OVERHEAD)
+               + " (press “Time eager against compiled”); the sidebar's decode-step badge",
                cell_compiled),
-        Remedy("weight quantization", "fewer bytes to read per step", f"{lesson(quantization)}", cell_quant_step),
-        Remedy("smaller batch", "fewer sequences share each step", f"{lesson(batch)}", cell_smaller_batch_tpot),
+        Remedy("weight quantization", "fewer bytes to read per step", QUANT_LINK, cell_quant_step),
+        Remedy("smaller batch", "fewer sequences share each step",
+               figure_link(batch.TITLE, "lesson-batch-plot", "latency per token of each sequence"),
+               cell_smaller_batch_tpot),
     )),
     ("KV cache near full", "every token of every sequence keeps its keys and values", (
         Remedy("GQA (grouped-query attention)", "several query heads share one key/value head",
-               f"{lesson(calculator)}: Llama-2-7B (32 KV heads) against Llama-3-8B (8)", cell_gqa),
+               CALC_LINK + ": Llama-2-7B (32 KV heads) against Llama-3-8B (8)", cell_gqa),
         Remedy("fp8 KV cache", "one byte per element instead of two (or four)",
-               f"{lesson(quantization)} (the fp8 KV rows); {lesson(calculator)}: KV cache dtype", cell_fp8),
+               f"{QUANT_LINK} (the fp8 KV rows); {CALC_LINK}: KV cache dtype", cell_fp8),
         Remedy("paging and block sharing", "memory in 16-token blocks, a shared prompt's blocks stored once",
                "the **Beams and samples** tab (n samples); the calculator's block sharing box", cell_sharing),
         Remedy("sliding window", "layers keep only the last W tokens",
-               f"{lesson(calculator)}: Mistral-7B at 32,768 tokens", cell_sliding),
+               f"{CALC_LINK}: Mistral-7B at 32,768 tokens", cell_sliding),
         Remedy("smaller batch or context", "fewer sequences, or shorter ones, hold fewer tokens",
-               f"{lesson(calculator)}: batch and sequence length; Playground › sidebar **max new tokens**",
+               f"{CALC_LINK}: batch and sequence length; Playground › sidebar **max new tokens**",
                cell_smaller),
     )),
     ("Weights don't fit", "the model's bytes exceed the device's memory", (
         Remedy("weight quantization", "int8 or int4 codes with per-group scales",
-               f"{lesson(quantization)}; {lesson(calculator)}: weights dtype", cell_quant_fit),
+               f"{QUANT_LINK}; {CALC_LINK}: weights dtype", cell_quant_fit),
     )),
     ("Throughput flat with batch", "past the knee a step is compute- or overhead-bound", (
         Remedy("batching", "while memory-bound, more sequences per step cost little extra time",
-               f"{lesson(batch)}: the knee", cell_batching),
+               figure_link(batch.TITLE, "lesson-batch-plot", "throughput, all sequences") + ": the knee",
+               cell_batching),
         Remedy("a compiled decode step", "when overhead, not memory or arithmetic, sets the step's time",
-               f"{lesson(roofline)}: the third regime", cell_compiled),
+               figure_link(roofline.TITLE, "lesson-roof-overhead-plot", OVERHEAD) + ": the third regime",
+               cell_compiled),
     )),
 )
 """``(bottleneck, why it happens, remedies)`` in the order of the page."""
@@ -548,6 +560,7 @@ def build(ctx) -> dict:
     ``rem_sampling``)."""
     from app.server.errors import guard
     from app.tabs.lessons.gate import gated
+    from app.tabs.lessons import remedy_links
     from app.tabs.lessons.common import elem
 
     engine, session_kwargs = ctx.engine, ctx.session_kwargs
@@ -574,6 +587,8 @@ def build(ctx) -> dict:
     if page is not None:  # drawn again at every page load, off the API list
         page.load(guard(drawn), None, outputs, api_visibility="private", concurrency_limit=None,
                   show_progress="hidden")
+        # the links to figures on other lesson tabs open that tab first (remedy_links)
+        page.load(None, None, None, js=remedy_links.follow_js(), api_visibility="private")
 
     def on_run(request: gr.Request, progress=gr.Progress()):
         try:

@@ -60,3 +60,14 @@ def test_the_remedy_points_at_this_figure():
     where = next(r.where for _, _, rs in remedies.BOTTLENECKS for r in rs if r.name == "chunked prefill")
     assert re.search(rf"\]\(#{remedies_chunked.PLOT_ID}\)", where), where
     assert "TTFT" in where and "gaps" in where
+
+
+def test_a_figure_link_names_its_tab_once_and_the_page_script_knows_it():
+    from app.tabs.lessons import remedy_links
+
+    link = remedy_links.figure_link("Batch size", "lesson-batch-plot", "throughput, all sequences")
+    assert link == "[Lessons › **Batch size**: “throughput, all sequences”](#lesson-batch-plot)"
+    with pytest.raises(ValueError, match="lesson-batch-plot is on the Batch size tab"):
+        remedy_links.figure_link("Quantization", "lesson-batch-plot", "x")
+    js = remedy_links.follow_js()
+    assert '"lesson-rem-chunk-plot": "Remedies"' in js and '"lesson-batch-plot": "Batch size"' in js
