@@ -255,7 +255,7 @@ def ridge_html(r: dict | None, knee_batch: int | None) -> str:
             f"{r['bandwidth_gb_per_s']:,.1f} GB/s = <b>{r['ridge']:,.1f} FLOPs per byte</b> (a "
             "matmul's speed over the memory read bandwidth: "
             + (f"this machine's profile, {html.escape(r['stamp'])}, the same figures the next lesson "
-               "prints; its “Measure this machine” takes them again" if r.get("stamp") else
+               "prints; the profile panel's “Measure again” takes them again" if r.get("stamp") else
                "measured just now as in the next lesson") + "). ")
     ctx = fmt_int(r["context"])
     if r["batch"] is None:

@@ -1,8 +1,9 @@
 """This machine's measured profile (read bandwidth, matmul FLOP/s, their ridge point), kept once
 for the whole server so every lesson that prints it prints the same figures.
 
-The Memory-bound lesson's "Measure this machine" measures anew; the Batch size lesson reuses the
-last profile while it is younger than :data:`MAX_AGE_S`, and measures one when there is none.
+The machine profile panel's "Measure again" (:mod:`app.tabs.lessons.profile_panel`) measures
+anew; the Memory-bound and Batch size lessons reuse the last profile while it is younger than
+:data:`MAX_AGE_S`, and measure one when there is none.
 Each profile carries when it was measured and the machine's load then, and the page prints both
 beside the figures (they move with load). No torch here: ``measure`` is the caller's function.
 """
@@ -35,7 +36,7 @@ def current(measure, fresh: bool = False, clock=time.time) -> dict:
     Args:
         measure: ``() -> dict`` with ``bandwidth_gb_per_s``, ``flops_per_s`` and ``ridge``
             (:func:`app.tabs.lessons.roofline.measure_machine` bound to an engine).
-        fresh: measure anew even when a recent profile exists ("Measure this machine").
+        fresh: measure anew even when a recent profile exists (the panel's "Measure again").
         clock: epoch seconds (tests pass a fake).
 
     Returns:
@@ -55,6 +56,13 @@ def current(measure, fresh: bool = False, clock=time.time) -> dict:
             ridge = gflops / bw if bw > 0 else float("inf")
             _LAST = {**m, "ridge": ridge, "measured_at": now, "load_average": load_average()}
         return dict(_LAST)
+
+
+def kept() -> dict | None:
+    """A copy of the last profile without measuring (whatever its age), or ``None`` before the
+    first measurement."""
+    with _LOCK:
+        return dict(_LAST) if _LAST is not None else None
 
 
 def stamp(profile: dict) -> str:
