@@ -22,13 +22,13 @@ def test_chunking_splits_the_prefill_over_steps_that_keep_the_answer_going(run, 
     c, w = run["chunked"], run["whole"]
     assert run["chunk_tokens"] == engine.config.max_num_batched_tokens // 4  # this engine's cap
     assert c["long_prompt_tokens"] == w["long_prompt_tokens"] == run["long_prompt_tokens"] >= 500
-    assert c["answer_tokens"] == w["answer_tokens"] == 20
+    assert c["answer_tokens"] == w["answer_tokens"] == 12 and run["rounds"] == 2
     chunks = -(-run["long_prompt_tokens"] // run["chunk_tokens"])
     # chunked: the answer got a token in (nearly) every chunk's step; whole: in the one step only
     assert c["tokens_during"] >= chunks - 1 and w["tokens_during"] <= 1, (c["tokens_during"], w["tokens_during"])
-    # whole: the answer waited the whole prefill between two tokens; chunked: a chunk's step
+    # whole: the answer waited the whole prefill between two tokens; chunked: never the whole one
     assert w["max_gap_s"] >= 0.8 * w["long_prefill_s"]
-    assert c["max_gap_s"] < w["max_gap_s"]
+    assert c["max_gap_s"] < c["long_prefill_s"] and c["max_gap_s"] < w["max_gap_s"]
     for s in (c, w):
         assert s["ttft_s"] >= s["long_prefill_s"] > 0 and len(s["gaps_s"]) == s["answer_tokens"] - 1
         assert s["max_gap_s"] == max(s["gaps_s"])
