@@ -8,6 +8,7 @@ either way). No torch, no Gradio.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -17,9 +18,14 @@ _LOCK = threading.Lock()
 
 def record(lesson: str, figures: dict) -> None:
     """Keep ``figures`` (plain numbers and strings) as ``lesson``'s last run, stamped with
-    ``at`` (``time.time()``, seconds)."""
+    ``at`` (``time.time()``, seconds) and ``load`` (the 1-minute load average as it finished,
+    ``None`` where the OS has none)."""
+    try:
+        load = round(os.getloadavg()[0], 1)
+    except (OSError, AttributeError):
+        load = None
     with _LOCK:
-        _RUNS[lesson] = {**figures, "at": time.time()}
+        _RUNS[lesson] = {**figures, "at": time.time(), "load": load}
 
 
 def latest(lesson: str) -> dict | None:

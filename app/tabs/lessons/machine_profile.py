@@ -66,9 +66,10 @@ def kept() -> dict | None:
 
 
 def stamp(profile: dict) -> str:
-    """``"measured at 18:45 UTC, load average 3.1"``: when the profile was taken and the load
-    then (the figures move with it); the load is left out where unknown."""
-    at = datetime.fromtimestamp(profile["measured_at"], timezone.utc).strftime("%H:%M UTC")
+    """``"measured at 18:45 UTC on 2026-12-04, load average 3.1"``: when the profile was taken
+    (time and date) and the load then (the figures move with it); the load is left out where
+    unknown."""
+    at = datetime.fromtimestamp(profile["measured_at"], timezone.utc).strftime("%H:%M UTC on %Y-%m-%d")
     load = profile.get("load_average")
     return f"measured at {at}" + (f", load average {load:g}" if load is not None else "")
 

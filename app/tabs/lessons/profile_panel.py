@@ -48,18 +48,27 @@ def cautions(profile: dict | None, runs: dict[str, dict | None], load_now: float
         load_now: the 1-minute load average now, or ``None``.
 
     Returns:
-        A sentence per lesson run after the profile was measured, and one when the load has
-        changed by more than :data:`LOAD_FACTOR` since; empty without a profile.
+        A sentence per lesson run after the profile was measured or under a load more than
+        :data:`LOAD_FACTOR` times the profile's (each run's ``load``), and one when the load
+        now has changed by more than that; empty without a profile.
     """
     if not profile:
         return []
     out = []
+    then = profile.get("load_average")
     for key, tab in RUNS:
         run = runs.get(key)
-        if run and run["at"] > profile["measured_at"]:
+        if not run:
+            continue
+        after = run["at"] > profile["measured_at"]
+        load = run.get("load")
+        if load_changed(then, load):
+            out.append(f"{tab} ran at {_hhmm(run['at'])} under a load average of {load:g}, more than "
+                       f"{LOAD_FACTOR:g}× {'above' if load > then else 'below'} the {then:g} of this profile: "
+                       "its figures and these were taken on a differently shared CPU and may differ.")
+        elif after:
             out.append(f"{tab} ran at {_hhmm(run['at'])}, after this profile: its figures were taken "
                        "under that moment's load and may differ from these.")
-    then = profile.get("load_average")
     if load_changed(then, load_now):
         way = "higher" if load_now > then else "lower"
         out.append(f"The load average is {load_now:g} now, {way} than the {then:g} at measuring by more "

@@ -38,6 +38,20 @@ def test_a_lesson_run_after_the_profile_is_named_with_its_time():
                      "moment's load and may differ from these."]
 
 
+def test_a_lesson_run_under_a_load_more_than_twice_the_profiles_is_named():
+    """A lesson run before the profile, but on a CPU shared with 4.5× the load: its figures and
+    the profile's may differ, and the panel says why; a run at a like load says nothing."""
+    p = _profile(load=2.0)
+    notes = profile_panel.cautions(p, {"quantization": {"at": 900.0, "load": 9.0},
+                                       "batch": {"at": 950.0, "load": 3.5}}, 2.0)
+    assert notes == ["Quantization ran at 00:15 UTC under a load average of 9, more than 2× above the 2 "
+                     "of this profile: its figures and these were taken on a differently shared CPU and "
+                     "may differ."]
+    last_runs.record("batch", {"rows": []})
+    # stamped with the load as it finished (the 1-minute average moves a little between two reads)
+    assert last_runs.latest("batch")["load"] == pytest.approx(machine_profile.load_average(), abs=1.0)
+
+
 @pytest.mark.parametrize("then,now,changed", [(2.0, 4.1, True), (2.0, 4.0, False), (2.0, 0.9, True),
                                               (0.1, 0.9, False), (0.1, 1.1, True), (None, 9.0, False),
                                               (2.0, None, False)])
