@@ -55,5 +55,8 @@ def cell(r: dict) -> str:
             f"Prefilled in chunks of {fmt_int(r['chunk_tokens'])} tokens: the answer's longest gap "
             f"**{gc:,} ms** ({c['tokens_during']} tokens during the prefill), the prompt's TTFT "
             f"**{tc:,} ms**; in one step: longest gap **{gw:,} ms** ({w['tokens_during']} token"
-            f"{'s' if w['tokens_during'] != 1 else ''}), TTFT **{tw:,} ms**. Chunking cut the gap "
-            f"{gw:,} ÷ {gc:,} = {ratio}; {ttft} (each chunk's step also runs the answer's token)")
+            f"{'s' if w['tokens_during'] != 1 else ''}), TTFT **{tw:,} ms**. "
+            + (f"Chunking cut the gap {gw:,} ÷ {gc:,} = {ratio}" if gc < gw else
+               f"This time chunking did not cut the gap ({gw:,} ÷ {gc:,} = {ratio}): the machine's "
+               "load moved between the runs; measure again")
+            + f"; {ttft} (each chunk's step also runs the answer's token)")

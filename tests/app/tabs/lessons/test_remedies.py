@@ -227,6 +227,10 @@ def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_
                              "long_prompt_tokens": 512, "chunk_tokens": 128}}
     cell = remedies.cell_chunked(m, {})
     assert "longest gap **90 ms**" in cell and "900 ÷ 90 = 10.0×" in cell and "1,200 − 1,000 = 200 ms of TTFT" in cell
+    busy = {"chunked_prefill": {**m["chunked_prefill"], "whole": {**side, "max_gap_s": 0.08, "ttft_s": 1.0,
+                                                                  "tokens_during": 1}}}
+    cell = remedies.cell_chunked(busy, {})
+    assert "Chunking cut" not in cell and "did not cut the gap (80 ÷ 90 = 0.9×)" in cell
     assert "Batch size" not in ttft["scheduling"].where and "TTFT" in ttft["scheduling"].where
 
 
