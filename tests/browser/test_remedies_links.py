@@ -1,5 +1,5 @@
 """Every link of the Remedies view, clicked in a real browser (Playwright driving Debian's
-Chromium) at 1280×720 on a page holding only the Lessons tab: the link opens the lesson tab that
+Chromium) at 1280×720, on a page holding only the Lessons tab and on the whole page: the link opens the lesson tab that
 holds its figure, the figure is visible and scrolled into the window, and it is the figure the
 link names (its title, a panel's title, a trace's or a row's name). Skipped when
 /usr/bin/chromium is missing, unless CI is set."""
@@ -37,10 +37,17 @@ SHOWN = """(id) => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def page(browser, lessons_url):
+@pytest.fixture(params=["lessons", "whole"], ids=["lessons-page", "whole-page"])
+def page(request, browser):
+    """The lessons-only page, or the whole page as ``python -m app`` serves it (Remedies under
+    its Lessons tab)."""
     pg = browser.new_page(viewport={"width": 1280, "height": 720})
-    pg.goto(lessons_url)
+    if request.param == "lessons":
+        pg.goto(request.getfixturevalue("lessons_url"))
+    else:
+        pg.goto(request.getfixturevalue("page_url"))
+        pg.wait_for_selector("#generate-btn", timeout=60_000)
+        pg.get_by_role("tab", name="Lessons", exact=True).click()
     pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
     yield pg
     pg.close()

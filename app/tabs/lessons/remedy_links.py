@@ -48,10 +48,22 @@ FOLLOW_JS = """
       .find(b => b.textContent.trim() === TABS[id]);
     if (tab && tab.getAttribute('aria-selected') !== 'true') tab.click();
     const t0 = Date.now();
+    let settled = 0, last = null;
     const go = () => {
       const el = document.getElementById(id);
-      if (el && el.offsetParent !== null) { el.scrollIntoView({block: 'start'}); return; }
-      if (Date.now() - t0 < 10000) setTimeout(go, 50);
+      if (el && el.offsetParent !== null) {
+        // the figures above it may still be drawing and push it down: scroll again until its
+        // place has held for half a second (a figure near the page's end never reaches the top)
+        const now = el.getBoundingClientRect().top;
+        if (last !== null && Math.abs(now - last) < 2) {
+          if (++settled >= 5) return;
+        } else {
+          settled = 0;
+          el.scrollIntoView({block: 'start'});
+          last = el.getBoundingClientRect().top;
+        }
+      }
+      if (Date.now() - t0 < 10000) setTimeout(go, 100);
     };
     go();
   }, true);
@@ -62,5 +74,6 @@ FOLLOW_JS = """
 def follow_js() -> str:
     """The page script (a Gradio ``js`` load hook) that follows the links of :data:`TARGETS`:
     opens the target's lesson tab, waits up to 10 s for the figure to be drawn, and scrolls it
-    to the top of the window. Installs its listener once per page."""
+    to the top of the window, again while the figures above it still move it. Installs its
+    listener once per page."""
     return FOLLOW_JS % json.dumps(TARGETS)
