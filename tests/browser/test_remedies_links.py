@@ -86,3 +86,21 @@ def test_each_remedies_link_opens_the_figure_it_names(page):
         assert tab in [s.strip() for s in selected], (text, selected)
         assert figure.lower() in shown["text"].lower(), (text, shown["text"][:300])
         assert shown["plot"] == target.endswith("-plot"), text
+
+
+def test_a_lesson_finishing_shows_in_the_remedies_without_a_reload(browser, lessons_url):
+    from app.tabs.lessons import last_runs, remedies
+
+    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        last_runs.clear()
+        pg.goto(lessons_url)
+        pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
+        open_remedies(pg)
+        table = pg.locator("#lesson-rem-table")
+        assert "20.0 → 50.0 tok/s" not in table.inner_text()
+        last_runs.record("compile", {"batch": 1, "eager_tokens_per_s": 20.0, "compiled_tokens_per_s": 50.0})
+        assert wait_until(lambda: "20.0 → 50.0 tok/s" in table.inner_text(), remedies.REFRESH_S + 15)
+    finally:
+        last_runs.clear()
+        pg.close()

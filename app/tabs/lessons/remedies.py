@@ -32,8 +32,11 @@ TEXT = (
     "Each bottleneck below has its remedies: what each one does, **where on this page you can see "
     "it** (a lesson tab above, or a Playground control) and **the figure it moved on this engine**. "
     "Press **Measure** to run small on/off experiments through the page's engine (under a minute "
-    "on 2 CPU cores); figures from a related lesson's last run appear on their own.")
+    "on 2 CPU cores); figures from a related lesson's last run appear on their own, within "
+    "seconds of its end.")
 NOT_YET = "<i>press Measure</i>"
+REFRESH_S = 10.0
+"""Seconds between a page's checks for a lesson run or a Measure finished since it drew."""
 SLIDING_MODEL = "mistralai/Mistral-7B-v0.1"
 SLIDING_TOKENS = 32768
 
@@ -560,7 +563,7 @@ def build(ctx) -> dict:
     ``rem_sampling``)."""
     from app.server.errors import guard
     from app.tabs.lessons.gate import gated
-    from app.tabs.lessons import remedy_links
+    from app.tabs.lessons import last_runs, remedy_links
     from app.tabs.lessons.common import elem
 
     engine, session_kwargs = ctx.engine, ctx.session_kwargs
@@ -583,20 +586,33 @@ def build(ctx) -> dict:
     c["rem_sampling"] = gr.Markdown(sampling, **elem("rem_sampling"))
 
     outputs = [c["rem_table"], c["rem_chunk_plot"], c["rem_sampling"], c["rem_status"]]
+    seen = gr.State(-1)  # last_runs.version() when this page last drew them
+    private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+
+    def drawn_now():  # with the version of the runs it quotes (read first: a later run redraws)
+        now = last_runs.version()
+        return (*drawn(), now)
+
     page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
     if page is not None:  # drawn again at every page load, off the API list
-        page.load(guard(drawn), None, outputs, api_visibility="private", concurrency_limit=None,
-                  show_progress="hidden")
+        page.load(guard(drawn_now), None, [*outputs, seen], **private)
         # the links to figures on other lesson tabs open that tab first (remedy_links)
         page.load(None, None, None, js=remedy_links.follow_js(), api_visibility="private")
+
+    def redrawn(drawn_at: int):  # a lesson or a Measure finished since this page drew: draw again
+        now = last_runs.version()
+        return (gr.skip(),) * len(outputs) + (drawn_at,) if now == drawn_at else (*drawn(), now)
+
+    gr.Timer(REFRESH_S).tick(guard(redrawn), seen, [*outputs, seen], **private)
 
     def on_run(request: gr.Request, progress=gr.Progress()):
         try:
             m = run_measurements(engine, session_kwargs(request.session_hash), progress_adapter(progress))
         except ValueError as exc:
-            return gr.skip(), gr.skip(), gr.skip(), error_html(str(exc))
+            return gr.skip(), gr.skip(), gr.skip(), error_html(str(exc)), gr.skip()
         keep_measure(m)
-        return drawn()
+        return drawn_now()
 
-    c["rem_run"].click(guard(gated(on_run, "remedies")), None, outputs, concurrency_limit=None, api_visibility="private")
+    c["rem_run"].click(guard(gated(on_run, "remedies")), None, [*outputs, seen], concurrency_limit=None,
+                       api_visibility="private")
     return c

@@ -243,7 +243,7 @@ def test_a_page_load_draws_the_last_measure_again():
 
     with gr.Blocks() as demo:
         lessons.build_lessons(FakeEngine())
-    load = next(f for f in demo.fns.values() if f.name == "drawn")
+    load = next(f for f in demo.fns.values() if f.name == "drawn_now")
     assert load.api_visibility == "private"
     m = {"sampling": {"prompt": "Give a name for a small grey cat.", "greedy": ["Smokey.", "Smokey."],
                       "greedy_cut": [False, False], "greedy_equal": True, "temperature": 1.0, "new_tokens": 40,
@@ -252,9 +252,34 @@ def test_a_page_load_draws_the_last_measure_again():
     last_runs.clear()
     try:
         remedies.keep_measure(m)
-        table, chunk_fig, sampling, status = load.fn()
+        table, chunk_fig, sampling, status, version = load.fn()
+        assert version == last_runs.version()
     finally:
         last_runs.clear()
     assert "| temperature 1, seed 1 | Ash. |" in sampling
     assert re.fullmatch(r"Measured at \d\d:\d\d UTC in 3 s\.", status), status
     assert "#### High TTFT" in table
+
+
+def test_a_lesson_finishing_redraws_the_remedies_without_a_reload():
+    """The figures picked up a lesson's last run only at a page load: a timer now redraws them
+    when a run was recorded since this page drew (and sends nothing otherwise)."""
+    import gradio as gr
+
+    from tests.support.fakes import FakeEngine
+
+    with gr.Blocks() as demo:
+        lessons.build_lessons(FakeEngine())
+    tick = next(f for f in demo.fns.values() if f.name == "redrawn")
+    assert tick.api_visibility == "private"
+    last_runs.clear()
+    try:
+        drawn_at = last_runs.version()
+        unchanged = tick.fn(drawn_at)
+        assert unchanged[-1] == drawn_at and all(isinstance(v, dict) and v.get("__type__") == "update"
+                                                 and len(v) == 1 for v in unchanged[:-1]), unchanged[:-1]
+        last_runs.record("compile", {"batch": 1, "eager_tokens_per_s": 20.0, "compiled_tokens_per_s": 50.0})
+        table, *_, now = tick.fn(drawn_at)
+    finally:
+        last_runs.clear()
+    assert now != drawn_at and "20.0 → 50.0 tok/s" in table
