@@ -68,8 +68,10 @@ def build_lessons(engine, session_kwargs=None) -> dict:
     Returns:
         The components by name (for tests and further wiring).
     """
+    from app.tabs.lessons import profile_panel
+
     ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}))
-    c: dict = {}
+    c: dict = profile_panel.build(engine)  # the machine profile every lesson prints, shown once
     # "wrap": with ten lessons the tab bar takes two rows at 1280 px instead of hiding tabs
     # behind Gradio's "⋯" overflow menu
     with gr.Tabs(elem_id="lesson-tabs", overflow_behavior="wrap"):

@@ -13,6 +13,7 @@ are the knee, the figure, the words and the layout. Lesson requests carry lesson
 from __future__ import annotations
 
 import html
+import time
 import math
 
 import gradio as gr
@@ -24,7 +25,7 @@ from engine.experiments import batch
 from app.server import fields
 from app.server.errors import guard
 from app.tabs.lessons.gate import gated
-from app.render.fmt import fmt_int, fmt_rate
+from app.render.fmt import fmt_int, fmt_rate, fmt_seconds
 from app.tabs.lessons import last_runs, machine_profile
 from app.tabs.lessons.roofline import measure_machine, model_shape
 from app.tabs.lessons.runs import LessonEngine
@@ -50,8 +51,9 @@ TEXT = (
     "the **median** of its runs, so a slow moment of a shared machine touches every size alike. "
     "Only the number of sequences changes: the prompts, the answer length, greedy decoding, the "
     "weights and the KV cache's precision stay the same, and every request has a prefix-cache salt of "
-    "its own, so the cache shares nothing, not even the chat template's system prompt. The run also measures this machine's ridge point, as the next lesson "
-    "does, to say at which batch decode should turn compute-bound.")
+    "its own, so the cache shares nothing, not even the chat template's system prompt. The run also takes this machine's ridge point from the machine "
+    "profile (the panel at the right; measured when there is none), to say at which batch decode should turn "
+    "compute-bound.")
 DECODE = "#1B998B"
 
 
@@ -139,6 +141,22 @@ def record_last_run(rows: list[dict], new_tokens: int) -> None:
     last_runs.record("batch", {"new_tokens": new_tokens, "rounds": REPEATS, "knee": knee(rows)["batch"],
                                "rows": [{k: r[k] for k in ("batch", "throughput_tokens_per_s",
                                                            "per_token_latency_ms")} for r in rows]})
+
+
+def batch1_tpot_note(tpot_ms: float, new_tokens: int) -> str:
+    """For another panel that prints a batch-1 TPOT of ``tpot_ms`` (ms, over ``new_tokens`` new
+    tokens): this lesson's last run's batch-1 TPOT beside it, both as
+    :func:`app.render.fmt.fmt_seconds` prints them, with the time it ran and why the two differ;
+    ``""`` before this lesson has run at batch 1."""
+    run = last_runs.latest("batch")
+    row = next((r for r in (run or {}).get("rows", []) if r["batch"] == 1), None)
+    if row is None:
+        return ""
+    at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
+    return (f" The Batch size lesson's last run ({at}) measured <b>{fmt_seconds(row['per_token_latency_ms'] / 1000)}"
+            f"</b> at batch 1 against {fmt_seconds(tpot_ms / 1000)} here: another moment of a shared machine "
+            f"(its load moves both) and another answer length ({run['new_tokens']} new tokens there, "
+            f"{new_tokens} here; a longer answer reads a longer KV cache at every step), so the two differ.")
 
 
 def knee(rows: list[dict], gain: float = KNEE_GAIN) -> dict:
@@ -254,8 +272,8 @@ def ridge_html(r: dict | None, knee_batch: int | None) -> str:
     text = (f"<br><b>This machine's ridge point</b> ({where}) is {r['gflops']:,.1f} GFLOP/s ÷ "
             f"{r['bandwidth_gb_per_s']:,.1f} GB/s = <b>{r['ridge']:,.1f} FLOPs per byte</b> (a "
             "matmul's speed over the memory read bandwidth: "
-            + (f"this machine's profile, {html.escape(r['stamp'])}, the same figures the next lesson "
-               "prints; its “Measure this machine” takes them again" if r.get("stamp") else
+            + (f"this machine's profile, {html.escape(r['stamp'])}, the same figures the panel "
+               "at the right and the next lesson print; the panel's “Measure again” takes them again" if r.get("stamp") else
                "measured just now as in the next lesson") + "). ")
     ctx = fmt_int(r["context"])
     if r["batch"] is None:

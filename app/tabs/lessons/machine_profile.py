@@ -1,8 +1,9 @@
 """This machine's measured profile (read bandwidth, matmul FLOP/s, their ridge point), kept once
 for the whole server so every lesson that prints it prints the same figures.
 
-The Memory-bound lesson's "Measure this machine" measures anew; the Batch size lesson reuses the
-last profile while it is younger than :data:`MAX_AGE_S`, and measures one when there is none.
+The machine profile panel's "Measure again" (:mod:`app.tabs.lessons.profile_panel`) measures
+anew; the Memory-bound and Batch size lessons reuse the last profile while it is younger than
+:data:`MAX_AGE_S`, and measure one when there is none.
 Each profile carries when it was measured and the machine's load then, and the page prints both
 beside the figures (they move with load). No torch here: ``measure`` is the caller's function.
 """
@@ -35,7 +36,7 @@ def current(measure, fresh: bool = False, clock=time.time) -> dict:
     Args:
         measure: ``() -> dict`` with ``bandwidth_gb_per_s``, ``flops_per_s`` and ``ridge``
             (:func:`app.tabs.lessons.roofline.measure_machine` bound to an engine).
-        fresh: measure anew even when a recent profile exists ("Measure this machine").
+        fresh: measure anew even when a recent profile exists (the panel's "Measure again").
         clock: epoch seconds (tests pass a fake).
 
     Returns:
@@ -57,10 +58,18 @@ def current(measure, fresh: bool = False, clock=time.time) -> dict:
         return dict(_LAST)
 
 
+def kept() -> dict | None:
+    """A copy of the last profile without measuring (whatever its age), or ``None`` before the
+    first measurement."""
+    with _LOCK:
+        return dict(_LAST) if _LAST is not None else None
+
+
 def stamp(profile: dict) -> str:
-    """``"measured at 18:45 UTC, load average 3.1"``: when the profile was taken and the load
-    then (the figures move with it); the load is left out where unknown."""
-    at = datetime.fromtimestamp(profile["measured_at"], timezone.utc).strftime("%H:%M UTC")
+    """``"measured at 18:45 UTC on 2026-12-04, load average 3.1"``: when the profile was taken
+    (time and date) and the load then (the figures move with it); the load is left out where
+    unknown."""
+    at = datetime.fromtimestamp(profile["measured_at"], timezone.utc).strftime("%H:%M UTC on %Y-%m-%d")
     load = profile.get("load_average")
     return f"measured at {at}" + (f", load average {load:g}" if load is not None else "")
 

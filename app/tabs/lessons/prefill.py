@@ -212,8 +212,11 @@ def run_share(engine, new_tokens: int, progress=None, sweep: dict | None = None)
         n = res["prompt_tokens"]
         pre = n / res["prefill_s"] if res["prefill_s"] > 0 else 0.0
         where = f"this request's {fmt_int(n)}-token prompt; run the sweep for longer ones"
+    from app.tabs.lessons.batch import batch1_tpot_note
+
     msg = (f"Decode took <b>{res['decode_share'] * 100:.1f}%</b> of prefill + decode; one decode step "
            f"(TPOT) took {fmt_seconds(res['tpot_s'])}."
+           + batch1_tpot_note(res["tpot_s"] * 1000, int(new_tokens))
            + memory_bound_html(engine.info, pre, decode_rate, n, where, gpu_prefill_from(engine)))
     return share_figure(res), msg
 

@@ -22,17 +22,21 @@ from engine.experiments import remedies as measurements
 from engine.telemetry.estimator import load_spec
 
 from app.render.fmt import fmt_bytes, fmt_int
-from app.tabs.lessons import (batch, calculator, kv_cache, prefill, quantization, roofline,
-                              sampling, speculative)
+from app.tabs.lessons import (batch, calculator, kv_cache, prefill, quantization, remedies_chunked,
+                              roofline, sampling, speculative)
 from app.tabs.lessons.common import error_html, progress_adapter
+from app.tabs.lessons.remedy_links import figure_link
 
 TITLE = "Remedies"
 TEXT = (
     "Each bottleneck below has its remedies: what each one does, **where on this page you can see "
     "it** (a lesson tab above, or a Playground control) and **the figure it moved on this engine**. "
     "Press **Measure** to run small on/off experiments through the page's engine (under a minute "
-    "on 2 CPU cores); figures from a related lesson's last run appear on their own.")
+    "on 2 CPU cores); figures from a related lesson's last run appear on their own, within "
+    "seconds of its end.")
 NOT_YET = "<i>press Measure</i>"
+REFRESH_S = 10.0
+"""Seconds between a page's checks for a lesson run or a Measure finished since it drew."""
 SLIDING_MODEL = "mistralai/Mistral-7B-v0.1"
 SLIDING_TOKENS = 32768
 
@@ -132,13 +136,7 @@ def cell_prefix(m, facts) -> str:
 
 def cell_chunked(m, facts) -> str:
     r, why = _part(m, "chunked_prefill")
-    if why:
-        return why
-    gap, whole, med = _ms(r["max_gap_s"]), _ms(r["long_prefill_s"]), _ms(r["median_gap_s"])
-    return (f"while a {fmt_int(r['long_prompt_tokens'])}-token prompt was prefilled in chunks of "
-            f"{fmt_int(r['chunk_tokens'])} tokens, a running answer's longest gap between tokens was "
-            f"**{gap:,} ms** (median {med:,} ms); unchunked it would wait the whole prefill, "
-            f"**{whole:,} ms**")
+    return why or remedies_chunked.cell(r)
 
 
 def cell_short(m, facts) -> str:
@@ -398,52 +396,64 @@ class Remedy:
     cell: object
 
 
+OVERHEAD = "Where a decode step's time goes"
+QUANT_LINK = figure_link(quantization.TITLE, "lesson-quant-plot", "memory, speed and agreement")
+CALC_LINK = figure_link(calculator.TITLE, "lesson-calc-table", "KV cache")
+
 BOTTLENECKS = (
     ("High TTFT (time to first token)", "the prompt's prefill, or the wait before it", (
         Remedy("prefix cache", "a prompt that starts like an earlier one reuses its cached KV blocks",
                "Playground: send one long prompt twice; the metrics card counts the tokens “from the prefix cache”",
                cell_prefix),
         Remedy("shorter prompts", "fewer tokens to prefill: trim the system prompt, the history, the documents",
-               f"{lesson(prefill)}: the prompt-length sweep", cell_short),
+               figure_link(prefill.TITLE, "lesson-lat-sweep-plot", "Latency vs prompt length"), cell_short),
         Remedy("scheduling", "fewer prompts admitted per step, or short ones first, so a prompt waits less",
                "this view's **Measure** (the figure beside it): TTFT alone against 8 requests arriving "
                "at once", cell_scheduling),
     )),
     ("High TPOT (time per output token)", "every decode step reads all the weights for one token", (
         Remedy("chunked prefill", "a long prompt is split over several steps, so the answers already "
-               "running keep their pace instead of waiting out the whole prefill",
-               "this view's **Measure** (the figure beside it): a running answer's longest gap between "
-               "tokens while a long prompt is prefilled in chunks", cell_chunked),
+               "running keep their pace instead of waiting out the whole prefill; the long prompt's "
+               "own first token comes a little later",
+               "this view's **Measure**: "
+               + figure_link(TITLE, remedies_chunked.PLOT_ID, remedies_chunked.TITLE.split(":")[0], prefix="")
+               + ", a running answer's gaps and the long prompt's TTFT, chunked and in one step", cell_chunked),
         Remedy("speculative decoding", "guessed tokens are checked several at a time in one pass",
-               f"{lesson(speculative)}", cell_speculative),
+               figure_link(speculative.TITLE, "lesson-spec-plot", "Speculative decoding on this machine"),
+               cell_speculative),
         Remedy("a compiled decode step", "small operators fused, Python overhead gone",
-               f"{lesson(roofline)}: “Time eager against compiled”; the sidebar's decode-step badge",
+               figure_link(roofline.TITLE, "lesson-roof-overhead-plot", OVERHEAD)
+               + " (press “Time eager against compiled”); the sidebar's decode-step badge",
                cell_compiled),
-        Remedy("weight quantization", "fewer bytes to read per step", f"{lesson(quantization)}", cell_quant_step),
-        Remedy("smaller batch", "fewer sequences share each step", f"{lesson(batch)}", cell_smaller_batch_tpot),
+        Remedy("weight quantization", "fewer bytes to read per step", QUANT_LINK, cell_quant_step),
+        Remedy("smaller batch", "fewer sequences share each step",
+               figure_link(batch.TITLE, "lesson-batch-plot", "latency per token of each sequence"),
+               cell_smaller_batch_tpot),
     )),
     ("KV cache near full", "every token of every sequence keeps its keys and values", (
         Remedy("GQA (grouped-query attention)", "several query heads share one key/value head",
-               f"{lesson(calculator)}: Llama-2-7B (32 KV heads) against Llama-3-8B (8)", cell_gqa),
+               CALC_LINK + ": Llama-2-7B (32 KV heads) against Llama-3-8B (8)", cell_gqa),
         Remedy("fp8 KV cache", "one byte per element instead of two (or four)",
-               f"{lesson(quantization)} (the fp8 KV rows); {lesson(calculator)}: KV cache dtype", cell_fp8),
+               f"{QUANT_LINK} (the fp8 KV rows); {CALC_LINK}: KV cache dtype", cell_fp8),
         Remedy("paging and block sharing", "memory in 16-token blocks, a shared prompt's blocks stored once",
                "the **Beams and samples** tab (n samples); the calculator's block sharing box", cell_sharing),
         Remedy("sliding window", "layers keep only the last W tokens",
-               f"{lesson(calculator)}: Mistral-7B at 32,768 tokens", cell_sliding),
+               f"{CALC_LINK}: Mistral-7B at 32,768 tokens", cell_sliding),
         Remedy("smaller batch or context", "fewer sequences, or shorter ones, hold fewer tokens",
-               f"{lesson(calculator)}: batch and sequence length; Playground › sidebar **max new tokens**",
+               f"{CALC_LINK}: batch and sequence length; Playground › sidebar **max new tokens**",
                cell_smaller),
     )),
     ("Weights don't fit", "the model's bytes exceed the device's memory", (
         Remedy("weight quantization", "int8 or int4 codes with per-group scales",
-               f"{lesson(quantization)}; {lesson(calculator)}: weights dtype", cell_quant_fit),
+               f"{QUANT_LINK}; {CALC_LINK}: weights dtype", cell_quant_fit),
     )),
     ("Throughput flat with batch", "past the knee a step is compute- or overhead-bound", (
         Remedy("batching", "while memory-bound, more sequences per step cost little extra time",
-               f"{lesson(batch)}: the knee", cell_batching),
+               figure_link(batch.TITLE, "lesson-batch-plot", "throughput, all sequences") + ": the knee",
+               cell_batching),
         Remedy("a compiled decode step", "when overhead, not memory or arithmetic, sets the step's time",
-               f"{lesson(roofline)}: the third regime", cell_compiled),
+               figure_link(roofline.TITLE, "lesson-roof-overhead-plot", OVERHEAD) + ": the third regime",
+               cell_compiled),
     )),
 )
 """``(bottleneck, why it happens, remedies)`` in the order of the page."""
@@ -549,9 +559,11 @@ def measured_note(m: dict | None) -> str:
 def build(ctx) -> dict:
     """The lesson inside an open ``gr.Tab``: the questions, the measure button, the remedies
     tables and Q4's examples, wired to ``ctx.engine``. Returns the components by name
-    (``rem_questions``, ``rem_run``, ``rem_status``, ``rem_table``, ``rem_sampling``)."""
+    (``rem_questions``, ``rem_run``, ``rem_status``, ``rem_table``, ``rem_chunk_plot``,
+    ``rem_sampling``)."""
     from app.server.errors import guard
     from app.tabs.lessons.gate import gated
+    from app.tabs.lessons import last_runs, remedy_links
     from app.tabs.lessons.common import elem
 
     engine, session_kwargs = ctx.engine, ctx.session_kwargs
@@ -561,29 +573,46 @@ def build(ctx) -> dict:
 
     def drawn():  # from the last Measure (any visitor's) and the lessons' last runs
         m = last_measure()
-        return remedies_markdown(m, engine_facts(engine)), sampling_markdown(m), measured_note(m)
+        return (remedies_markdown(m, engine_facts(engine)), remedies_chunked.figure((m or {}).get("chunked_prefill")),
+                sampling_markdown(m), measured_note(m))
 
-    table, sampling, status = drawn()
+    table, chunk_fig, sampling, status = drawn()
     with gr.Row():
         c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))
         c["rem_status"] = gr.HTML(status, **elem("rem_status"))
     c["rem_table"] = gr.Markdown(table, **elem("rem_table"))
+    c["rem_chunk_plot"] = gr.Plot(chunk_fig, show_label=False, elem_id=remedies_chunked.PLOT_ID)
     c["rem_sampling"] = gr.Markdown(sampling, **elem("rem_sampling"))
 
-    outputs = [c["rem_table"], c["rem_sampling"], c["rem_status"]]
+    outputs = [c["rem_table"], c["rem_chunk_plot"], c["rem_sampling"], c["rem_status"]]
+    seen = gr.State(-1)  # last_runs.version() when this page last drew them
+    private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+
+    def drawn_now():  # with the version of the runs it quotes (read first: a later run redraws)
+        now = last_runs.version()
+        return (*drawn(), now)
+
     page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
     if page is not None:  # drawn again at every page load, off the API list
-        page.load(guard(drawn), None, outputs, api_visibility="private", concurrency_limit=None,
-                  show_progress="hidden")
+        page.load(guard(drawn_now), None, [*outputs, seen], **private)
+        # the links to figures on other lesson tabs open that tab first (remedy_links)
+        page.load(None, None, None, js=remedy_links.follow_js(), api_visibility="private")
+
+    def redrawn(drawn_at: int):  # a lesson or a Measure finished since this page drew: draw again
+        now = last_runs.version()
+        return (gr.skip(),) * len(outputs) + (drawn_at,) if now == drawn_at else (*drawn(), now)
+
+    gr.Timer(REFRESH_S).tick(guard(redrawn), seen, [*outputs, seen], **private)
 
     def on_run(request: gr.Request, progress=gr.Progress()):
         try:
             m = run_measurements(engine, session_kwargs(request.session_hash), progress_adapter(progress))
         except ValueError as exc:
-            return gr.skip(), gr.skip(), error_html(str(exc))
+            return gr.skip(), gr.skip(), gr.skip(), error_html(str(exc)), gr.skip()
         keep_measure(m)
-        return drawn()
+        return drawn_now()
 
-    c["rem_run"].click(guard(gated(on_run, "remedies")), None, outputs, concurrency_limit=None, api_visibility="private")
+    c["rem_run"].click(guard(gated(on_run, "remedies")), None, [*outputs, seen], concurrency_limit=None,
+                       api_visibility="private")
     return c

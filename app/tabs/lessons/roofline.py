@@ -82,6 +82,11 @@ def model_shape(engine) -> intensity.DecodeShape:
     return intensity.shape_of(info, engine.spec, engine.spec.kv_cache_bytes(1, kv_bytes))
 
 
+USE_PROFILE = "Use this machine's profile"
+"""The lesson's button: draws this machine's ridge from the machine profile
+(:mod:`app.tabs.lessons.profile_panel` measures it again)."""
+
+
 def measure_machine(engine) -> dict:
     """This machine's read bandwidth and matmul speed on the engine's device and compute dtype.
 
@@ -150,7 +155,7 @@ def roofline_figure(shape: intensity.DecodeShape, context: int, machine: dict | 
                                          hovertemplate=f"{html.escape(label)}: {what} compute-bound from batch "
                                                        f"{b}<extra></extra>"))
     if not machine:
-        fig.add_annotation(text="Press “Measure this machine” for its own ridge point", xref="paper", yref="paper",
+        fig.add_annotation(text=f"Press “{USE_PROFILE}” for its own ridge point", xref="paper", yref="paper",
                            x=0.02, y=0.02, xanchor="left", showarrow=False, font={"size": 12, "color": MACHINE})
     fig.update_xaxes(type="log", tickvals=BATCHES, ticktext=[str(b) for b in BATCHES], title_text="batch (sequences per decode step)")
     fig.update_yaxes(type="log", dtick=1, title_text="FLOPs per byte read")  # a label per decade
@@ -459,7 +464,7 @@ def build(ctx) -> dict:
     with gr.Row():
         c["roof_context"] = gr.Slider(0, 8192, value=512, step=64, label="tokens of context per sequence",
                                       elem_id="lesson-roof-context", scale=3)
-        c["roof_run"] = gr.Button("Measure this machine", variant="primary", elem_id="lesson-roof-run", scale=1)
+        c["roof_run"] = gr.Button(USE_PROFILE, variant="primary", elem_id="lesson-roof-run", scale=1)
     with gr.Accordion("Or your own model: its config.json", open=False):
         c["roof_json"] = gr.Textbox(label="paste config.json (wins over the list)", lines=3, max_lines=12,
                                     placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
@@ -482,7 +487,9 @@ def build(ctx) -> dict:
                                                     served_as))
 
     def on_measure(model, weights, kv, pasted, context):
-        measured = machine_profile.current(lambda: measure_machine(engine), fresh=True)
+        # the kept profile (measured when there is none or it is old); the panel's Measure again
+        # is the one place that measures anew
+        measured = machine_profile.current(lambda: measure_machine(engine))
         return (measured, *view(model, weights, kv, pasted, context, measured))
 
     quiet = {"api_visibility": "private"}

@@ -243,3 +243,24 @@ def test_the_free_line_never_lies_below_the_decode_only_curve_and_the_ridge_is_n
     assert all(i >= d - 1e-9 for i, d in zip(ideal2.y, decode2.y)) and "batch 2's" in ideal2.name
     notes = [a.text for a in fig.layout.annotations]
     assert any("ridge: batch ≈ 39" in t and "off this axis" in t for t in notes), notes
+
+
+def test_the_decode_share_quotes_the_batch_lessons_batch_1_tpot_beside_its_own(engine):
+    """Batch-1 time per token read 18 ms in the Batch size lesson and 10.3 ms in the decode share,
+    with nothing tying them: the decode share now prints the lesson's last batch-1 TPOT beside its
+    own, in the same format, with the time it ran and why they differ."""
+    import re
+
+    from app.tabs.lessons import batch as lesson, last_runs, prefill
+
+    last_runs.clear()
+    try:
+        assert lesson.batch1_tpot_note(10.3, 100) == ""  # nothing quoted before the lesson ran
+        lesson.record_last_run([{"batch": 1, "throughput_tokens_per_s": 50.0, "per_token_latency_ms": 18.04},
+                                {"batch": 2, "throughput_tokens_per_s": 90.0, "per_token_latency_ms": 21.0}], 24)
+        _, msg = prefill.run_share(engine, 20)
+    finally:
+        last_runs.clear()
+    own = re.search(r"one decode step \(TPOT\) took ([\d.]+ ms)\.", msg).group(1)
+    assert f"measured <b>18.0 ms</b> at batch 1 against {own} here" in msg, msg
+    assert "24 new tokens there, 20 here" in msg and "so the two differ" in msg

@@ -42,7 +42,7 @@ def test_a_profile_is_kept_reused_and_measured_again_on_demand_or_when_old():
     now[0] += machine_profile.MAX_AGE_S + 1
     assert machine_profile.current(measure, clock=lambda: now[0])["flops_per_s"] == 20.0e9
     assert machine_profile.stamp({"measured_at": 0.0, "load_average": 3.1}) == \
-        "measured at 00:00 UTC, load average 3.1"
+        "measured at 00:00 UTC on 1970-01-01, load average 3.1"
 
 
 def test_the_batch_and_memory_bound_lessons_print_one_ridge_with_its_time_and_load():

@@ -112,7 +112,7 @@ def test_batching_sharing_speculation_chunking_and_sampling(measured):
     sp = measured["speculative"]
     assert sp["identical_tokens"] and sp["acceptance_rate"] > 0
     c = measured["chunked_prefill"]
-    assert c["long_prompt_tokens"] > c["chunk_tokens"] and c["max_gap_s"] < c["long_prefill_s"]
+    assert c["long_prompt_tokens"] > c["chunk_tokens"] and c["chunked"]["max_gap_s"] < c["whole"]["max_gap_s"]
     g = measured["sampling"]
     assert g["greedy_equal"] and g["sampled"][0]["text"] != g["sampled"][1]["text"]
     assert [x["seed"] for x in g["sampled"]] == [1, 2, 1] and g["sampled"][2]["text"] == g["sampled"][0]["text"]
@@ -220,10 +220,17 @@ def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_
     tpot = next(g for t, g in groups.items() if t.startswith("High TPOT"))
     ttft = next(g for t, g in groups.items() if t.startswith("High TTFT"))
     assert "chunked prefill" in tpot and "chunked prefill" not in ttft
-    assert "longest gap" in tpot["chunked prefill"].where
-    m = {"chunked_prefill": {"max_gap_s": 0.09, "long_prefill_s": 1.2, "median_gap_s": 0.03,
-                             "long_prompt_tokens": 1024, "chunk_tokens": 512}}
-    assert "longest gap between tokens" in remedies.cell_chunked(m, {})
+    assert "gaps" in tpot["chunked prefill"].where and "TTFT" in tpot["chunked prefill"].where
+    side = {"max_gap_s": 0.09, "ttft_s": 1.2, "tokens_during": 4}
+    m = {"chunked_prefill": {"chunked": side, "whole": {**side, "max_gap_s": 0.9, "ttft_s": 1.0,
+                                                        "tokens_during": 1},
+                             "long_prompt_tokens": 512, "chunk_tokens": 128}}
+    cell = remedies.cell_chunked(m, {})
+    assert "longest gap **90 ms**" in cell and "900 ÷ 90 = 10.0×" in cell and "1,200 − 1,000 = 200 ms of TTFT" in cell
+    busy = {"chunked_prefill": {**m["chunked_prefill"], "whole": {**side, "max_gap_s": 0.08, "ttft_s": 1.0,
+                                                                  "tokens_during": 1}}}
+    cell = remedies.cell_chunked(busy, {})
+    assert "Chunking cut" not in cell and "did not cut the gap (80 ÷ 90 = 0.9×)" in cell
     assert "Batch size" not in ttft["scheduling"].where and "TTFT" in ttft["scheduling"].where
 
 
@@ -236,7 +243,7 @@ def test_a_page_load_draws_the_last_measure_again():
 
     with gr.Blocks() as demo:
         lessons.build_lessons(FakeEngine())
-    load = next(f for f in demo.fns.values() if f.name == "drawn")
+    load = next(f for f in demo.fns.values() if f.name == "drawn_now")
     assert load.api_visibility == "private"
     m = {"sampling": {"prompt": "Give a name for a small grey cat.", "greedy": ["Smokey.", "Smokey."],
                       "greedy_cut": [False, False], "greedy_equal": True, "temperature": 1.0, "new_tokens": 40,
@@ -245,9 +252,34 @@ def test_a_page_load_draws_the_last_measure_again():
     last_runs.clear()
     try:
         remedies.keep_measure(m)
-        table, sampling, status = load.fn()
+        table, chunk_fig, sampling, status, version = load.fn()
+        assert version == last_runs.version()
     finally:
         last_runs.clear()
     assert "| temperature 1, seed 1 | Ash. |" in sampling
     assert re.fullmatch(r"Measured at \d\d:\d\d UTC in 3 s\.", status), status
     assert "#### High TTFT" in table
+
+
+def test_a_lesson_finishing_redraws_the_remedies_without_a_reload():
+    """The figures picked up a lesson's last run only at a page load: a timer now redraws them
+    when a run was recorded since this page drew (and sends nothing otherwise)."""
+    import gradio as gr
+
+    from tests.support.fakes import FakeEngine
+
+    with gr.Blocks() as demo:
+        lessons.build_lessons(FakeEngine())
+    tick = next(f for f in demo.fns.values() if f.name == "redrawn")
+    assert tick.api_visibility == "private"
+    last_runs.clear()
+    try:
+        drawn_at = last_runs.version()
+        unchanged = tick.fn(drawn_at)
+        assert unchanged[-1] == drawn_at and all(isinstance(v, dict) and v.get("__type__") == "update"
+                                                 and len(v) == 1 for v in unchanged[:-1]), unchanged[:-1]
+        last_runs.record("compile", {"batch": 1, "eager_tokens_per_s": 20.0, "compiled_tokens_per_s": 50.0})
+        table, *_, now = tick.fn(drawn_at)
+    finally:
+        last_runs.clear()
+    assert now != drawn_at and "20.0 → 50.0 tok/s" in table

@@ -1,0 +1,106 @@
+"""Every link of the Remedies view, clicked in a real browser (Playwright driving Debian's
+Chromium) at 1280×720, on a page holding only the Lessons tab and on the whole page: the link opens the lesson tab that
+holds its figure, the figure is visible and scrolled into the window, and it is the figure the
+link names (its title, a panel's title, a trace's or a row's name). Skipped when
+/usr/bin/chromium is missing, unless CI is set."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.browser import ARGS, CHROMIUM, require_chromium
+from tests.support.servers import wait_until
+
+pytestmark = pytest.mark.browser
+require_chromium()
+sync_api = pytest.importorskip("playwright.sync_api")
+
+LINKS = "#lesson-rem-table a[href^='#lesson-'], #lesson-rem-table ~ * a[href^='#lesson-']"
+SHOWN = """(id) => {
+  const el = document.getElementById(id);
+  if (!el || el.offsetParent === null) return null;
+  const r = el.getBoundingClientRect();
+  const plot = el.querySelector('.js-plotly-plot');
+  let names = [];
+  if (plot && plot.layout) {
+    const L = plot.layout, text = (t) => (t && (t.text || t)) || '';
+    names.push(text(L.title));
+    (L.annotations || []).forEach(a => names.push(a.text || ''));
+    Object.keys(L).filter(k => /^[xy]axis/.test(k)).forEach(k => names.push(text(L[k].title)));
+    (plot.data || []).forEach(t => names.push(t.name || ''));
+  } else {
+    names.push(el.innerText);
+  }
+  return {top: r.top, height: r.height, plot: !!plot, text: names.join('\\n')};
+}"""
+
+
+@pytest.fixture(params=["lessons", "whole"], ids=["lessons-page", "whole-page"])
+def page(request, browser):
+    """The lessons-only page, or the whole page as ``python -m app`` serves it (Remedies under
+    its Lessons tab)."""
+    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    if request.param == "lessons":
+        pg.goto(request.getfixturevalue("lessons_url"))
+    else:
+        pg.goto(request.getfixturevalue("page_url"))
+        pg.wait_for_selector("#generate-btn", timeout=60_000)
+        pg.get_by_role("tab", name="Lessons", exact=True).click()
+    pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
+    yield pg
+    pg.close()
+
+
+def open_remedies(page) -> None:
+    page.get_by_role("tab", name="Remedies", exact=True).first.click()
+    page.wait_for_selector("#lesson-rem-table a[href^='#lesson-']", timeout=30_000)
+
+
+def test_each_remedies_link_opens_the_figure_it_names(page):
+    open_remedies(page)
+    links = page.locator(LINKS)
+    count = links.count()
+    # every lesson tab the table names by a link, and this view's own chunked-prefill figure
+    hrefs = {links.nth(i).get_attribute("href") for i in range(count)}
+    assert {"#lesson-rem-chunk-plot", "#lesson-batch-plot", "#lesson-spec-plot", "#lesson-quant-plot",
+            "#lesson-roof-overhead-plot", "#lesson-calc-table", "#lesson-lat-sweep-plot"} <= hrefs, hrefs
+    assert count >= 14
+    for i in range(count):
+        open_remedies(page)
+        link = page.locator(LINKS).nth(i)
+        text, target = link.inner_text(), link.get_attribute("href")[1:]
+        tab, figure = re.fullmatch(r"(?:Lessons › )?(.+?): “(.+)”", text).groups()
+        link.click()
+        shown = {}
+
+        def arrived():
+            shown.clear()
+            shown.update(page.evaluate(SHOWN, target) or {})
+            return (bool(shown) and -1 <= shown["top"] < 720 - 40 and shown["height"] > 40
+                    and shown["text"].strip() != "")
+
+        assert wait_until(arrived, 20), (text, shown)
+        selected = page.locator("button[role=tab][aria-selected=true]").all_inner_texts()
+        assert tab in [s.strip() for s in selected], (text, selected)
+        assert figure.lower() in shown["text"].lower(), (text, shown["text"][:300])
+        assert shown["plot"] == target.endswith("-plot"), text
+
+
+def test_a_lesson_finishing_shows_in_the_remedies_without_a_reload(browser, lessons_url):
+    from app.tabs.lessons import last_runs, remedies
+
+    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        last_runs.clear()
+        pg.goto(lessons_url)
+        pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
+        open_remedies(pg)
+        table = pg.locator("#lesson-rem-table")
+        assert "20.0 → 50.0 tok/s" not in table.inner_text()
+        last_runs.record("compile", {"batch": 1, "eager_tokens_per_s": 20.0, "compiled_tokens_per_s": 50.0})
+        assert wait_until(lambda: "20.0 → 50.0 tok/s" in table.inner_text(), remedies.REFRESH_S + 15)
+    finally:
+        last_runs.clear()
+        pg.close()
