@@ -27,6 +27,10 @@ class TabContext:
             builds it as a note, with no event a client could call).
         compare_peer: a remote :class:`engine.protocol.EngineClient` beside the served engine
             (``python -m app --compare-base-url``), for the Compare tab; ``None`` without one.
+        timers_active: whether a tab's own refresh timers tick from the page's load. The whole
+            page builds the Lessons tab's timers stopped and starts them while that tab is
+            selected: a timer's tick is a server event for every open page, wanted only where
+            its panel shows.
     """
 
     pg: object = None
@@ -37,6 +41,7 @@ class TabContext:
     demo: object = None
     lessons: bool = True
     compare_peer: object = None
+    timers_active: bool = True
 
     @classmethod
     def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None,

@@ -50,13 +50,13 @@ def build(ctx: TabContext) -> dict:
         gr.Markdown(NOTE)
         return {}
     try:
-        return build_lessons(ctx.engine, ctx.session_kwargs)
+        return build_lessons(ctx.engine, ctx.session_kwargs, timers_active=False)
     except Exception as exc:  # noqa: BLE001 - the playground must still load
         gr.Markdown(f"The lessons are unavailable on this server ({log_internal('the Lessons tab', exc)}).")
         return {}
 
 
-def build_lessons(engine, session_kwargs=None) -> dict:
+def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> dict:
     """The lessons' sub-tabs around ``engine`` alone (inside an open ``gr.Blocks``/``gr.Tab``).
 
     Args:
@@ -64,14 +64,18 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             call but the explorer's one-pass step recomputation).
         session_kwargs: ``(session id) -> dict`` of extra ``engine.submit`` arguments for a
             user's own prompts (``Playground.engine_kwargs``: the session's ``cache_salt``).
+        timers_active: whether the lessons' refresh timers (the profile panel's, Remedies')
+            tick from the page's load; the whole page starts them when its Lessons tab is
+            selected (:func:`timers`).
 
     Returns:
         The components by name (for tests and further wiring).
     """
     from app.tabs.lessons import profile_panel
 
-    ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}))
-    c: dict = profile_panel.build(engine)  # the machine profile every lesson prints, shown once
+    ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}),
+                     timers_active=timers_active)
+    c: dict = profile_panel.build(engine, timers_active)  # the machine profile every lesson prints, shown once
     # "wrap": with ten lessons the tab bar takes two rows at 1280 px instead of hiding tabs
     # behind Gradio's "⋯" overflow menu
     with gr.Tabs(elem_id="lesson-tabs", overflow_behavior="wrap"):
@@ -79,3 +83,9 @@ def build_lessons(engine, session_kwargs=None) -> dict:
             with gr.Tab(lesson.TITLE):
                 c.update(lesson.build(ctx))
     return c
+
+
+def timers(components: dict) -> list:
+    """The refresh timers among the Lessons tab's ``components`` (what :func:`build` returned),
+    for the page to start and stop with the tab."""
+    return [c for c in components.values() if isinstance(c, gr.Timer)]

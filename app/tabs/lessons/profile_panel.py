@@ -105,11 +105,12 @@ def current_html() -> str:
     return panel_html(machine_profile.kept(), runs, machine_profile.load_average())
 
 
-def build(engine) -> dict:
+def build(engine, active: bool = True) -> dict:
     """The panel (call inside the Lessons tab): a right-hand ``gr.Sidebar`` holding the profile
     and the "Measure again" button, which measures anew on ``engine``'s device
-    (:func:`app.tabs.lessons.roofline.measure_machine`). Returns ``profile_html`` and
-    ``profile_run``."""
+    (:func:`app.tabs.lessons.roofline.measure_machine`), redrawn every :data:`REFRESH_S` by a
+    timer that ticks from the page's load when ``active`` (else once started by the page).
+    Returns ``profile_html``, ``profile_run`` and ``profile_timer``."""
     import gradio as gr
 
     from app.server.errors import guard
@@ -120,7 +121,8 @@ def build(engine) -> dict:
     with gr.Sidebar(position="right", open=True, width=260, elem_id="lesson-profile-sidebar"):
         view = gr.HTML(current_html(), elem_id=ELEM_ID)
         run = gr.Button("Measure again", variant="secondary", elem_id="lesson-profile-run")
-    gr.Timer(REFRESH_S).tick(guard(current_html), None, view, **private)
+    timer = gr.Timer(REFRESH_S, active=active)
+    timer.tick(guard(current_html), None, view, **private)
     page = gr.context.Context.root_block
     if page is not None:
         page.load(guard(current_html), None, view, **private)
@@ -130,4 +132,4 @@ def build(engine) -> dict:
         return current_html()
 
     run.click(guard(gated(on_measure_again, "profile")), None, view, api_visibility="private", concurrency_limit=None)
-    return {"profile_html": view, "profile_run": run}
+    return {"profile_html": view, "profile_run": run, "profile_timer": timer}

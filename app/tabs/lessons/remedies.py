@@ -603,7 +603,8 @@ def build(ctx) -> dict:
         now = last_runs.version()
         return (gr.skip(),) * len(outputs) + (drawn_at,) if now == drawn_at else (*drawn(), now)
 
-    gr.Timer(REFRESH_S).tick(guard(redrawn), seen, [*outputs, seen], **private)
+    c["rem_timer"] = gr.Timer(REFRESH_S, active=getattr(ctx, "timers_active", True))
+    c["rem_timer"].tick(guard(redrawn), seen, [*outputs, seen], **private)
 
     def on_run(request: gr.Request, progress=gr.Progress()):
         try:

@@ -102,3 +102,26 @@ def test_measure_again_is_the_one_button_that_measures_anew(engine):
     assert machine_profile.kept()["measured_at"] == kept["measured_at"]  # reused, not measured
     labels = [b.value for b in demo.blocks.values() if isinstance(b, gr.Button)]
     assert "Measure again" in labels and not [v for v in labels if "Measure this machine" in str(v)]
+
+
+def test_the_lessons_timers_tick_only_while_the_lessons_tab_is_selected(tmp_path):
+    """A timer's tick is a server event for every open page: on the whole page the profile
+    panel's and Remedies' timers start stopped, the Lessons tab's selection starts them and
+    every other tab's stops them."""
+    import gradio as gr
+
+    from app.page import build_demo
+    from app.state.playground import Playground
+    from tests.support.fakes import FakeEngine
+
+    demo = build_demo(Playground(FakeEngine(), trace_dir=tmp_path, monitor=False))
+    timers = [b for b in demo.blocks.values() if isinstance(b, gr.Timer) and b.value == 10.0]
+    assert len(timers) == 2 and not any(t.active for t in timers)
+    tabs = {b.elem_id: b._id for b in demo.blocks.values() if isinstance(b, gr.Tab)}
+    for elem_id, shown in (("tab-lessons", True), ("tab-playground", False), ("tab-compare", False)):
+        fn = next(f for f in demo.fns.values()
+                  if any(t[0] == tabs[elem_id] and t[1] == "select" for t in f.targets))
+        out = fn.fn()
+        assert {o._id for o in fn.outputs[1:]} == {t._id for t in timers}
+        assert [u["active"] for u in (o.constructor_args if hasattr(o, "constructor_args") else o
+                                      for o in out[1:])] == [shown, shown]
