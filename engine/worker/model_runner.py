@@ -67,8 +67,8 @@ class ModelRunner:
     # ---- one step ---------------------------------------------------------------------------
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         """Run a step: blocks copied on write first, sequences without a cache alone, then one
-        packed forward pass of the others and their sampling. When the packed pass fails, each
-        of its sequences is run alone, so only the sequence at fault fails.
+        packed forward pass of the others and their sampling. When the packed pass fails, its
+        sequences are run again one per pass, so only the sequence at fault fails.
 
         Returns:
             :class:`ModelRunnerOutput`; a sequence whose forward pass or sampling raised has
