@@ -81,7 +81,7 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         # with static buckets, the pool's last block is the scratch block of their spare rows
         bm = BlockManager(num_blocks - 1 if static else num_blocks, config.block_size,
                           config.enable_prefix_caching)
-        runner = runner or ModelRunner(loaded.model, sampler, pool=pool,
+        runner = runner or ModelRunner(loaded.model, sampler,
                                        **paged_backend(loaded, config, pool, static))
         if pool.fp8:
             calibrate_kv_scales(loaded.model, loaded.tokenizer, pool)
@@ -119,11 +119,11 @@ def static_decode(model, config: EngineConfig, device: str) -> tuple[str | None,
 
 def paged_backend(loaded: LoadedModel, config: EngineConfig, pool: KVPool,
                   static: str | None) -> dict:
-    """The forward backend of a paged engine's runner and the thread setting it switches, as
-    :class:`ModelRunner`'s ``backend`` and ``threads`` arguments: the compiled decode step or
-    CUDA graphs (both on static buckets, with the pool's last block as their scratch block,
-    each holding the eager backend for the other steps), or the eager backend alone
-    (:mod:`engine.worker.backends`)."""
+    """The forward backend of a paged engine's runner, its input builder and the thread
+    setting, as :class:`ModelRunner`'s ``backend``, ``inputs`` and ``threads`` arguments: the
+    compiled decode step or CUDA graphs (both on static buckets, with the pool's last block as
+    their scratch block, each holding the eager backend for the other steps), or the eager
+    backend alone (:mod:`engine.worker.backends`)."""
     info = loaded.info
     device = next(loaded.model.parameters()).device
     max_blocks = -(-info.context_len // config.block_size)
@@ -149,7 +149,7 @@ def paged_backend(loaded: LoadedModel, config: EngineConfig, pool: KVPool,
             Buckets(BATCH_BUCKETS, block_buckets(max_blocks), config.block_size))
     else:
         backend = EagerBackend(loaded.model, inputs, threads, config.weight_stationary)
-    return {"backend": backend, "threads": threads}
+    return {"backend": backend, "inputs": inputs, "threads": threads}
 
 
 def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str]:

@@ -3,13 +3,13 @@
 :class:`engine.worker.runner_output.ModelRunnerOutput`.
 
 ``execute`` runs the sequences without a KV cache (and, without the paged pool, every sequence)
-one at a time through :class:`engine.worker.backends.contiguous.ContiguousBackend`, then every
-other sequence in one packed forward pass through the paged backend chosen at wiring
-(:mod:`engine.worker.backends`: eager transformers, CUDA graphs or the compiled decode step;
-each builds its device inputs with the one
-:class:`engine.worker.input_builder.InputBuilder`). The logits of both ways go through one
-sampling path, :meth:`ModelRunner.sample_rows`: speculative verification, grammar masks,
-samples and beams of a group, the sampler, jump-forward.
+one at a time through :class:`engine.worker.backends.contiguous.ContiguousBackend`, then the
+others through the paged backend chosen at wiring (:mod:`engine.worker.backends`: eager
+transformers, CUDA graphs or the compiled decode step). The backend's plan says which entries
+go into the one packed pass and which into static buckets; the runner builds those inputs with
+its one :class:`engine.worker.input_builder.InputBuilder` and the backend runs them. The logits
+of every way go through one sampling path, :meth:`ModelRunner.sample_rows`: speculative
+verification, grammar masks, samples and beams of a group, the sampler, jump-forward.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import torch
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.structured.masking import apply_structured_masks, drop_masked_candidates, jump_forward
 from engine.worker.backends.contiguous import ContiguousBackend
+from engine.worker.buckets import rows_of
 from engine.worker.group_sampling import sample_group_rows, split_group_rows
+from engine.worker.input_builder import InputBuilder
 from engine.worker.runner_info import RunnerInfo
 from engine.worker.runner_output import ModelRunnerOutput
 from engine.worker.sampler import Sampler
@@ -36,17 +38,21 @@ class ModelRunner:
         sampler: the :class:`engine.worker.sampler.Sampler` (a plain one when omitted).
         backend: the paged forward (:class:`engine.worker.backends.PagedBackend`); ``None``
             runs every sequence alone on its own contiguous cache (any architecture).
-        pool: the :class:`engine.worker.kv_pool.KVPool` the backend writes (with a backend).
+        inputs: the :class:`engine.worker.input_builder.InputBuilder` of the paged steps (its
+            pool is the runner's :attr:`pool`); with a backend only.
         threads: the :class:`engine.worker.threads.StepThreads` the backend switches (kept
             here so its ``few_rows`` can be read and set on the runner).
     """
 
-    def __init__(self, model, sampler: Sampler | None = None, backend=None, pool=None,
-                 threads: StepThreads | None = None):
+    def __init__(self, model, sampler: Sampler | None = None, backend=None,
+                 inputs: InputBuilder | None = None, threads: StepThreads | None = None):
+        if (backend is None) != (inputs is None):
+            raise ValueError("a paged backend and its input builder go together")
         self.model = model
         self.sampler = sampler or Sampler()
         self.backend = backend
-        self.pool = pool
+        self.inputs = inputs
+        self.pool = inputs.pool if inputs is not None else None
         self.threads = threads or StepThreads()
         self.alone = ContiguousBackend(model)
         self.device = self.alone.device
@@ -99,9 +105,37 @@ class ModelRunner:
         return out
 
     def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """The paged backend's forward pass of ``entries``: ``[R, V]`` logits, one row per
-        entry that samples (``1 + k`` for one verifying ``k`` drafts), in order."""
-        return self.backend.forward(entries)
+        """The paged forward of ``entries``: the backend's plan, each part's inputs built once
+        and run by the backend.
+
+        Returns:
+            ``[R, V]`` logits: for each entry that samples, in ``entries`` order, one row
+            (``1 + k`` for an entry verifying ``k`` drafts); ``R`` is 0 for a step of prefill
+            chunks only. Rows of a static bucket may be views of its buffers, valid until its
+            next run.
+        """
+        plan = self.backend.plan(entries)
+        parts = []                                  # (entry indices, their logits)
+        if plan.packed:
+            packed = [entries[i] for i in plan.packed]
+            parts.append(([i for i in plan.packed if entries[i].samples],
+                          self.backend.run_packed(self.inputs.packed(packed))))
+        for group in plan.static:
+            part = [entries[i] for i in group]
+            bufs = self.backend.buffers_for(part)
+            used = self.inputs.fill(bufs, part)
+            logits = self.backend.run_static(bufs)[:used]
+            parts.append((group, logits.clone() if len(plan.static) > 1 else logits))
+        if len(parts) == 1:                         # one part, in entry order
+            return parts[0][1]
+        rows: list = [None] * len(entries)          # logits per entry: None = no row this step
+        for index, logits in parts:
+            at = 0
+            for i in index:
+                n = rows_of(entries[i])
+                rows[i] = logits[at:at + n]
+                at += n
+        return torch.cat([r for r in rows if r is not None])
 
     def run_packed(self, entries: list[ScheduledSeq], out: ModelRunnerOutput) -> None:
         """One forward pass for ``entries``, then sampling for each that reached its end."""

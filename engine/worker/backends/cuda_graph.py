@@ -21,9 +21,10 @@ import logging
 import torch
 
 from engine.core.scheduler_output import ScheduledSeq
+from engine.worker.backends import StepPlan
 from engine.worker.backends.eager import EagerBackend
 from engine.worker.buckets import Buckets, is_decode_step
-from engine.worker.input_builder import StaticBuffers
+from engine.worker.input_builder import PackedInput, StaticBuffers
 from engine.worker.runner_info import RunnerInfo
 
 log = logging.getLogger("engine")
@@ -58,24 +59,37 @@ class CudaGraphBackend:
             return None
         return self.bucket_rule.key(entries)
 
-    def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[R, V]`` logits (one row per decode entry, ``k + 1`` for one verifying ``k``
-        drafts): a graph replay for a decode-only step that fits a bucket, the eager packed
-        pass for anything else."""
+    def plan(self, entries: list[ScheduledSeq]) -> StepPlan:
+        """A decode-only step that fits a bucket as one static group; any other step packed."""
+        every = list(range(len(entries)))
+        return StepPlan(static=[every]) if self.bucket(entries) else StepPlan(packed=every)
+
+    def run_packed(self, inp: PackedInput) -> torch.Tensor:
+        """The eager backend's packed pass."""
+        return self.eager.run_packed(inp)
+
+    def buffers_for(self, entries: list[ScheduledSeq]) -> StaticBuffers:
+        """The buffers of the bucket of ``entries``, captured on first use.
+
+        Raises:
+            ValueError: no bucket holds ``entries``.
+        """
         key = self.bucket(entries)
         if key is None:
-            return self.eager.forward(entries)
-        bufs = self.buffers.get(key) or self._capture(*key)
-        used = self.inputs.fill(bufs, entries)
+            raise ValueError("these entries are no decode step of a bucket")
+        return self.buffers.get(key) or self._capture(*key)
+
+    def run_static(self, bufs: StaticBuffers) -> torch.Tensor:
+        """``[B, V]`` logits of the filled buffers: the graph replayed (eager without one)."""
         if bufs.graph is not None:
             bufs.graph.replay()
         else:
             self._step(bufs)
-        return bufs.logits[:used]
+        return bufs.logits
 
     def _step(self, bufs: StaticBuffers) -> None:
         """The decode step on the static buffers (what a graph records)."""
-        logits = self.eager.run(self.inputs.static_input(bufs))
+        logits = self.eager.run_packed(self.inputs.static_input(bufs))
         if bufs.logits is None:
             bufs.logits = logits.clone()
         else:

@@ -1,7 +1,8 @@
 """transformers' model code over the paged KV pool: the reference paged forward.
 
 Every sequence with a KV cache goes into one forward pass: prefill chunks and decode tokens
-side by side in one packed row (:meth:`engine.worker.input_builder.InputBuilder.packed`);
+side by side in one packed row, built by the runner
+(:meth:`engine.worker.input_builder.InputBuilder.packed`);
 transformers hands the step's :class:`engine.worker.paged_attention.PagedContext` to the
 registered paged attention function. Decode-only steps of 2 to 4 sequences on CPU may run their
 linear layers in the weight-stationary layout (:mod:`engine.worker.weight_stationary`).
@@ -14,7 +15,8 @@ import contextlib
 import torch
 
 from engine.core.scheduler_output import ScheduledSeq
-from engine.worker.input_builder import InputBuilder, PackedInput
+from engine.worker.backends import StepPlan
+from engine.worker.input_builder import InputBuilder, PackedInput, StaticBuffers
 from engine.worker.runner_info import RunnerInfo
 from engine.worker.threads import StepThreads
 from engine.worker.weight_stationary import WeightStationaryLinear, use_weight_stationary
@@ -27,7 +29,8 @@ class EagerBackend:
         model: a transformers ``*ForCausalLM`` whose attention goes through transformers'
             attention interface (Llama, Qwen2, Mistral families); its attention implementation
             is switched to the paged function here.
-        inputs: the runner's :class:`engine.worker.input_builder.InputBuilder`.
+        inputs: the runner's :class:`engine.worker.input_builder.InputBuilder` (its pool and
+            device; the static backends build their buffers with it).
         threads: the runner's :class:`engine.worker.threads.StepThreads` (steps of at most
             ``few_rows`` tokens run on ``decode_threads``).
         weight_stationary: allow that layout (False keeps ``F.linear`` for every step).
@@ -49,12 +52,21 @@ class EagerBackend:
         # function ignores (and its packed-sequence check, a host-device wait on a GPU)
         self._no_mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=self.device)
 
-    def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[R, V]`` logits of ``entries`` (see :class:`engine.worker.backends.PagedBackend`),
-        from one packed forward pass."""
-        return self.run(self.inputs.packed(entries))
+    def plan(self, entries: list[ScheduledSeq]) -> StepPlan:
+        """Every entry in the one packed pass."""
+        return StepPlan(packed=list(range(len(entries))))
 
-    def run(self, inp: PackedInput) -> torch.Tensor:
+    def buffers_for(self, entries: list[ScheduledSeq]) -> StaticBuffers:
+        """Never asked: :meth:`plan` makes no static group.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("the eager backend has no static buckets")
+
+    run_static = buffers_for
+
+    def run_packed(self, inp: PackedInput) -> torch.Tensor:
         """One forward pass of a packed input.
 
         Returns:

@@ -13,7 +13,7 @@ opaque to the compiler and reads only the blocks a step needs, so one graph serv
 Start-up does not wait: a background thread compiles bucket 1 first, then the others; until a
 bucket is ready its steps run eagerly (transformers' model code), and prompt tokens always do;
 the decode rows of a step that also prefills go through the graph, and so does a speculative
-verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.forward`).
+verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`).
 Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
 ``$LLM_PLAYGROUND_CACHE/inductor``), so a second start loads the compiled kernels instead of
 generating them. If compiling fails, the backend stays eager and :attr:`CompiledBackend.state`
@@ -33,11 +33,12 @@ import torch
 from engine.core.scheduler_output import ScheduledSeq
 from engine.heap import freeze_long_lived
 import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
+from engine.worker.backends import StepPlan
 from engine.worker.backends.eager import EagerBackend
 from engine.worker.buckets import BATCH_BUCKETS, Buckets, is_decode_step, rows_of
 from engine.worker.compiled import direct_call
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
-from engine.worker.input_builder import StaticBuffers
+from engine.worker.input_builder import PackedInput, StaticBuffers
 from engine.worker.runner_info import RunnerInfo
 
 log = logging.getLogger("engine")
@@ -266,17 +267,14 @@ class CompiledBackend:
             return None
         return self.bucket_rule.key(entries, ready=self.state.ready)
 
-    def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[R, V]`` logits in ``entries`` order (see
-        :class:`engine.worker.backends.PagedBackend`: one row per sampling entry, ``1 + k`` for
-        an entry verifying ``k`` drafts).
+    def plan(self, entries: list[ScheduledSeq]) -> StepPlan:
+        """Decode entries in static groups whenever a bucket is ready, the rest packed.
 
-        Decode entries run in the compiled graph whenever a bucket is ready, also in a step
-        that prefills other sequences (those run in the eager packed pass, before) and in
-        chunks of at most the largest ready bucket's rows when there are more of them: so
-        every output token of a request is computed by the same graph, whoever else is in the
-        step, and a greedy answer does not change with the load or with speculation. Until
-        the first bucket is ready everything is eager.
+        Decode entries run in the compiled graph also in a step that prefills other sequences
+        (those run in the packed pass) and in groups of at most the largest ready bucket's rows
+        when there are more of them: so every output token of a request is computed by the same
+        graph, whoever else is in the step, and a greedy answer does not change with the load
+        or with speculation. Until the first bucket is ready everything is packed (eager).
         """
         ready = sorted(self.state.ready)
         decode = [i for i, e in enumerate(entries) if is_decode_row(e)] if ready else []
@@ -284,39 +282,36 @@ class CompiledBackend:
         if not decode:
             if entries and all(e.num_new == 1 for e in entries):
                 self.state.steps_eager += 1
-            return self.eager.forward(entries)
-        if len(decode) == len(entries) and sum(map(rows_of, entries)) <= ready[-1]:
-            return self._compiled(entries)
-        rows: list = [None] * len(entries)     # logits per entry: None = no row this step
+            return StepPlan(packed=list(range(len(entries))))
         in_graph = set(decode)
-        others = [e for i, e in enumerate(entries) if i not in in_graph]
-        if others:
-            eager, at = self.eager.forward(others), 0
-            for i, e in enumerate(entries):
-                if i not in in_graph and e.samples:
-                    rows[i] = eager[at:at + rows_of(e)]
-                    at += rows_of(e)
-        for part in _chunks(entries, decode, ready[-1]):
-            logits = self._compiled([entries[i] for i in part]).clone()  # buffers are reused
-            at = 0
-            for i in part:
-                n = rows_of(entries[i])
-                rows[i] = logits[at:at + n]
-                at += n
-        return torch.cat([r for r in rows if r is not None])
+        return StepPlan(packed=[i for i in range(len(entries)) if i not in in_graph],
+                        static=list(_chunks(entries, decode, ready[-1])))
 
-    def _compiled(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[R, V]`` logits of the ``R`` rows of ``entries`` (R ≤ the largest ready bucket)
-        through the smallest ready bucket that holds them."""
+    def run_packed(self, inp: PackedInput) -> torch.Tensor:
+        """The eager backend's packed pass (transformers' model code)."""
+        return self.eager.run_packed(inp)
+
+    def buffers_for(self, entries: list[ScheduledSeq]) -> StaticBuffers:
+        """The buffers of the smallest ready bucket that holds ``entries`` (made on demand
+        when compiling is off).
+
+        Raises:
+            ValueError: no ready bucket holds ``entries``.
+        """
         key = self.bucket(entries)
+        if key is None:
+            raise ValueError("these entries fit no ready bucket")
         with self._lock:
             bufs = self.buffers.get(key)
             if bufs is None:  # the eager compact forward (compile=False) makes them on demand
                 bufs = self.buffers[key] = self.inputs.new_static(*key)
-        used = self.inputs.fill(bufs, entries)
+        return bufs
+
+    def run_static(self, bufs: StaticBuffers) -> torch.Tensor:
+        """``[B, V]`` logits of the filled buffers from the bucket's compiled graph."""
         self._run(bufs)
         self.state.steps_compiled += 1
-        return bufs.logits[:used]
+        return bufs.logits
 
 
 def _chunks(entries: list[ScheduledSeq], index: list[int], most: int):

@@ -10,22 +10,31 @@ from engine.core.scheduler_output import ScheduledSeq
 from engine.worker.backends.eager import EagerBackend
 from engine.worker.compiled.compiled_backend import CompiledBackend, _chunks, is_decode_row
 from engine.worker.input_builder import InputBuilder
+from engine.worker.model_runner import ModelRunner
 from tests.support.paged import BLOCK_SIZE, PROMPTS, greedy, hf_greedy, make_pool, new_seq
 
 MAX_BLOCKS = 8
 
 
 @pytest.fixture
-def backend(loaded):
+def runner(loaded):
+    """A runner holding the compiled backend (the runner builds the inputs it runs)."""
     pool = make_pool(loaded)
     inputs = InputBuilder(pool, BLOCK_SIZE, "cpu", scratch_block=pool.num_blocks - 1)
-    return CompiledBackend(EagerBackend(loaded.model, inputs, weight_stationary=False),
-                           max_blocks_per_seq=MAX_BLOCKS, compile=False)
+    backend = CompiledBackend(EagerBackend(loaded.model, inputs, weight_stationary=False),
+                              max_blocks_per_seq=MAX_BLOCKS, compile=False)
+    return ModelRunner(loaded.model, backend=backend, inputs=inputs)
 
 
-def test_greedy_tokens_equal_hugging_face_and_decode_rows_take_the_graph(backend, loaded):
+@pytest.fixture
+def backend(runner):
+    return runner.backend
+
+
+def test_greedy_tokens_equal_hugging_face_and_decode_rows_take_the_graph(runner, backend,
+                                                                         loaded):
     want = [hf_greedy(loaded.model, p, 6) for p in PROMPTS]
-    got = greedy(backend.forward, [new_seq("a", PROMPTS[0], 0), new_seq("b", PROMPTS[1], 8)], 6)
+    got = greedy(runner.forward, [new_seq("a", PROMPTS[0], 0), new_seq("b", PROMPTS[1], 8)], 6)
     assert got == want
     assert backend.state.steps_compiled == 5           # every step after the prefill
     assert set(backend.buffers) == {(2, MAX_BLOCKS)}
@@ -52,14 +61,16 @@ def test_a_prompts_last_token_after_a_prefix_hit_is_no_decode_row():
     assert not is_decode_row(ScheduledSeq.of(s, 1))
 
 
-def test_a_mixed_step_keeps_entry_order_across_graph_and_eager(backend, loaded):
+def test_a_mixed_step_keeps_entry_order_across_graph_and_eager(runner, backend, loaded):
     dec = new_seq("d", PROMPTS[0], 0)
-    backend.forward([ScheduledSeq.of(dec, dec.num_tokens)])
+    runner.forward([ScheduledSeq.of(dec, dec.num_tokens)])
     dec.num_computed, dec.output_ids = dec.num_tokens, [hf_greedy(loaded.model, PROMPTS[0], 1)[0]]
     pre = new_seq("p", PROMPTS[1], 8)
     entries = [ScheduledSeq.of(pre, pre.num_tokens), ScheduledSeq.of(dec, 1)]
-    logits = backend.forward(entries)
-    eager = backend.eager.forward(entries)
+    plan = backend.plan(entries)
+    assert plan.packed == [0] and plan.static == [[1]]
+    logits = runner.forward(entries)
+    eager = backend.run_packed(runner.inputs.packed(entries))
     torch.testing.assert_close(logits, eager, atol=1e-4, rtol=1e-4)
     assert backend.state.steps_compiled == 1
 

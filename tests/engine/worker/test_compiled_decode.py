@@ -259,12 +259,12 @@ def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler
     """Staggered requests: while one is prefilled, the others' decode rows still go through
     the bucket's graph (not transformers' code), so every output token of a request comes
     from one path and the answers equal the solo ones."""
-    from engine.worker.backends.eager import EagerBackend
     from engine.worker.compiled.compiled_backend import is_decode_row
+    from engine.worker.input_builder import InputBuilder
 
     eng = LLMEngine(int4, compile="on", telemetry=False)
     eager_decode_rows = []
-    plain = EagerBackend.forward
+    plain = InputBuilder.packed      # every packed (eager) pass's inputs are built here
 
     def spy(self, entries):
         eager_decode_rows.extend(e for e in entries if is_decode_row(e))
@@ -273,7 +273,7 @@ def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler
     try:
         eng.wait_compiled(60)
         solo = [eng.generate(p, GREEDY).token_ids for p in PROMPTS[:4]]
-        monkeypatch.setattr(EagerBackend, "forward", spy)
+        monkeypatch.setattr(InputBuilder, "packed", spy)
         before = eng.compile_status()["steps_compiled"]
         sizes = []
         outs = together(eng, PROMPTS[:4], stagger_s=0.05, sizes=sizes)
@@ -309,12 +309,12 @@ def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkey
     rows of the bucket graph (none goes through transformers' code), drafts are accepted, and
     the greedy tokens equal plain decoding's, alone and beside a second request."""
     from engine.experiments.speculative import PROMPTS as SPEC_PROMPTS
-    from engine.worker.backends.eager import EagerBackend
+    from engine.worker.input_builder import InputBuilder
 
     eng = LLMEngine(int4, compile="on", telemetry=False)
     backend = eng.runner.backend
     eager_verify, buckets = [], []
-    plain, compiled = EagerBackend.forward, backend._compiled
+    plain, compiled = InputBuilder.packed, backend.buffers_for
 
     def spy(self, entries):
         eager_verify.extend(e for e in entries if e.draft_ids)
@@ -332,8 +332,8 @@ def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkey
         eng.wait_compiled(60)
         want = eng.generate(copy, params).token_ids
         other = eng.generate(PROMPTS[1], params).token_ids
-        monkeypatch.setattr(EagerBackend, "forward", spy)
-        monkeypatch.setattr(backend, "_compiled", spy_compiled)
+        monkeypatch.setattr(InputBuilder, "packed", spy)
+        monkeypatch.setattr(backend, "buffers_for", spy_compiled)
         h = eng.submit(copy, params, speculative="ngram", num_speculative_tokens=3)
         assert h.result(600).token_ids == want
         assert h.result().speculative["mean_accepted_length"] > 0

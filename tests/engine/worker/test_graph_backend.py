@@ -99,8 +99,8 @@ def test_cuda_graph_replay_equals_eager_logits(loaded):
             s.num_computed = n - 1
             seqs.append(s)
         entries = [ScheduledSeq.of(s, 1) for s in seqs]
-        replayed = backend.forward(entries).clone()
-        eager = backend.eager.forward(entries)
+        replayed = eng.runner.forward(entries).clone()
+        eager = backend.run_packed(eng.runner.inputs.packed(entries))
         torch.testing.assert_close(replayed, eager, atol=1e-4, rtol=1e-4)
     finally:
         eng.shutdown()
@@ -129,18 +129,18 @@ def test_graph_backend_verifies_drafts_in_its_buckets(graph_engine, monkeypatch)
     greedy tokens equal plain decoding's."""
     from engine import SamplingParams
     from engine.experiments.speculative import PROMPTS as SPEC_PROMPTS
-    from engine.worker.backends.eager import EagerBackend
+    from engine.worker.input_builder import InputBuilder
 
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     prompt = SPEC_PROMPTS["copy-heavy"]
     want = graph_engine.generate(prompt, params).token_ids
-    packed, plain = [], EagerBackend.forward
+    packed, plain = [], InputBuilder.packed      # every packed pass's inputs
 
     def spy(self, entries):
         packed.extend(e for e in entries if e.draft_ids)
         return plain(self, entries)
 
-    monkeypatch.setattr(EagerBackend, "forward", spy)
+    monkeypatch.setattr(InputBuilder, "packed", spy)
     h = graph_engine.submit(prompt, params, speculative="ngram", num_speculative_tokens=3)
     assert h.result(600).token_ids == want
     assert h.result().speculative["accepted"] > 0 and packed == []

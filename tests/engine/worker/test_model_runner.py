@@ -18,7 +18,7 @@ def paged_runner(loaded):
     pool, threads = make_pool(loaded), StepThreads()
     backend = EagerBackend(loaded.model, InputBuilder(pool, BLOCK_SIZE, "cpu"), threads,
                            weight_stationary=False)
-    return ModelRunner(loaded.model, backend=backend, pool=pool, threads=threads)
+    return ModelRunner(loaded.model, backend=backend, inputs=backend.inputs, threads=threads)
 
 
 def test_a_step_of_packed_and_no_cache_sequences_samples_hugging_faces_tokens(loaded):
@@ -65,14 +65,14 @@ def test_one_rows_nan_fails_that_request_only(loaded):
 
 def test_a_failing_packed_pass_is_rerun_per_sequence(loaded, monkeypatch):
     runner = paged_runner(loaded)
-    real = runner.backend.forward
+    real = runner.forward
 
     def forward(entries):
         if any(e.seq.request_id == "bad" for e in entries):
             raise RuntimeError("injected")
         return real(entries)
 
-    monkeypatch.setattr(runner.backend, "forward", forward)
+    monkeypatch.setattr(runner, "forward", forward)
     ok, bad = new_seq("ok", PROMPTS[0], 0), new_seq("bad", PROMPTS[1], 8)
     out = runner.execute(SchedulerOutput(entries=[ScheduledSeq.of(ok, ok.num_tokens),
                                                   ScheduledSeq.of(bad, bad.num_tokens)]))
