@@ -64,7 +64,13 @@ class EagerBackend:
         """
         raise NotImplementedError("the eager backend has no static buckets")
 
-    run_static = buffers_for
+    def run_static(self, bufs: StaticBuffers) -> torch.Tensor:
+        """Never asked, as :meth:`buffers_for`.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError("the eager backend has no static buckets")
 
     def run_packed(self, inp: PackedInput) -> torch.Tensor:
         """One forward pass of a packed input.
