@@ -47,7 +47,7 @@ class EngineConfig:
         warmup: on a GPU, run two small forward passes before serving, so the first
             request's time to first token holds no one-time set-up.
         cuda_graphs: replay decode steps of up to 32 sequences from CUDA graphs
-            (:mod:`engine.worker.cuda_graph_runner`): ``None`` = on CUDA only; True also on
+            (:mod:`engine.worker.backends.cuda_graph`): ``None`` = on CUDA only; True also on
             CPU, where the same static buffers run eagerly (for tests); False never.
         decode_threads: intra-op threads on CPU for steps of few rows (decode steps of up to
             8 sequences with int8/int4 weights, 4 with bf16/fp16: ``engine.wiring.few_rows``);

@@ -90,32 +90,34 @@ class EngineViews:
             tracing included, over the ready buckets), ``cache_hits`` (inductor cache hits:
             > 0 on a start that found its kernels on disk), ``error``, ``steps_compiled`` and
             ``steps_eager`` (decode-only steps run each way), ``direct`` (buckets called without
-            Dynamo's frame hook, see :data:`engine.worker.compiled.compiled_runner.DIRECT_CALL`),
+            Dynamo's frame hook, see :data:`engine.worker.compiled.compiled_backend.DIRECT_CALL`),
             ``attention`` (``"kernel"``: the
             paged attention kernel of :mod:`engine.worker.kernels.decode_attention`; else
             ``"sdpa"`` and ``attention_note`` says why).
         """
-        attention = self._attention_path()
-        state = getattr(self.runner, "state", None)
+        info = self.runner.info()
+        attention = self._attention_path(info.pool)
+        state = info.compile
         if state is None:
             return {"path": "eager", "status": "off", "buckets": [], "ready": [],
                     "compile_s": 0.0, "cache_hits": 0, "error": "", "steps_compiled": 0,
                     "steps_eager": 0, "direct": [], **attention}
         compiled = state.status != "off" and bool(state.ready)
         return {"path": "compiled" if compiled else "eager", "status": state.status,
-                "buckets": list(self.runner.buckets), "ready": list(state.ready),
+                "buckets": list(info.buckets), "ready": list(state.ready),
                 "compile_s": round(state.total_compile_s, 2), "cache_hits": state.cache_hits,
                 "error": state.error, "steps_compiled": state.steps_compiled,
-                "steps_eager": state.steps_eager,
-                "direct": list(getattr(self.runner, "direct_buckets", [])), **attention}
+                "steps_eager": state.steps_eager, "direct": list(info.direct_buckets),
+                **attention}
 
-    def _attention_path(self) -> dict:
-        """``{"attention": "kernel" | "sdpa", "attention_note": why not the kernel}``."""
+    @staticmethod
+    def _attention_path(pool) -> dict:
+        """``{"attention": "kernel" | "sdpa", "attention_note": why not the kernel}`` for the
+        runner's paged pool (``None``: no paged KV cache)."""
         import torch
 
         from engine.worker.kernels import decode_attention as kernel
 
-        pool = getattr(self.runner, "pool", None)
         if pool is None:
             return {"attention": "sdpa", "attention_note": "no paged KV cache"}
         probe = torch.empty(0, dtype=pool.compute_dtype, device=pool.k[0].device)

@@ -13,9 +13,11 @@ from engine.core.scheduler import Scheduler
 from engine.model.loader import LoadedModel
 from engine.worker.kv_calibration import calibrate_kv_scales
 from engine.worker.kv_pool import KVPool, resolve_kv_dtype
+from engine.worker.backends.eager import EagerBackend
+from engine.worker.input_builder import InputBuilder
 from engine.worker.model_runner import ModelRunner
-from engine.worker.paged_model_runner import PagedModelRunner
 from engine.worker.sampler import Sampler
+from engine.worker.threads import FEW_ROWS, FEW_ROWS_FLOAT, FEW_ROWS_FLOAT_NATIVE, StepThreads
 
 PAGED_FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
 """Model families whose attention goes through transformers' attention interface with the
@@ -51,7 +53,7 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
     Args:
         exempt_ids: token ids the sampler's penalties never touch.
         runner: a runner to use instead of building one (anything with ``execute``,
-            ``kv_bytes``, ``kv_cache_bytes``, ``release`` and ``device``).
+            ``info``, ``kv_bytes``, ``kv_cache_bytes``, ``release`` and ``device``).
     """
     model_type = getattr(loaded.model.config, "model_type", "")
     paged, note = config.batching, ""
@@ -79,7 +81,8 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         # with static buckets, the pool's last block is the scratch block of their spare rows
         bm = BlockManager(num_blocks - 1 if static else num_blocks, config.block_size,
                           config.enable_prefix_caching)
-        runner = runner or paged_runner(loaded, config, pool, sampler, static)
+        runner = runner or ModelRunner(loaded.model, sampler,
+                                       **paged_backend(loaded, config, pool, static))
         if pool.fp8:
             calibrate_kv_scales(loaded.model, loaded.tokenizer, pool)
         scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,
@@ -114,29 +117,39 @@ def static_decode(model, config: EngineConfig, device: str) -> tuple[str | None,
     return ("compiled" if compiled else "graphs" if graphs else None), note
 
 
-def paged_runner(loaded: LoadedModel, config: EngineConfig, pool: KVPool, sampler: Sampler,
-                 static: str | None) -> ModelRunner:
-    """The runner of a paged engine: the compiled decode step, the CUDA-graph runner (both on
-    static buckets, with the pool's last block as their scratch block) or the eager one."""
+def paged_backend(loaded: LoadedModel, config: EngineConfig, pool: KVPool,
+                  static: str | None) -> dict:
+    """The forward backend of a paged engine's runner, its input builder and the thread
+    setting, as :class:`ModelRunner`'s ``backend``, ``inputs`` and ``threads`` arguments: the
+    compiled decode step or CUDA graphs (both on static buckets, with the pool's last block as
+    their scratch block, each holding the eager backend for the other steps), or the eager
+    backend alone (:mod:`engine.worker.backends`)."""
     info = loaded.info
+    device = next(loaded.model.parameters()).device
     max_blocks = -(-info.context_len // config.block_size)
-    scratch = pool.num_blocks - 1
+    scratch = pool.num_blocks - 1 if static else None
+    inputs = InputBuilder(pool, config.block_size, device, scratch_block=scratch)
+    threads = StepThreads(decode_threads(config, info) if device.type == "cpu" else 0,
+                          few_rows(info))
     if static == "compiled":
-        from engine.worker.compiled.compiled_runner import CompiledDecodeRunner
+        from engine.worker.compiled.compiled_backend import CompiledBackend
 
-        return CompiledDecodeRunner(loaded.model, pool, config.block_size, sampler,
-                                    scratch_block=scratch, max_blocks_per_seq=max_blocks,
-                                    decode_threads=decode_threads(config, info),
-                                    few_rows=few_rows(info),
-                                    buckets=tuple(config.compile_batch_sizes))
-    if static == "graphs":
-        from engine.worker.cuda_graph_runner import CudaGraphRunner
+        backend = CompiledBackend(EagerBackend(loaded.model, inputs, threads,
+                                               weight_stationary=False),
+                                  max_blocks_per_seq=max_blocks,
+                                  buckets=tuple(config.compile_batch_sizes))
+    elif static == "graphs":
+        from engine.worker.backends.cuda_graph import CudaGraphBackend
+        from engine.worker.buckets import BATCH_BUCKETS, Buckets, block_buckets
 
-        return CudaGraphRunner(loaded.model, pool, config.block_size, sampler,
-                               scratch_block=scratch, max_blocks_per_seq=max_blocks)
-    return PagedModelRunner(loaded.model, pool, config.block_size, sampler,
-                            config.weight_stationary, decode_threads(config, info),
-                            few_rows(info))
+        # the graphs run under PyTorch's own thread setting, as they were captured
+        threads = StepThreads()
+        backend = CudaGraphBackend(
+            EagerBackend(loaded.model, inputs, threads, weight_stationary=False),
+            Buckets(BATCH_BUCKETS, block_buckets(max_blocks), config.block_size))
+    else:
+        backend = EagerBackend(loaded.model, inputs, threads, config.weight_stationary)
+    return {"backend": backend, "inputs": inputs, "threads": threads}
 
 
 def compiled_decode(model, config: EngineConfig, device: str) -> tuple[bool, str]:
@@ -175,12 +188,10 @@ def decode_threads(config: EngineConfig, info) -> int:
 
 def few_rows(info) -> int:
     """The most tokens a step may have to run on :func:`decode_threads`:
-    :data:`engine.worker.paged_model_runner.FEW_ROWS` (8) for int8/int4 weights; for the rest
-    :data:`engine.worker.paged_model_runner.FEW_ROWS_FLOAT_NATIVE` (8) where oneDNN has native
-    bf16 products, else :data:`engine.worker.paged_model_runner.FEW_ROWS_FLOAT` (4), as measured
-    on two 2-core machines (docs/compiled-decode.md#threads)."""
-    from engine.worker.paged_model_runner import FEW_ROWS, FEW_ROWS_FLOAT, FEW_ROWS_FLOAT_NATIVE
-
+    :data:`engine.worker.threads.FEW_ROWS` (8) for int8/int4 weights; for the rest
+    :data:`engine.worker.threads.FEW_ROWS_FLOAT_NATIVE` (8) where oneDNN has native
+    bf16 products, else :data:`engine.worker.threads.FEW_ROWS_FLOAT` (4), as measured
+    on two 2-core machines (docs/performance.md#threads-per-step)."""
     if getattr(info, "weights", "") in INTEGER_WEIGHTS:
         return FEW_ROWS
     return FEW_ROWS_FLOAT_NATIVE if native_bf16() else FEW_ROWS_FLOAT

@@ -250,7 +250,7 @@ def compiled_step(loaded, sizes=(1, 16), new_tokens: int = 64) -> dict:
             status = eng.wait_compiled(240)
             figures = batch_figures(eng, sizes, new_tokens)
             out[f"compile_{mode}"] = {"status": eng.compile_status(), "runner":
-                                      type(eng.runner).__name__, "batch": figures,
+                                      eng.runner.info().backend, "batch": figures,
                                       "greedy": greedy_ids(eng, "Explain the KV cache.", 32)[0]}
         finally:
             eng.shutdown()
@@ -294,7 +294,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     engine = LLMEngine(loaded)
     report["pool"] = {"setup_s": time.perf_counter() - t0,
-                      "runner": type(engine.runner).__name__,
+                      "runner": engine.runner.info().backend,
                       "num_blocks": engine.pool.num_blocks if engine.pool is not None else 0,
                       "bytes": engine.pool.nbytes if engine.pool is not None else 0}
     try:

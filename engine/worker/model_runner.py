@@ -1,172 +1,167 @@
-"""The model runner: the explicit prefill and decode forward passes, then sampling.
+"""The model runner: one class that owns a step, from a
+:class:`engine.core.scheduler_output.SchedulerOutput` to a
+:class:`engine.worker.runner_output.ModelRunnerOutput`.
 
-:class:`ModelRunner` runs one sequence at a time, each with its own contiguous KV cache (any
-transformers architecture); :class:`engine.worker.paged_model_runner.PagedModelRunner` packs
-every sequence of a step into one forward pass over the paged KV pool. Both take a
-:class:`engine.core.scheduler_output.SchedulerOutput` and return a
-:class:`engine.worker.runner_output.ModelRunnerOutput` from :meth:`ModelRunner.execute`.
+``execute`` runs the sequences without a KV cache (and, without the paged pool, every sequence)
+one at a time through :class:`engine.worker.backends.contiguous.ContiguousBackend`, then the
+others through the paged backend chosen at wiring (:mod:`engine.worker.backends`: eager
+transformers, CUDA graphs or the compiled decode step). The backend's plan says which entries
+go into the one packed pass and which into static buckets; the runner builds those inputs with
+its one :class:`engine.worker.input_builder.InputBuilder` and the backend runs them. The logits
+of every way go through one sampling path, :meth:`ModelRunner.sample_rows`: speculative
+verification, grammar masks, samples and beams of a group, the sampler, jump-forward.
 """
 
 from __future__ import annotations
 
-import inspect
 import time
 
 import torch
 
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
-from engine.core.sequence import Sequence
-from engine.worker.kv_cache import KVCache
-from engine.worker.runner_output import ModelRunnerOutput, SampleResult
+from engine.structured.masking import apply_structured_masks, drop_masked_candidates, jump_forward
+from engine.worker.backends.contiguous import ContiguousBackend
+from engine.worker.buckets import rows_of
+from engine.worker.group_sampling import sample_group_rows, split_group_rows
+from engine.worker.input_builder import InputBuilder
+from engine.worker.runner_info import RunnerInfo
+from engine.worker.runner_output import ModelRunnerOutput
 from engine.worker.sampler import Sampler
-
+from engine.worker.threads import StepThreads
 
 
 class ModelRunner:
-    """Runs the model's forward pass for the engine's two kinds of step.
-
-    Prefill feeds the whole prompt in one pass and fills the KV cache; decode feeds one new
-    token and reuses the cache. Without a cache, every step recomputes the whole sequence
-    (O(n²) attention work over a generation). Only the last position's logits are computed
-    (``logits_to_keep=1``), as Hugging Face ``generate`` does.
-
-    Each request's cache lives here, keyed by request id, until :meth:`release`.
+    """Runs the model's forward passes of a step and samples their logits.
 
     Args:
         model: a transformers ``*ForCausalLM`` in eval mode.
         sampler: the :class:`engine.worker.sampler.Sampler` (a plain one when omitted).
+        backend: the paged forward (:class:`engine.worker.backends.PagedBackend`); ``None``
+            runs every sequence alone on its own contiguous cache (any architecture).
+        inputs: the :class:`engine.worker.input_builder.InputBuilder` of the paged steps (its
+            pool is the runner's :attr:`pool`); with a backend only.
+        threads: the :class:`engine.worker.threads.StepThreads` the backend switches (kept
+            here so its ``few_rows`` can be read and set on the runner).
     """
 
-    def __init__(self, model, sampler: Sampler | None = None):
+    def __init__(self, model, sampler: Sampler | None = None, backend=None,
+                 inputs: InputBuilder | None = None, threads: StepThreads | None = None):
+        if (backend is None) != (inputs is None):
+            raise ValueError("a paged backend and its input builder go together")
         self.model = model
         self.sampler = sampler or Sampler()
-        self.caches: dict[str, KVCache] = {}
-        self.scratch: dict[str, KVCache] = {}  # a no-cache recompute's keys, between its pieces
-        self.device = next(model.parameters()).device
-        params = inspect.signature(model.forward).parameters
-        # transformers 5 renamed ``past_key_values`` to ``cache``; accept both.
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else None
+        self.backend = backend
+        self.inputs = inputs
+        self.pool = inputs.pool if inputs is not None else None
+        self.threads = threads or StepThreads()
+        self.alone = ContiguousBackend(model)
+        self.device = self.alone.device
 
-    def new_cache(self) -> KVCache:
-        """An empty per-request KV cache for this model."""
-        return KVCache(self.model.config)
+    @property
+    def few_rows(self) -> int:
+        """The most rows of a step run on ``decode_threads`` (:class:`StepThreads`)."""
+        return self.threads.few_rows
 
-    def _forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
-        kwargs = {"input_ids": ids, "use_cache": cache is not None}
-        n = ids.shape[1]
-        past = cache.num_tokens if cache is not None else 0
-        kwargs["attention_mask"] = torch.ones((1, past + n), dtype=torch.long, device=self.device)
-        if cache is not None:
-            kwargs[self._cache_kw] = cache.cache
-        if self._keep_kw:
-            kwargs[self._keep_kw] = 1
-        with torch.inference_mode():
-            out = self.model(**kwargs)
-        return out.logits[0, -1]
+    @few_rows.setter
+    def few_rows(self, rows: int) -> None:
+        self.threads.few_rows = rows
 
-    def prefill(self, prompt_ids: list[int], cache: KVCache | None) -> torch.Tensor:
-        """One forward pass over the prompt.
-
-        Args:
-            prompt_ids: ``prompt_len`` token ids.
-            cache: the request's empty cache, filled in place; ``None`` for the no-cache mode.
-
-        Returns:
-            ``[V]`` logits of the last prompt position.
-        """
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        return self._forward(ids, cache)
-
-    def decode(self, token_id: int, cache: KVCache) -> torch.Tensor:
-        """One forward pass for one new token, attending to the cached keys and values.
-
-        Args:
-            token_id: the token sampled at the previous step.
-            cache: the request's cache (grows by one token per layer).
-
-        Returns:
-            ``[V]`` logits for the next token.
-        """
-        ids = torch.tensor([[token_id]], dtype=torch.long, device=self.device)
-        return self._forward(ids, cache)
-
-    def recompute(self, all_ids: list[int]) -> torch.Tensor:
-        """The no-cache decode step: a forward pass over the whole sequence so far.
-
-        Args:
-            all_ids: prompt and output ids, ``[prompt_len + generated]``.
-
-        Returns:
-            ``[V]`` logits of the last position.
-        """
-        ids = torch.tensor([all_ids], dtype=torch.long, device=self.device)
-        return self._forward(ids, None)
-
-    def recompute_piece(self, e: ScheduledSeq) -> torch.Tensor:
-        """One piece of a no-cache recompute (the scheduler caps each step's piece, so a long
-        sequence recomputed per token does not hold a whole step for itself).
-
-        The whole sequence in one piece is :meth:`recompute`. Otherwise the pieces' keys and
-        values wait in a scratch cache until the last piece, then are dropped: every output
-        token still recomputes the whole sequence.
-
-        Args:
-            e: the scheduled entry: tokens ``[e.num_computed, e.num_computed + e.num_new)`` of
-                ``e.seq.all_ids``; ``e.samples`` when the piece ends the sequence.
-
-        Returns:
-            ``[V]`` logits of the piece's last position.
-        """
-        rid, ids = e.seq.request_id, e.seq.all_ids
-        if e.num_computed == 0:
-            self.drop_scratch(rid)
-            if e.samples:
-                return self.recompute(ids)
-            self.scratch[rid] = self.new_cache()
-        logits = self.prefill(ids[e.num_computed:e.num_computed + e.num_new], self.scratch[rid])
-        if e.samples:
-            self.drop_scratch(rid)
-        return logits
-
-    def drop_scratch(self, request_id: str) -> None:
-        """Free a no-cache recompute's scratch keys and values (none: nothing happens)."""
-        cache = self.scratch.pop(request_id, None)
-        if cache is not None:
-            cache.release()
-
-
+    def info(self) -> RunnerInfo:
+        """Which backend runs, its pool, and the compiled backend's state and buckets."""
+        return RunnerInfo(backend="contiguous") if self.backend is None else self.backend.info()
 
     # ---- one step ---------------------------------------------------------------------------
     def execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
-        """Run a step: each scheduled sequence alone, then sample its next token.
+        """Run a step: blocks copied on write first, sequences without a cache alone, then one
+        packed forward pass of the others and their sampling. When the packed pass fails, its
+        sequences are run again one per pass, so only the sequence at fault fails.
 
         Returns:
             :class:`ModelRunnerOutput`; a sequence whose forward pass or sampling raised has
             its exception in ``errors`` and the others go on.
         """
         out = ModelRunnerOutput(start_s=time.perf_counter(), end_s=0.0)
-        for e in scheduler_output.all_entries:
+        if self.backend is None:
+            for e in scheduler_output.all_entries:
+                self.run_alone(e, out)
+            out.end_s = time.perf_counter()
+            return out
+        self.pool.copy_blocks(scheduler_output.blocks_to_copy)  # copy-on-write of forked blocks
+        for e in scheduler_output.recompute:
             self.run_alone(e, out)
+        entries = scheduler_output.entries
+        if entries:
+            try:
+                self.run_packed(entries, out)
+            except Exception as exc:  # noqa: BLE001 - isolate the failing request: rerun each alone
+                after_error(exc)
+                for e in entries:
+                    try:
+                        self.run_packed([e], out)
+                    except Exception as exc:  # noqa: BLE001
+                        after_error(exc)
+                        out.errors[e.seq.request_id] = exc
         out.end_s = time.perf_counter()
         return out
 
+    def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
+        """The paged forward of ``entries``: the backend's plan, each part's inputs built once
+        and run by the backend.
+
+        Returns:
+            ``[R, V]`` logits: for each entry that samples, in ``entries`` order, one row
+            (``1 + k`` for an entry verifying ``k`` drafts); ``R`` is 0 for a step of prefill
+            chunks only. Rows of a static bucket may be views of its buffers, valid until its
+            next run.
+        """
+        plan = self.backend.plan(entries)
+        parts = []                                  # (entry indices, their logits)
+        if plan.packed:
+            packed = [entries[i] for i in plan.packed]
+            parts.append(([i for i in plan.packed if entries[i].samples],
+                          self.backend.run_packed(self.inputs.packed(packed))))
+        for group in plan.static:
+            part = [entries[i] for i in group]
+            bufs = self.backend.buffers_for(part)
+            used = self.inputs.fill(bufs, part)
+            logits = self.backend.run_static(bufs)[:used]
+            parts.append((group, logits.clone() if len(plan.static) > 1 else logits))
+        if len(parts) == 1:                         # one part, in entry order
+            return parts[0][1]
+        rows: list = [None] * len(entries)          # logits per entry: None = no row this step
+        for index, logits in parts:
+            at = 0
+            for i in index:
+                n = rows_of(entries[i])
+                rows[i] = logits[at:at + n]
+                at += n
+        return torch.cat([r for r in rows if r is not None])
+
+    def run_packed(self, entries: list[ScheduledSeq], out: ModelRunnerOutput) -> None:
+        """One forward pass for ``entries``, then sampling for each that reached its end."""
+        start = time.perf_counter()
+        logits = self.forward(entries)
+        self.sample_rows(logits, entries, out)
+        end = time.perf_counter()
+        out.batch_size = max(out.batch_size, len(entries))
+        for e in entries:
+            rid = e.seq.request_id
+            # a verification step keeps the accepted drafts' keys and values, not the rejected
+            rejected = len(e.draft_ids) - len(out.spec_accepted.get(rid, e.draft_ids))
+            out.kv_tokens[rid] = e.num_computed + e.num_new - rejected
+            out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
+            out.spans[rid] = (start, end)
+
     def run_alone(self, e: ScheduledSeq, out: ModelRunnerOutput) -> None:
-        """One sequence's forward pass (prefill, decode or, without a cache, recompute) and
-        its sampling, recorded in ``out`` with its own time span."""
+        """One sequence's forward pass on its own cache (prefill, decode or, without a cache,
+        recompute) and its sampling, recorded in ``out`` with its own time span."""
         seq = e.seq
         rid = seq.request_id
         start = time.perf_counter()
         try:
-            if not seq.use_kv_cache:
-                logits = self.recompute_piece(e)
-            elif e.num_computed == 0:
-                self.caches[rid] = cache = self.new_cache()
-                logits = self.prefill(seq.all_ids[:e.num_new], cache)
-            else:
-                logits = self.decode(seq.all_ids[e.num_computed], self.caches[rid])
+            logits = self.alone.forward(e)
             if e.samples:
-                out.sampled[rid] = self.sample(seq, logits)
+                self.sample_rows(logits[None], [e], out)
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
             after_error(exc)
             out.errors[rid] = exc
@@ -175,22 +170,48 @@ class ModelRunner:
         out.kv_bytes[rid] = self.kv_bytes(rid, tokens)
         out.spans[rid] = (start, time.perf_counter())
 
-    def sample(self, seq: Sequence, logits: torch.Tensor) -> SampleResult:
-        """The next token of one sequence from its ``[V]`` last-position logits (masked by
-        its grammar first when it has a structure).
+    def sample_rows(self, logits: torch.Tensor, entries: list[ScheduledSeq],
+                    out: ModelRunnerOutput) -> None:
+        """The one sampling path: from a forward pass's logits to ``out``'s tokens.
 
-        Raises:
-            ValueError: its grammar matcher failed.
+        Verifying entries check their drafts (:func:`engine.spec_decode.verify.verify_drafts`);
+        the others that sample have their grammar's mask applied, then a group's sequences
+        (samples before their fork, beams) go to their group and the rest to the sampler in
+        one call; jump-forward queues the tokens a grammar forces next.
+
+        Args:
+            logits: ``[R, V]``: for each entry that samples, in order, one row (``1 + k`` for
+                one verifying ``k`` drafts).
+            entries: the entries of that forward pass.
+            out: the step's output; a row's failure (NaN logits, a grammar error) goes to
+                ``out.errors`` and the other rows go on.
         """
-        if seq.structured is not None:
-            from engine.structured.masking import apply_structured_masks
+        if any(e.draft_ids for e in entries):
+            from engine.spec_decode.verify import verify_drafts
 
-            errors: dict = {}
-            logits = apply_structured_masks(logits[None], [seq], errors)[0]
-            if errors:
-                raise errors[seq.request_id]
-        return self.sampler.sample(logits, seq.params, seq.all_ids, seq.output_ids,
-                                   seq.generator)
+            logits = verify_drafts([e for e in entries if e.samples], logits, out)
+        sampling = [e.seq for e in entries if e.samples and not e.draft_ids]
+        logits = apply_structured_masks(logits, sampling, out.errors)  # grammar masks, if any
+        plain, own = split_group_rows(sampling)
+        if own:  # samples before their fork, and beams: the group takes the logits
+            sample_group_rows(self.sampler, logits[own], [sampling[i] for i in own], out)
+            drop_masked_candidates([sampling[i] for i in own], out.beam_candidates)
+            logits, sampling = logits[plain], [sampling[i] for i in plain]
+        if sampling:
+            choices = self.sampler.sample_many(
+                logits, [q.params for q in sampling], [q.generator for q in sampling],
+                lambda i: (sampling[i].all_ids, sampling[i].output_ids))
+            for seq, choice in zip(sampling, choices):
+                if isinstance(choice, Exception):  # e.g. NaN logits of this request only
+                    out.errors[seq.request_id] = choice
+                else:
+                    out.sampled[seq.request_id] = choice
+            jump_forward(sampling, out.sampled, out.errors)
+
+    def recompute(self, all_ids: list[int]) -> torch.Tensor:
+        """``[V]`` logits of the last position of ``all_ids`` from a forward pass over all of
+        them, no cache (the explorer's and the lessons' reference logits)."""
+        return self.alone.recompute(all_ids)
 
     def warm_up(self) -> None:
         """Two small forward passes before serving, so the first request's TTFT holds no
@@ -200,24 +221,26 @@ class ModelRunner:
 
     # ---- the KV cache it holds --------------------------------------------------------------
     def kv_bytes(self, request_id: str, num_tokens: int) -> int:
-        """Bytes of a request's keys and values: measured from its cache tensors."""
-        cache = self.caches.get(request_id)
-        return cache.nbytes() if cache is not None else 0
+        """Bytes of ``num_tokens`` tokens of a request's keys and values: in the pool, its
+        bytes per token slot times ``num_tokens`` (a block shared by several requests counts
+        for each); without one, measured from the request's own cache tensors."""
+        if self.pool is not None:
+            return self.pool.bytes_per_token * num_tokens
+        return self.alone.kv_bytes(request_id)
 
     def kv_cache_bytes(self) -> int:
-        """Bytes of every KV cache this runner holds now."""
-        return sum(c.nbytes() for c in self.caches.values())
+        """Bytes of every KV cache this runner holds now (the whole pool, allocated once)."""
+        return self.pool.nbytes if self.pool is not None else self.alone.kv_cache_bytes()
 
     def release(self, request_ids) -> None:
-        """Drop the caches of finished requests (their memory returns to the allocator)."""
-        for rid in request_ids:
-            self.drop_scratch(rid)
-            cache = self.caches.pop(rid, None)
-            if cache is not None:
-                cache.release()
+        """Drop the own caches of finished requests (the pool's blocks are the block
+        manager's)."""
+        self.alone.release(request_ids)
 
     def close(self) -> None:
-        """Stop any background work of the runner (the engine is shutting down)."""
+        """Stop the backend's background work (the engine is shutting down)."""
+        if self.backend is not None:
+            self.backend.close()
 
 
 def after_error(exc: BaseException) -> None:

@@ -234,7 +234,7 @@ def test_one_at_a_time_mode_failures(loaded, monkeypatch):
     """The fallback path (own contiguous cache per request) isolates failures too."""
     eng = LLMEngine(loaded, telemetry=False, batching=False)
     try:
-        real = eng.runner.decode
+        real = eng.runner.alone.decode
         calls = {"n": 0}
 
         def flaky(token_id, cache):
@@ -243,7 +243,7 @@ def test_one_at_a_time_mode_failures(loaded, monkeypatch):
                 raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
             return real(token_id, cache)
 
-        monkeypatch.setattr(eng.runner, "decode", flaky)
+        monkeypatch.setattr(eng.runner.alone, "decode", flaky)
         bad = eng.submit("First.", SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
         queued = eng.submit("Second.", GREEDY)
         out_bad = bad.result(60)

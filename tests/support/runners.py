@@ -2,6 +2,7 @@
 
 import time
 
+from engine.worker.runner_info import RunnerInfo
 from engine.worker.runner_output import ModelRunnerOutput, SampleResult
 
 
@@ -32,6 +33,9 @@ class ScriptedRunner:
             out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
             out.spans[rid] = (start, end)
         return out
+
+    def info(self):
+        return RunnerInfo(backend="scripted")
 
     def kv_bytes(self, request_id, num_tokens):
         return num_tokens * self.bytes_per_token

@@ -6,7 +6,7 @@
 - :mod:`.llama_decode`: the decode forward of the Llama family (Llama, Mistral without a
   sliding window, Qwen2) on the loaded model's own modules and weights, checked against
   transformers' model code, which stays the reference and the path for everything else.
-- :mod:`.compiled_runner`: decode steps of up to 32 sequences padded to a batch bucket
+- :mod:`.compiled_backend`: decode rows of up to 32 sequences padded to a batch bucket
   (1, 2, 4, 8, 16, 32) and run through ``torch.compile`` (inductor), compiled in the
   background while the eager path serves.
 """

@@ -5,7 +5,7 @@ keeps it in a cache entry of the traced code; on every call Dynamo's frame hook 
 up and checks its guards (about 1 ms of a 7 ms batch-1 decode step on CPU). The compiled runner
 traces :func:`decode_step`, a plain function, so once a bucket is compiled :func:`find` can make
 that entry's bytecode a function of its own, over the same globals (where Dynamo put the graph),
-and the runner calls it directly (``DIRECT_CALL`` in :mod:`.compiled_runner`).
+and the backend calls it directly (``DIRECT_CALL`` in :mod:`.compiled_backend`).
 """
 
 from __future__ import annotations

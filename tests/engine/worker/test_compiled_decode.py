@@ -93,11 +93,12 @@ def test_bucket_padding_never_reaches_outputs_or_kv_accounting(int4, no_compiler
     ref = LLMEngine(int4, compile="off", telemetry=False)
     try:
         eng.wait_compiled(60)
-        pool = eng.runner.pool
+        pool, backend = eng.runner.pool, eng.runner.backend
         assert eng.block_manager.stats().num_blocks == pool.num_blocks - 1
+        assert backend.inputs.scratch_block == pool.num_blocks - 1
         sizes = []
         outs = together(eng, PROMPTS[:3], sizes=sizes)
-        assert max(sizes) == 3 and (4, eng.runner.width) in eng.runner.buffers
+        assert max(sizes) == 3 and (4, backend.width) in backend.buffers
         refs = together(ref, PROMPTS[:3])
         per_token = int4.spec.kv_bytes_per_token(pool.k[0].element_size())
         for o, r, p in zip(outs, refs, PROMPTS[:3]):
@@ -181,18 +182,19 @@ def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
                     enable_prefix_caching=False)
     try:
         assert eng.wait_compiled(1500)["status"] == "ready"
-        runner = eng.runner
-        fwd, bs = runner.forward_fn, runner.block_size
+        runner = eng.runner.backend
+        fwd, bs = runner.forward_fn, runner.inputs.block_size
+        scratch = runner.inputs.scratch_block
         gen = torch.Generator().manual_seed(0)
         for pool in (*fwd.k_pool, *fwd.v_pool):     # nothing is cached: any K/V will do
             pool.copy_(torch.randn(pool.shape, generator=gen))
         per_row = -(-200 // bs)                    # each row its own blocks, below the scratch one
-        assert 8 * per_row < runner.scratch_block
+        assert 8 * per_row < scratch
 
         def run(toks, positions, firsts):
             bufs = runner.buffers[(8 if len(toks) > 1 else 1, runner.width)]
-            bufs.slots.fill_(runner.scratch_block * bs)
-            bufs.blocks.fill_(runner.scratch_block)
+            bufs.slots.fill_(scratch * bs)
+            bufs.blocks.fill_(scratch)
             bufs.lens.fill_(1)
             bufs.input_ids.zero_()
             bufs.position_ids.zero_()
@@ -223,7 +225,7 @@ def test_inductor_caches_go_to_the_playground_cache_unless_told_otherwise(monkey
     gives way to the playground's cache folder, a folder the user chose does not."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
 
-    from engine.worker.compiled.compiled_runner import inductor_cache_dir
+    from engine.worker.compiled.compiled_backend import inductor_cache_dir
 
     monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
@@ -257,20 +259,21 @@ def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler
     """Staggered requests: while one is prefilled, the others' decode rows still go through
     the bucket's graph (not transformers' code), so every output token of a request comes
     from one path and the answers equal the solo ones."""
-    from engine.worker.paged_model_runner import PagedModelRunner
+    from engine.worker.compiled.compiled_backend import is_decode_row
+    from engine.worker.input_builder import InputBuilder
 
     eng = LLMEngine(int4, compile="on", telemetry=False)
     eager_decode_rows = []
-    plain = PagedModelRunner.forward
+    plain = InputBuilder.packed      # every packed (eager) pass's inputs are built here
 
     def spy(self, entries):
-        eager_decode_rows.extend(e for e in entries if type(self).is_decode_row(e))
+        eager_decode_rows.extend(e for e in entries if is_decode_row(e))
         return plain(self, entries)
 
     try:
         eng.wait_compiled(60)
         solo = [eng.generate(p, GREEDY).token_ids for p in PROMPTS[:4]]
-        monkeypatch.setattr(PagedModelRunner, "forward", spy)
+        monkeypatch.setattr(InputBuilder, "packed", spy)
         before = eng.compile_status()["steps_compiled"]
         sizes = []
         outs = together(eng, PROMPTS[:4], stagger_s=0.05, sizes=sizes)
@@ -306,11 +309,12 @@ def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkey
     rows of the bucket graph (none goes through transformers' code), drafts are accepted, and
     the greedy tokens equal plain decoding's, alone and beside a second request."""
     from engine.experiments.speculative import PROMPTS as SPEC_PROMPTS
-    from engine.worker.paged_model_runner import PagedModelRunner
+    from engine.worker.input_builder import InputBuilder
 
     eng = LLMEngine(int4, compile="on", telemetry=False)
+    backend = eng.runner.backend
     eager_verify, buckets = [], []
-    plain, compiled = PagedModelRunner.forward, eng.runner._compiled
+    plain, compiled = InputBuilder.packed, backend.buffers_for
 
     def spy(self, entries):
         eager_verify.extend(e for e in entries if e.draft_ids)
@@ -319,7 +323,7 @@ def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkey
     def spy_compiled(entries):
         if any(e.draft_ids for e in entries):
             buckets.append((sum(1 + len(e.draft_ids) for e in entries),
-                            eng.runner.bucket(entries)[0]))
+                            backend.bucket(entries)[0]))
         return compiled(entries)
 
     params = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
@@ -328,8 +332,8 @@ def test_verification_passes_run_in_the_compiled_graph(int4, no_compiler, monkey
         eng.wait_compiled(60)
         want = eng.generate(copy, params).token_ids
         other = eng.generate(PROMPTS[1], params).token_ids
-        monkeypatch.setattr(PagedModelRunner, "forward", spy)
-        monkeypatch.setattr(eng.runner, "_compiled", spy_compiled)
+        monkeypatch.setattr(InputBuilder, "packed", spy)
+        monkeypatch.setattr(backend, "buffers_for", spy_compiled)
         h = eng.submit(copy, params, speculative="ngram", num_speculative_tokens=3)
         assert h.result(600).token_ids == want
         assert h.result().speculative["mean_accepted_length"] > 0

@@ -46,7 +46,7 @@ def test_used_only_for_batched_decode_steps_on_cpu():
 def test_engine_runner_uses_the_layout_only_when_allowed(loaded):
     """A decode step of two sequences goes through the layout; with the option off it doesn't."""
     from engine import LLMEngine, SamplingParams
-    import engine.worker.paged_model_runner as mr
+    import engine.worker.backends.eager as mr
 
     seen = []
     real = mr.WeightStationaryLinear

@@ -1,22 +1,23 @@
-"""Decode steps through ``torch.compile``: one static graph per batch bucket, compiled in the
-background while the eager path serves.
+"""Decode rows through ``torch.compile``: one static graph per batch bucket, compiled in the
+background while the eager backend serves.
 
-The decode rows of a step (``B`` ≤ 32 at a time) are padded up to the smallest bucket of
-:data:`engine.worker.cuda_graph_runner.BATCH_BUCKETS` (1, 2, 4, 8, 16, 32) that holds it and run
-by that bucket's compiled :class:`engine.worker.compiled.llama_decode.LlamaDecodeForward` on
-static buffers (the CUDA-graph runner's buffers, so both devices share one static path). The
-spare rows read and write one scratch block that no sequence owns, and their logits are
-dropped, so padding never reaches an output or the KV accounting. Block tables have the full
-context's width in every bucket: the attention op is opaque to the compiler and reads only the
-blocks a step needs, so one graph serves every length.
+The decode rows of a step (``B`` ≤ 32 at a time) are padded up to the smallest ready bucket of
+:data:`engine.worker.buckets.BATCH_BUCKETS` (1, 2, 4, 8, 16, 32) that holds them and run by that
+bucket's compiled :class:`engine.worker.compiled.llama_decode.LlamaDecodeForward` on static
+buffers (:class:`engine.worker.input_builder.StaticBuffers`, filled by the runner's one input
+builder, as the CUDA-graph backend's). The spare rows read and write one scratch block that no
+sequence owns, and their logits are dropped, so padding never reaches an output or the KV
+accounting. Block tables have the full context's width in every bucket: the attention op is
+opaque to the compiler and reads only the blocks a step needs, so one graph serves every length.
 
 Start-up does not wait: a background thread compiles bucket 1 first, then the others; until a
 bucket is ready its steps run eagerly (transformers' model code), and prompt tokens always do;
 the decode rows of a step that also prefills go through the graph, and so does a speculative
-verification pass, as ``k + 1`` rows of a bucket (see :meth:`forward`). Inductor's caches
-live in ``~/.cache/llm-playground/inductor`` (or
+verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`).
+Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
 ``$LLM_PLAYGROUND_CACHE/inductor``), so a second start loads the compiled kernels instead of
-generating them. If compiling fails, the runner stays eager and :attr:`state` says why.
+generating them. If compiling fails, the backend stays eager and :attr:`CompiledBackend.state`
+says why.
 """
 
 from __future__ import annotations
@@ -32,26 +33,28 @@ import torch
 from engine.core.scheduler_output import ScheduledSeq
 from engine.heap import freeze_long_lived
 import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
+from engine.worker.backends import StepPlan
+from engine.worker.backends.eager import EagerBackend
+from engine.worker.buckets import BATCH_BUCKETS, Buckets, is_decode_step, rows_of
 from engine.worker.compiled import direct_call
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
-from engine.worker.cuda_graph_runner import BATCH_BUCKETS, CudaGraphRunner, DecodeBuffers, bucket_for
-from engine.worker.paged_model_runner import FEW_ROWS
+from engine.worker.input_builder import PackedInput, StaticBuffers
+from engine.worker.runner_info import RunnerInfo
 
 log = logging.getLogger("engine")
 
 INDUCTOR_THREADS = 1
 """Threads of the graph's own fused loops (norms, rotary, SiLU, residual adds: a few thousand
 elements a row). Above ``few_rows`` the products and the attention kernel run on all the engine
-thread's threads, but splitting these small loops over two threads cost more than it saved:
-bf16 compiled steps, 3 turns each, both cores for everything against the loops on one: batch 16
-272 against 437 tok/s, batch 32 389 against 607 (AVX-512 machine, docs/compiled-decode.md)."""
+thread's threads, but splitting these small loops over two threads cost more than it saved
+(docs/performance.md#threads-per-step)."""
 
 SIZE_ASSERTS = False
 """Inductor's check of every input's and custom op result's sizes and strides on every call
-(``assert_size_stride``): 403 checks in a step of the embedded model, 0.66 µs each, about 0.27 ms
-of Python a step (2% of a batch-1 int4 step). The buffers are the runner's own, allocated once
-per bucket, and the custom ops' shapes are declared by their fake implementations; a wrong size
-would fail in the op itself."""
+(``assert_size_stride``): about 400 checks a step of the embedded model, a few percent of a
+batch-1 int4 step. The buffers are the backend's own, allocated once per bucket, and the custom
+ops' shapes are declared by their fake implementations; a wrong size would fail in the op
+itself."""
 
 SKIP_GUARDS = True
 """Once every bucket is compiled, run the graphs with Dynamo evaluating only the guards that
@@ -61,13 +64,12 @@ because nothing the other guards check changes after compiling: the weights are 
 tensors, each bucket always runs under the thread count it was compiled with (:meth:`_run`),
 and no other shape reaches the compiled function."""
 
-
 DIRECT_CALL = True
 """Once a bucket is compiled, call the function Dynamo made for it directly, not through
 Dynamo's frame hook (:mod:`.direct_call`): its cache lookup (the guards of :data:`SKIP_GUARDS`
-included) cost about 1 ms of a 7 ms batch-1 graph call (7.2 against 6.4 ms for the same graph,
-the same bits, medians of 200 calls). The function is checked against the runner's own Dynamo
-call, bit for bit, before it is used. Safe for the reasons of :data:`SKIP_GUARDS`."""
+included) is a noticeable part of a batch-1 step (docs/performance.md). The function is checked
+against the backend's own Dynamo call, bit for bit, before it is used. Safe for the reasons of
+:data:`SKIP_GUARDS`."""
 
 
 @dataclass
@@ -114,13 +116,23 @@ def inductor_cache_dir() -> str:
     return path
 
 
-class CompiledDecodeRunner(CudaGraphRunner):
-    """:class:`CudaGraphRunner` whose bucketed decode steps run a compiled compact forward.
+def is_decode_row(e: ScheduledSeq) -> bool:
+    """Whether ``e`` is computed by the compiled graph: one new token that is an output token
+    (a prompt's last token left over by a prefix-cache hit is prefilled, as it would be without
+    the hit), plus the drafts it verifies, if any (a verification pass of ``k`` drafts is
+    ``k + 1`` rows of the same graph)."""
+    return is_decode_step(e) and e.num_computed >= len(e.seq.prompt_ids)
+
+
+class CompiledBackend:
+    """Decode rows in compiled bucket graphs of the compact Llama forward; everything else (and
+    everything until a bucket is ready) through the :class:`EagerBackend` it holds.
 
     Args:
-        model, pool, block_size, sampler: as :class:`PagedModelRunner`.
-        scratch_block, max_blocks_per_seq: as :class:`CudaGraphRunner`.
-        decode_threads, few_rows: as :class:`PagedModelRunner`.
+        eager: the eager backend (its model, input builder with the scratch block, and the
+            runner's thread setting serve the compiled steps too).
+        max_blocks_per_seq: blocks of the longest sequence (the context window): the one table
+            width of every bucket.
         buckets: the batch buckets to compile, in the order they are compiled.
         background: compile in a background thread (False: compile every bucket now, in the
             constructor, as the benches and tests do).
@@ -128,22 +140,25 @@ class CompiledDecodeRunner(CudaGraphRunner):
             parity with transformers' forward is testable in seconds).
     """
 
-    def __init__(self, model, pool, block_size: int, sampler=None, *, scratch_block: int,
-                 max_blocks_per_seq: int, decode_threads: int = 0, few_rows: int = FEW_ROWS,
-                 buckets=BATCH_BUCKETS, background: bool = True, compile: bool = True):
-        super().__init__(model, pool, block_size, sampler, scratch_block=scratch_block,
-                         max_blocks_per_seq=max_blocks_per_seq, use_graphs=False)
-        self.decode_threads = decode_threads if self.device.type == "cpu" else 0
-        self.few_rows = few_rows
+    name = "compiled"
+
+    def __init__(self, eager: EagerBackend, *, max_blocks_per_seq: int, buckets=BATCH_BUCKETS,
+                 background: bool = True, compile: bool = True):
+        self.eager = eager
+        self.inputs = eager.inputs
+        self.threads = eager.threads
+        self.device = eager.device
         self.width = max_blocks_per_seq
         self.buckets = tuple(sorted(buckets))
-        self.forward_fn = LlamaDecodeForward(model, pool,
-                                             max_blocks_per_seq * block_size)
+        self.bucket_rule = Buckets(self.buckets, (self.width,), self.inputs.block_size)
+        self.buffers: dict[tuple[int, int], StaticBuffers] = {}
+        self.forward_fn = LlamaDecodeForward(eager.model, self.inputs.pool,
+                                             max_blocks_per_seq * self.inputs.block_size)
         self.state = CompileState(status="compiling" if compile else "off")
         self._lock = threading.Lock()
         self._direct: dict[int, object] = {}     # bucket rows → the DIRECT_CALL function
         self.stopped = threading.Event()
-        self._step = direct_call.private_decode_step()  # graphs of this runner only
+        self._step = direct_call.private_decode_step()  # graphs of this backend only
         if not compile:
             self.state.ready = list(self.buckets)
             self._fn = self._step
@@ -165,7 +180,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
     # ---- compiling ----------------------------------------------------------------------------
     def compile_all(self) -> None:
         """Compile every bucket in order (the background thread's body); stops at the first
-        failure, leaving the runner eager, or when :attr:`stopped` is set."""
+        failure, leaving the backend eager, or when :attr:`stopped` is set."""
         from torch._dynamo.utils import counters
 
         for rows in self.buckets:
@@ -173,7 +188,7 @@ class CompiledDecodeRunner(CudaGraphRunner):
                 return
             start, hits = time.perf_counter(), counters["inductor"]["fxgraph_cache_hit"]
             try:
-                bufs = self._static_buffers(rows)
+                bufs = self.inputs.new_static(rows, self.width)
                 self._run(bufs)                     # traces and compiles this shape
                 if DIRECT_CALL and self._fn is not self._step:   # not the identity
                     self._find_direct_call(bufs)
@@ -190,24 +205,21 @@ class CompiledDecodeRunner(CudaGraphRunner):
         self.state.status = "ready"
         freeze_long_lived("decode step compiled")   # inductor's objects live as long
 
-    def _static_buffers(self, rows: int) -> DecodeBuffers:
-        bufs = self._new_buffers(rows, self.width)
-        bufs.slots.fill_(self.scratch_block * self.block_size)
-        bufs.blocks.fill_(self.scratch_block)
-        return bufs
-
     @property
     def direct_buckets(self) -> list[int]:
         """Buckets whose steps call their compiled function directly (:data:`DIRECT_CALL`)."""
         return sorted(self._direct)
 
-    def _find_direct_call(self, bufs: DecodeBuffers) -> None:
+    def _args(self, bufs: StaticBuffers) -> tuple:
+        return (bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots, bufs.blocks,
+                bufs.lens)
+
+    def _find_direct_call(self, bufs: StaticBuffers) -> None:
         """Keep the function of :data:`DIRECT_CALL` for the bucket of ``bufs`` (just compiled
-        by :meth:`_run`) if it gives this runner's own Dynamo call's logits bit for bit; else
+        by :meth:`_run`) if it gives this backend's own Dynamo call's logits bit for bit; else
         the bucket's steps keep going through Dynamo."""
         rows = bufs.blocks.shape[0]
-        args = (bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots, bufs.blocks,
-                bufs.lens)
+        args = self._args(bufs)
         names = ("forward", "input_ids", "positions", "slots", "blocks", "lens")
         try:
             with torch.inference_mode():
@@ -219,14 +231,13 @@ class CompiledDecodeRunner(CudaGraphRunner):
             log.info("direct call of decode bucket %d failed", rows, exc_info=True)
         log.info("decode bucket %d runs through Dynamo's frame hook", rows)
 
-    def _run(self, bufs: DecodeBuffers) -> None:
-        """The bucket's compiled step on its buffers, with the intra-op thread count the
-        graph was compiled under (Dynamo guards on it: another count would recompile):
-        ``decode_threads`` for buckets of up to ``few_rows`` rows, the engine thread's own
-        count above."""
-        self._set_threads(bufs.blocks.shape[0] <= self.few_rows)
-        args = (bufs.input_ids.view(-1), bufs.position_ids.view(-1), bufs.slots, bufs.blocks,
-                bufs.lens)
+    def _run(self, bufs: StaticBuffers) -> None:
+        """The bucket's compiled step on its buffers (``bufs.logits`` ``[B, V]`` after), with
+        the intra-op thread count the graph was compiled under (Dynamo guards on it: another
+        count would recompile): the runner's :class:`engine.worker.threads.StepThreads` for
+        the bucket's rows."""
+        self.threads.use(bufs.blocks.shape[0])
+        args = self._args(bufs)
         call = self._direct.get(bufs.blocks.shape[0])
         with torch.inference_mode():
             if call is not None:
@@ -238,91 +249,81 @@ class CompiledDecodeRunner(CudaGraphRunner):
                 logits = self._fn(self.forward_fn, *args)
         bufs.logits = logits
 
+    def info(self) -> RunnerInfo:
+        """The pool, :attr:`state`, the buckets and those called directly."""
+        return RunnerInfo(backend=self.name, pool=self.inputs.pool, compile=self.state,
+                          buckets=self.buckets, direct_buckets=tuple(self.direct_buckets))
+
     def close(self) -> None:
         """Stop compiling further buckets (the engine is shutting down)."""
         self.stopped.set()
 
     # ---- steps --------------------------------------------------------------------------------
-    @staticmethod
-    def is_decode_row(e: ScheduledSeq) -> bool:
-        """Whether ``e`` is computed by the compiled graph: one new token that is an output
-        token (a prompt's last token left over by a prefix-cache hit is prefilled, as it would
-        be without the hit), plus the drafts it verifies, if any (speculative decoding: a
-        verification pass of ``k`` drafts is ``k + 1`` rows of the same graph)."""
-        return (e.num_new == CudaGraphRunner.rows_of(e)
-                and e.num_computed >= len(e.seq.prompt_ids))
-
     def bucket(self, entries: list[ScheduledSeq]) -> tuple[int, int] | None:
-        """``(batch bucket, table width)`` for decode entries whose rows a compiled bucket
-        holds, ``None`` when ``entries`` hold anything else or no bucket is ready. A bucket not
-        compiled yet is skipped for the next larger one that is (padding costs less than the
-        eager step)."""
-        if not entries or not all(self.is_decode_row(e) for e in entries):
+        """``(rows, width)`` for decode entries whose rows a ready bucket holds, ``None`` when
+        ``entries`` hold anything else or no bucket is ready. A bucket not compiled yet is
+        skipped for the next larger one that is (padding costs less than the eager step)."""
+        if not entries or not all(map(is_decode_row, entries)):
             return None
-        rows = bucket_for(sum(map(self.rows_of, entries)), sorted(self.state.ready))
-        return None if rows is None else (rows, self.width)
+        return self.bucket_rule.key(entries, ready=self.state.ready)
 
-    def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[N, V]`` logits in ``entries`` order (as :meth:`PagedModelRunner.forward`: one
-        row per sampling entry, ``1 + k`` for an entry verifying ``k`` drafts).
+    def plan(self, entries: list[ScheduledSeq]) -> StepPlan:
+        """Decode entries in static groups whenever a bucket is ready, the rest packed.
 
-        Decode entries run in the compiled graph whenever a bucket is ready, also in a step
-        that prefills other sequences (those run in the eager packed pass, before) and in
-        chunks of at most the largest ready bucket's rows when there are more of them: so
-        every output token of a request is computed by the same graph, whoever else is in the
-        step, and a greedy answer does not change with the load or with speculation. Until
-        the first bucket is ready everything is eager.
+        Decode entries run in the compiled graph also in a step that prefills other sequences
+        (those run in the packed pass) and in groups of at most the largest ready bucket's rows
+        when there are more of them: so every output token of a request is computed by the same
+        graph, whoever else is in the step, and a greedy answer does not change with the load
+        or with speculation. Until the first bucket is ready everything is packed (eager).
         """
         ready = sorted(self.state.ready)
-        decode = [i for i, e in enumerate(entries) if self.is_decode_row(e)] if ready else []
-        decode = [i for i in decode if self.rows_of(entries[i]) <= ready[-1]]
+        decode = [i for i, e in enumerate(entries) if is_decode_row(e)] if ready else []
+        decode = [i for i in decode if rows_of(entries[i]) <= ready[-1]]
         if not decode:
             if entries and all(e.num_new == 1 for e in entries):
                 self.state.steps_eager += 1
-            return super(CudaGraphRunner, self).forward(entries)
-        if len(decode) == len(entries) and sum(map(self.rows_of, entries)) <= ready[-1]:
-            return self._compiled(entries)
-        rows: list = [None] * len(entries)     # logits per entry: None = no row this step
+            return StepPlan(packed=list(range(len(entries))))
         in_graph = set(decode)
-        others = [e for i, e in enumerate(entries) if i not in in_graph]
-        if others:
-            eager, at = super(CudaGraphRunner, self).forward(others), 0
-            for i, e in enumerate(entries):
-                if i not in in_graph and e.samples:
-                    rows[i] = eager[at:at + self.rows_of(e)]
-                    at += self.rows_of(e)
-        for part in self._chunks(entries, decode, ready[-1]):
-            logits = self._compiled([entries[i] for i in part]).clone()  # buffers are reused
-            at = 0
-            for i in part:
-                n = self.rows_of(entries[i])
-                rows[i] = logits[at:at + n]
-                at += n
-        return torch.cat([r for r in rows if r is not None])
+        return StepPlan(packed=[i for i in range(len(entries)) if i not in in_graph],
+                        static=list(_chunks(entries, decode, ready[-1])))
 
-    def _chunks(self, entries: list[ScheduledSeq], index: list[int], most: int):
-        """``index`` (positions in ``entries``) cut into consecutive parts of at most ``most``
-        rows (an entry's rows stay together)."""
-        part, used = [], 0
-        for i in index:
-            n = self.rows_of(entries[i])
-            if part and used + n > most:
-                yield part
-                part, used = [], 0
-            part.append(i)
-            used += n
-        if part:
-            yield part
+    def run_packed(self, inp: PackedInput) -> torch.Tensor:
+        """The eager backend's packed pass (transformers' model code)."""
+        return self.eager.run_packed(inp)
 
-    def _compiled(self, entries: list[ScheduledSeq]) -> torch.Tensor:
-        """``[R, V]`` logits of the ``R`` rows of ``entries`` (R ≤ the largest ready bucket)
-        through the smallest ready bucket that holds them."""
+    def buffers_for(self, entries: list[ScheduledSeq]) -> StaticBuffers:
+        """The buffers of the smallest ready bucket that holds ``entries`` (made on demand
+        when compiling is off).
+
+        Raises:
+            ValueError: no ready bucket holds ``entries``.
+        """
         key = self.bucket(entries)
+        if key is None:
+            raise ValueError("these entries fit no ready bucket")
         with self._lock:
             bufs = self.buffers.get(key)
             if bufs is None:  # the eager compact forward (compile=False) makes them on demand
-                bufs = self.buffers[key] = self._static_buffers(key[0])
-        used = self.fill(bufs, entries)
+                bufs = self.buffers[key] = self.inputs.new_static(*key)
+        return bufs
+
+    def run_static(self, bufs: StaticBuffers) -> torch.Tensor:
+        """``[B, V]`` logits of the filled buffers from the bucket's compiled graph."""
         self._run(bufs)
         self.state.steps_compiled += 1
-        return bufs.logits[:used]
+        return bufs.logits
+
+
+def _chunks(entries: list[ScheduledSeq], index: list[int], most: int):
+    """``index`` (positions in ``entries``) cut into consecutive parts of at most ``most`` rows
+    (an entry's rows stay together)."""
+    part, used = [], 0
+    for i in index:
+        n = rows_of(entries[i])
+        if part and used + n > most:
+            yield part
+            part, used = [], 0
+        part.append(i)
+        used += n
+    if part:
+        yield part

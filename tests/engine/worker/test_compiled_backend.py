@@ -1,0 +1,84 @@
+"""The compiled backend (:mod:`engine.worker.compiled.compiled_backend`) with ``compile=False``
+(the compact Llama forward run eagerly on its static buffers, fp32): Hugging Face's greedy
+tokens, its bucket choice, and mixed steps split between the graph and the eager backend.
+The real ``torch.compile`` path and int4 batch invariance: test_compiled_decode.py."""
+
+import pytest
+import torch
+
+from engine.core.scheduler_output import ScheduledSeq
+from engine.worker.backends.eager import EagerBackend
+from engine.worker.compiled.compiled_backend import CompiledBackend, _chunks, is_decode_row
+from engine.worker.input_builder import InputBuilder
+from engine.worker.model_runner import ModelRunner
+from tests.support.paged import BLOCK_SIZE, PROMPTS, greedy, hf_greedy, make_pool, new_seq
+
+MAX_BLOCKS = 8
+
+
+@pytest.fixture
+def runner(loaded):
+    """A runner holding the compiled backend (the runner builds the inputs it runs)."""
+    pool = make_pool(loaded)
+    inputs = InputBuilder(pool, BLOCK_SIZE, "cpu", scratch_block=pool.num_blocks - 1)
+    backend = CompiledBackend(EagerBackend(loaded.model, inputs, weight_stationary=False),
+                              max_blocks_per_seq=MAX_BLOCKS, compile=False)
+    return ModelRunner(loaded.model, backend=backend, inputs=inputs)
+
+
+@pytest.fixture
+def backend(runner):
+    return runner.backend
+
+
+def test_greedy_tokens_equal_hugging_face_and_decode_rows_take_the_graph(runner, backend,
+                                                                         loaded):
+    want = [hf_greedy(loaded.model, p, 6) for p in PROMPTS]
+    got = greedy(runner.forward, [new_seq("a", PROMPTS[0], 0), new_seq("b", PROMPTS[1], 8)], 6)
+    assert got == want
+    assert backend.state.steps_compiled == 5           # every step after the prefill
+    assert set(backend.buffers) == {(2, MAX_BLOCKS)}
+
+
+def test_bucket_choice_skips_buckets_not_ready(backend):
+    seqs = [new_seq(str(i), PROMPTS[0], 4 * i) for i in range(3)]
+    for s in seqs:
+        s.num_computed, s.output_ids = s.num_tokens, [7]
+    entries = [ScheduledSeq.of(s, 1) for s in seqs]
+    assert all(map(is_decode_row, entries))
+    assert backend.bucket(entries) == (4, MAX_BLOCKS)
+    backend.state.ready = [1, 2, 8]
+    assert backend.bucket(entries) == (8, MAX_BLOCKS)
+    backend.state.ready = [1, 2]
+    assert backend.bucket(entries) is None
+    prefill = ScheduledSeq.of(new_seq("p", PROMPTS[1], 40), len(PROMPTS[1]))
+    assert not is_decode_row(prefill) and backend.bucket([*entries, prefill]) is None
+
+
+def test_a_prompts_last_token_after_a_prefix_hit_is_no_decode_row():
+    s = new_seq("h", PROMPTS[1], 0)
+    s.num_computed = len(PROMPTS[1]) - 1              # all but the last prompt token cached
+    assert not is_decode_row(ScheduledSeq.of(s, 1))
+
+
+def test_a_mixed_step_keeps_entry_order_across_graph_and_eager(runner, backend, loaded):
+    dec = new_seq("d", PROMPTS[0], 0)
+    runner.forward([ScheduledSeq.of(dec, dec.num_tokens)])
+    dec.num_computed, dec.output_ids = dec.num_tokens, [hf_greedy(loaded.model, PROMPTS[0], 1)[0]]
+    pre = new_seq("p", PROMPTS[1], 8)
+    entries = [ScheduledSeq.of(pre, pre.num_tokens), ScheduledSeq.of(dec, 1)]
+    plan = backend.plan(entries)
+    assert plan.packed == [0] and plan.static == [[1]]
+    logits = runner.forward(entries)
+    eager = backend.run_packed(runner.inputs.packed(entries))
+    torch.testing.assert_close(logits, eager, atol=1e-4, rtol=1e-4)
+    assert backend.state.steps_compiled == 1
+
+
+def test_chunks_keep_an_entrys_rows_together():
+    class E:
+        def __init__(self, k):
+            self.draft_ids = [0] * k
+
+    entries = [E(0), E(3), E(1), E(0)]              # 1, 4, 2, 1 rows
+    assert list(_chunks(entries, [0, 1, 2, 3], 4)) == [[0], [1], [2, 3]]
