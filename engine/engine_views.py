@@ -7,7 +7,8 @@ scheduler, block manager and runner under the engine's lock and returns plain da
 from __future__ import annotations
 
 from engine.core.sequence_group import kv_sharing
-from engine.protocol import BlockPoolSnapshot, BlockTable, EngineCapabilities, EngineStats
+from engine.protocol import (BlockPoolSnapshot, BlockTable, CompileStatus, EngineCapabilities,
+                             EngineStats)
 
 
 class EngineViews:
@@ -80,35 +81,22 @@ class EngineViews:
                            prefix_hit_rate=b.hit_rate)
             return EngineStats(**out)
 
-    def compile_status(self) -> dict:
-        """Which decode step runs (:mod:`engine.worker.compiled`), for the badge and benches.
-
-        Returns:
-            ``path`` (``"compiled"`` once at least one batch bucket is compiled, else
-            ``"eager"``), ``status`` (``"off"``, ``"compiling"``, ``"ready"``, ``"failed"``),
-            ``buckets`` (all batch buckets), ``ready`` (those compiled), ``compile_s`` (seconds,
-            tracing included, over the ready buckets), ``cache_hits`` (inductor cache hits:
-            > 0 on a start that found its kernels on disk), ``error``, ``steps_compiled`` and
-            ``steps_eager`` (decode-only steps run each way), ``direct`` (buckets called without
-            Dynamo's frame hook, see :data:`engine.worker.compiled.compiled_backend.DIRECT_CALL`),
-            ``attention`` (``"kernel"``: the
-            paged attention kernel of :mod:`engine.worker.kernels.decode_attention`; else
-            ``"sdpa"`` and ``attention_note`` says why).
-        """
+    def compile_status(self) -> CompileStatus:
+        """Which decode step runs (:mod:`engine.worker.compiled`), for the badge and benches:
+        a :class:`engine.protocol.CompileStatus` (the runner's compile state, its buckets and
+        the attention path)."""
         info = self.runner.info()
         attention = self._attention_path(info.pool)
         state = info.compile
         if state is None:
-            return {"path": "eager", "status": "off", "buckets": [], "ready": [],
-                    "compile_s": 0.0, "cache_hits": 0, "error": "", "steps_compiled": 0,
-                    "steps_eager": 0, "direct": [], **attention}
+            return CompileStatus(**attention)
         compiled = state.status != "off" and bool(state.ready)
-        return {"path": "compiled" if compiled else "eager", "status": state.status,
-                "buckets": list(info.buckets), "ready": list(state.ready),
-                "compile_s": round(state.total_compile_s, 2), "cache_hits": state.cache_hits,
-                "error": state.error, "steps_compiled": state.steps_compiled,
-                "steps_eager": state.steps_eager, "direct": list(info.direct_buckets),
-                **attention}
+        return CompileStatus(path="compiled" if compiled else "eager", status=state.status,
+                             buckets=tuple(info.buckets), ready=tuple(state.ready),
+                             compile_s=round(state.total_compile_s, 2), cache_hits=state.cache_hits,
+                             error=state.error, steps_compiled=state.steps_compiled,
+                             steps_eager=state.steps_eager, direct=tuple(info.direct_buckets),
+                             **attention)
 
     @staticmethod
     def _attention_path(pool) -> dict:
@@ -128,7 +116,7 @@ class EngineViews:
             "fp8 KV cache" if pool.fp8 else f"{pool.k[0].device.type} device")
         return {"attention": "sdpa", "attention_note": why}
 
-    def wait_compiled(self, timeout: float = 900.0) -> dict:
+    def wait_compiled(self, timeout: float = 900.0) -> CompileStatus:
         """Block until the compiled decode step is ready for every bucket, failed, or is off
         (at most ``timeout`` seconds); returns :meth:`compile_status`."""
         import time
@@ -136,7 +124,7 @@ class EngineViews:
         end = time.monotonic() + timeout
         while True:
             status = self.compile_status()
-            if status["status"] != "compiling" or time.monotonic() > end:
+            if status.status != "compiling" or time.monotonic() > end:
                 return status
             time.sleep(0.2)
 

@@ -174,6 +174,47 @@ class BlockPoolSnapshot(_FieldMapping):
 
 
 @dataclass(frozen=True)
+class CompileStatus:
+    """Which decode step an engine runs (:mod:`engine.worker.compiled`), for the page's line
+    under the badge, the lessons and the benches.
+
+    Attributes:
+        path: ``"compiled"`` once at least one batch bucket is compiled, ``"eager"``, or
+            ``"remote"`` (another server's step: nothing to report).
+        status: ``"off"``, ``"compiling"`` (in the background, eager meanwhile), ``"ready"``
+            or ``"failed"``.
+        buckets: every batch bucket (sequences per step); ready: those compiled.
+        compile_s: seconds, tracing included, over the ready buckets.
+        cache_hits: inductor cache hits (> 0 on a start that found its kernels on disk).
+        error: why compiling failed ("" otherwise).
+        steps_compiled, steps_eager: decode-only steps run each way so far.
+        direct: buckets called without Dynamo's frame hook
+            (:data:`engine.worker.compiled.compiled_backend.DIRECT_CALL`).
+        attention: ``"kernel"`` (the paged attention kernel of
+            :mod:`engine.worker.kernels.decode_attention`) or ``"sdpa"``; attention_note: why
+            not the kernel.
+    """
+
+    path: str = "eager"
+    status: str = "off"
+    buckets: tuple[int, ...] = ()
+    ready: tuple[int, ...] = ()
+    compile_s: float = 0.0
+    cache_hits: int = 0
+    error: str = ""
+    steps_compiled: int = 0
+    steps_eager: int = 0
+    direct: tuple[int, ...] = ()
+    attention: str = "sdpa"
+    attention_note: str = ""
+
+    def as_dict(self) -> dict:
+        """The fields as a plain dict (lists for the tuples), for JSON and experiment results."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+                for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
 class EngineCapabilities:
     """What an engine can show or do beyond submit/abort/stats.
 
@@ -245,10 +286,8 @@ class EngineClient(Protocol):
     def block_snapshot(self) -> BlockPoolSnapshot:
         """The block pool now (:meth:`BlockPoolSnapshot.empty` when not visible)."""
 
-    def compile_status(self) -> dict:
-        """Which decode step runs: ``path`` (``"compiled"``, ``"eager"`` or ``"remote"``),
-        ``status``, ``ready`` and ``buckets`` (batch sizes), ``compile_s``, ``cache_hits``,
-        ``error`` (see ``LLMEngine.compile_status``)."""
+    def compile_status(self) -> CompileStatus:
+        """Which decode step runs (:class:`CompileStatus`)."""
 
     def detokenize(self, token_ids: list[int]) -> str:
         """The text of ``token_ids``.

@@ -249,7 +249,7 @@ def compiled_step(loaded, sizes=(1, 16), new_tokens: int = 64) -> dict:
         try:
             status = eng.wait_compiled(240)
             figures = batch_figures(eng, sizes, new_tokens)
-            out[f"compile_{mode}"] = {"status": eng.compile_status(), "runner":
+            out[f"compile_{mode}"] = {"status": eng.compile_status().as_dict(), "runner":
                                       eng.runner.info().backend, "batch": figures,
                                       "greedy": greedy_ids(eng, "Explain the KV cache.", 32)[0]}
         finally:

@@ -105,7 +105,7 @@ def serve(port: int) -> None:
     # as app.server.main: its middleware serves plotly.js (without it no plot is ever drawn)
     launch(demo, port=port, theme=theme(), css=read_css(), max_threads=concurrency + 8)
     status = engine.wait_compiled(1800)  # measure compiled steps only
-    print(f"decode step: {status['path']} ({status['status']}, buckets {status['ready']})", file=sys.stderr, flush=True)
+    print(f"decode step: {status.path} ({status.status}, buckets {list(status.ready)})", file=sys.stderr, flush=True)
     print(f"BENCH-READY http://127.0.0.1:{port}/ {os.getpid()}", flush=True)
     try:
         demo.block_thread()

@@ -18,7 +18,7 @@ from engine.output.events import RequestOutput, StepEvent
 from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.params import SamplingParams
-from engine.protocol import BlockPoolSnapshot, EngineCapabilities, EngineStats
+from engine.protocol import BlockPoolSnapshot, CompileStatus, EngineCapabilities, EngineStats
 
 from app.render.structured import remote_fields
 from .metrics import MetricsPoller
@@ -304,10 +304,9 @@ class RemoteEngine:
     def reset_rolling(self) -> None:
         """Nothing to reset: the table follows this page's own last requests."""
 
-    def compile_status(self) -> dict:
+    def compile_status(self) -> CompileStatus:
         """The server's decode step is its own: nothing to report from here."""
-        return {"path": "remote", "status": "off", "buckets": [], "ready": [], "compile_s": 0.0,
-                "cache_hits": 0, "error": "", "steps_compiled": 0, "steps_eager": 0}
+        return CompileStatus(path="remote")
 
     def stats(self) -> EngineStats:
         """The page's engine numbers: running and waiting from the server's ``/metrics`` (0

@@ -193,16 +193,17 @@ def precision_line(info) -> str:
             f"<b>{html.escape(kv_dtype_label(info))}</b></div>")
 
 
-def decode_step_html(status: dict) -> str:
-    """One line under the badge: which decode step runs (``LLMEngine.compile_status()``):
-    compiled (its batch buckets and compile time, from the on-disk cache or not), compiling in
-    the background while eager serves, eager, or failed with the reason."""
-    path, state = status.get("path"), status.get("status")
+def decode_step_html(status) -> str:
+    """One line under the badge: which decode step runs (an
+    :class:`engine.protocol.CompileStatus`, ``LLMEngine.compile_status()``): compiled (its batch
+    buckets and compile time, from the on-disk cache or not), compiling in the background while
+    eager serves, eager, or failed with the reason."""
+    path, state = status.path, status.status
     if path == "remote":
         return ""
-    ready, buckets = status.get("ready") or [], status.get("buckets") or []
-    secs = status.get("compile_s") or 0.0
-    cached = " from the on-disk cache" if status.get("cache_hits") else ""
+    ready, buckets = status.ready, status.buckets
+    secs = status.compile_s or 0.0
+    cached = " from the on-disk cache" if status.cache_hits else ""
     if state == "ready":
         text = (f"decode step: <b>compiled</b> (torch.compile, batch buckets "
                 f"{', '.join(map(str, buckets))}; {secs:.0f} s to compile{cached})")
@@ -211,7 +212,7 @@ def decode_step_html(status: dict) -> str:
         text = (f"decode step: <b>eager</b>, compiling in the background "
                 f"({len(ready)} of {len(buckets)} buckets{done})")
     elif state == "failed":
-        text = f"decode step: <b>eager</b> (compiling failed: {html.escape(status.get('error', ''))})"
+        text = f"decode step: <b>eager</b> (compiling failed: {html.escape(status.error)})"
     else:
         text = "decode step: <b>eager</b> (transformers' model code)"
     return f"<div class='decode-step'>{text}</div>"

@@ -80,9 +80,9 @@ def run(args) -> int:
     if args.compile_wait:
         print("[load] compiling the decode step...", file=sys.stderr, flush=True)
         status = engine.wait_compiled()
-        print(f"[load] decode step: {status['path']} ({status['status']}, "
-              f"{status['compile_s']:.0f} s, cache hits {status['cache_hits']})"
-              + (f": {status['error']}" if status["error"] else ""), file=sys.stderr, flush=True)
+        print(f"[load] decode step: {status.path} ({status.status}, "
+              f"{status.compile_s:.0f} s, cache hits {status.cache_hits})"
+              + (f": {status.error}" if status.error else ""), file=sys.stderr, flush=True)
     name = args.served_model_name or engine.info.name
     app = create_server(engine, name, api_key=key, aliases={args.model, engine.info.name})
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,

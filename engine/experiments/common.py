@@ -138,7 +138,7 @@ def engine_config(engine) -> dict:
             "max_num_seqs": cfg.max_num_seqs if paged else 1,
             "max_num_batched_tokens": cfg.max_num_batched_tokens,
             "telemetry": cfg.telemetry, "kv_cache_dtype": cfg.kv_cache_dtype,
-            "decode_step": status()["path"] if status else "eager"}
+            "decode_step": status().path if status else "eager"}
 
 
 @contextmanager

@@ -142,7 +142,7 @@ def run(loaded, quick: bool = False, progress=None, engine=None, new_tokens: int
         report(progress, 0.75, "parity and profiles")
         par = parity(loaded, eager, compiled, 24 if quick else 48)
         prof = {"eager": step_profile(eager), "compiled": step_profile(compiled)}
-        status = compiled.compile_status()      # with the counts of steps run each way
+        status = compiled.compile_status().as_dict()  # with the counts of steps run each way
         bw = measure_bandwidth(loaded.info.device, 512 * 2**20, 4)
     finally:
         compiled.shutdown()

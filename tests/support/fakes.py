@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from engine.output.events import Candidate, RequestOutput, StepEvent
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.model.model_spec import ModelSpec
-from engine.protocol import BlockPoolSnapshot, EngineCapabilities, EngineStats
+from engine.protocol import BlockPoolSnapshot, CompileStatus, EngineCapabilities, EngineStats
 
 BPT = 46_080  # KV bytes per token of the embedded model in fp32: 2 × 30 × 3 × 64 × 4
 SECRET_PATH = "/srv/secret/weights.bin"  # named by the "crash" script's exception; must never reach a client
@@ -236,8 +236,7 @@ class FakeEngine:
         self.stopped = True
 
     def compile_status(self):
-        return {"path": "eager", "status": "off", "buckets": [], "ready": [], "compile_s": 0.0,
-                "cache_hits": 0, "error": "", "steps_compiled": 0, "steps_eager": 0}
+        return CompileStatus()
 
     def stats(self):
         return EngineStats(waiting=0, running=0, finished=len(self.rolling.outputs), queue_max=32)

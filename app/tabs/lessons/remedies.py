@@ -515,7 +515,7 @@ def engine_facts(engine) -> dict:
     from app.tabs.lessons import last_runs
 
     cfg = getattr(engine, "config", None)
-    status = engine.compile_status() if hasattr(engine, "compile_status") else {}
+    status = engine.compile_status().as_dict() if hasattr(engine, "compile_status") else {}
     return {"compile": status, "compile_run": last_runs.latest("compile"),
             "quant_run": last_runs.latest("quantization"), "batch_run": last_runs.latest("batch"),
             "max_num_batched_tokens": getattr(cfg, "max_num_batched_tokens", 0)}

@@ -1,12 +1,11 @@
 """The sidebar's decode-step line says which path runs, from the engine's compile status."""
 
 from app.render.cards import decode_step_html
+from engine.protocol import CompileStatus
 
 
 def status(**kw):
-    base = {"path": "eager", "status": "off", "buckets": [1, 2, 4, 8, 16, 32], "ready": [],
-            "compile_s": 0.0, "cache_hits": 0, "error": ""}
-    return {**base, **kw}
+    return CompileStatus(**{"buckets": (1, 2, 4, 8, 16, 32), **kw})
 
 
 def test_each_state_of_the_compiled_step_reads_as_a_person_would_say_it():

@@ -107,14 +107,14 @@ def test_compact_forward_runs_the_packed_layers_as_transformers_does(both, monke
     eager = LLMEngine(p, compile="off", telemetry=False)
     eng = LLMEngine(p, compile="on", compile_batch_sizes=(1, 4), telemetry=False)
     try:
-        assert eng.wait_compiled(60)["status"] == "ready"
+        assert eng.wait_compiled(60).status == "ready"
         runs = []
         for e in (eager, eng):
             alone = [e.generate(q, GREEDY).token_ids for q in PROMPTS[:3]]
             handles = [e.submit(q, GREEDY) for q in PROMPTS[:3]]
             runs.append((alone, [h.result(600).token_ids for h in handles]))
         assert runs[0] == runs[1]
-        assert eng.compile_status()["steps_compiled"] > 0
+        assert eng.compile_status().steps_compiled > 0
     finally:
         eager.shutdown()
         eng.shutdown()

@@ -77,10 +77,10 @@ def test_compact_forward_gives_transformers_tokens_alone_and_batched(int4, eager
     eng = LLMEngine(int4, compile="on", telemetry=False)
     try:
         status = eng.wait_compiled(60)
-        assert status["status"] == "ready" and status["ready"] == [1, 2, 4, 8, 16, 32]
+        assert status.status == "ready" and status.ready == (1, 2, 4, 8, 16, 32)
         assert [eng.generate(p, GREEDY).token_ids for p in PROMPTS] == eager_tokens
         assert [o.token_ids for o in together(eng, PROMPTS)] == eager_tokens
-        assert eng.compile_status()["steps_compiled"] > 0
+        assert eng.compile_status().steps_compiled > 0
     finally:
         eng.shutdown()
 
@@ -123,10 +123,10 @@ def test_a_failed_compile_falls_back_to_eager_with_a_note(int4, eager_tokens, mo
     eng = LLMEngine(int4, compile="on", telemetry=False)
     try:
         status = eng.wait_compiled(60)
-        assert status["status"] == "failed" and status["path"] == "eager"
-        assert "no C++ compiler" in status["error"]
+        assert status.status == "failed" and status.path == "eager"
+        assert "no C++ compiler" in status.error
         assert eng.generate(PROMPTS[0], GREEDY).token_ids == eager_tokens[0]
-        assert eng.compile_status()["steps_compiled"] == 0
+        assert eng.compile_status().steps_compiled == 0
     finally:
         eng.shutdown()
 
@@ -137,7 +137,7 @@ def test_compile_option_is_checked_and_other_architectures_stay_eager(int4):
         LLMEngine(int4, compile="fast")
     eng = LLMEngine(int4, compile="on", kv_cache_dtype="fp8", telemetry=False)
     try:
-        assert eng.compile_status()["path"] == "eager"
+        assert eng.compile_status().path == "eager"
         assert "fp8" in eng.batching_note
     finally:
         eng.shutdown()
@@ -151,8 +151,8 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False)
     try:
         status = eng.wait_compiled(1500)
-        assert status["status"] == "ready", status
-        assert status["direct"] == [1, 8]     # both buckets called without Dynamo's frame hook
+        assert status.status == "ready", status
+        assert status.direct == (1, 8)     # both buckets called without Dynamo's frame hook
         solo = [eng.generate(p, GREEDY).token_ids for p in PROMPTS]
         equal = sum(a == b for a, b in zip(solo, eager_tokens))
         for p, a, b in zip(PROMPTS, eager_tokens, solo):
@@ -166,7 +166,7 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
                 assert abs(gap) < 0.25, f"token {k}: gap {gap:.3f} is no rounding near-tie"
         assert equal >= len(PROMPTS) // 2
         assert [o.token_ids for o in together(eng, PROMPTS)] == solo
-        assert eng.compile_status()["steps_compiled"] > 0
+        assert eng.compile_status().steps_compiled > 0
     finally:
         eng.shutdown()
 
@@ -181,7 +181,7 @@ def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False,
                     enable_prefix_caching=False)
     try:
-        assert eng.wait_compiled(1500)["status"] == "ready"
+        assert eng.wait_compiled(1500).status == "ready"
         runner = eng.runner.backend
         fwd, bs = runner.forward_fn, runner.inputs.block_size
         scratch = runner.inputs.scratch_block
@@ -274,12 +274,12 @@ def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler
         eng.wait_compiled(60)
         solo = [eng.generate(p, GREEDY).token_ids for p in PROMPTS[:4]]
         monkeypatch.setattr(InputBuilder, "packed", spy)
-        before = eng.compile_status()["steps_compiled"]
+        before = eng.compile_status().steps_compiled
         sizes = []
         outs = together(eng, PROMPTS[:4], stagger_s=0.05, sizes=sizes)
         assert [o.token_ids for o in outs] == solo
         assert max(sizes) > 1 and eager_decode_rows == []
-        assert eng.compile_status()["steps_compiled"] > before
+        assert eng.compile_status().steps_compiled > before
     finally:
         eng.shutdown()
 
@@ -288,7 +288,7 @@ def test_decode_rows_of_a_mixed_step_run_in_the_compiled_graph(int4, no_compiler
 def test_the_status_says_which_attention_runs(int4, monkeypatch):
     eng = LLMEngine(int4, compile="off", telemetry=False)
     try:
-        assert eng.compile_status()["attention"] == "kernel"
+        assert eng.compile_status().attention == "kernel"
     finally:
         eng.shutdown()
     from engine.worker.kernels import decode_attention as kernel
@@ -297,7 +297,7 @@ def test_the_status_says_which_attention_runs(int4, monkeypatch):
     eng = LLMEngine(int4, compile="off", telemetry=False)
     try:
         status = eng.compile_status()
-        assert status["attention"] == "sdpa" and "no C compiler" in status["attention_note"]
+        assert status.attention == "sdpa" and "no C compiler" in status.attention_note
         assert eng.generate(PROMPTS[0], GREEDY).token_ids   # still serves, on SDPA
     finally:
         eng.shutdown()
@@ -359,7 +359,7 @@ def test_without_dynamos_cache_entries_the_buckets_run_through_its_hook(int4, ea
 
     direct = LLMEngine(int4, compile="on", compile_batch_sizes=(1,), telemetry=False)
     try:
-        assert direct.wait_compiled(1500)["direct"] == [1]
+        assert direct.wait_compiled(1500).direct == (1,)
         want = direct.generate(PROMPTS[1], GREEDY).token_ids
     finally:
         direct.shutdown()
@@ -367,8 +367,8 @@ def test_without_dynamos_cache_entries_the_buckets_run_through_its_hook(int4, ea
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1,), telemetry=False)
     try:
         status = eng.wait_compiled(1500)
-        assert status["status"] == "ready" and status["direct"] == []
+        assert status.status == "ready" and status.direct == ()
         assert eng.generate(PROMPTS[1], GREEDY).token_ids == want
-        assert eng.compile_status()["steps_compiled"] > 0
+        assert eng.compile_status().steps_compiled > 0
     finally:
         eng.shutdown()
