@@ -27,7 +27,7 @@ def _sidebar(pg) -> dict:
         s = dict(
             sidebar=sidebar,
             mode=gr.Radio([("Chat", "chat"), ("Raw completion", "raw")], value="chat", label="Mode",
-                          elem_id="mode", info="raw: the model simply continues your text"),
+                          elem_id="mode", info="Chat: your message in the chat template, as a conversation. Raw completion: the model simply continues your text."),
             max_tokens=gr.Slider(1, cap, value=min(256, cap), step=1, label="max new tokens",
                                  elem_id="max-tokens"),
             seed=gr.Number(value=-1, precision=0, label="seed (-1 = random)", elem_id="seed"),

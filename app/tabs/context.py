@@ -31,6 +31,8 @@ class TabContext:
             page builds the Lessons tab's timers stopped and starts them while that tab is
             selected: a timer's tick is a server event for every open page, wanted only where
             its panel shows.
+        profile_view: the Lessons tab's machine-profile panel (``gr.HTML``), which a lesson
+            whose run measures the profile redraws at once; ``None`` outside the Lessons tab.
     """
 
     pg: object = None
@@ -42,6 +44,7 @@ class TabContext:
     lessons: bool = True
     compare_peer: object = None
     timers_active: bool = True
+    profile_view: object = None
 
     @classmethod
     def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None,

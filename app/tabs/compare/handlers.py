@@ -185,7 +185,9 @@ def _status(runs: list[SideRun], diff: int | None, final: bool) -> str:
         sizes = [getattr(r.placement.engine.info, "weights_bytes", 0) or 0 for r in runs]
         how = "two engines, each stepping in its own thread" + (
             f" (weights {fmt_bytes(sizes[0])} + {fmt_bytes(sizes[1])} in memory)" if all(sizes) else "")
-    counts = f"Left {len(left.token_ids)} · Right {len(right.token_ids)} tokens"
+    cut = [name for name, r in (("left", runs[0]), ("right", runs[-1])) if r.state.finish_reason == "length"]
+    counts = f"Left {len(left.token_ids)} · Right {len(right.token_ids)} tokens" + (
+        f" ({' and '.join(cut)} cut at max tokens)" if final and cut else "")
     if diff is None:
         part = "identical so far" if not final else "identical answers"
     else:

@@ -75,7 +75,8 @@ def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> di
 
     ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}),
                      timers_active=timers_active)
-    c: dict = profile_panel.build(engine, timers_active)  # the machine profile every lesson prints, shown once
+    c: dict = profile_panel.build(engine, timers_active)
+    ctx.profile_view = c["profile_html"]  # redrawn by a lesson run that measures the profile  # the machine profile every lesson prints, shown once
     # "wrap": with ten lessons the tab bar takes two rows at 1280 px instead of hiding tabs
     # behind Gradio's "⋯" overflow menu
     with gr.Tabs(elem_id="lesson-tabs", overflow_behavior="wrap"):

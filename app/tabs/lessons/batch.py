@@ -26,7 +26,7 @@ from app.server import fields
 from app.server.errors import guard
 from app.tabs.lessons.gate import gated
 from app.render.fmt import fmt_int, fmt_rate, fmt_seconds
-from app.tabs.lessons import last_runs, machine_profile
+from app.tabs.lessons import last_runs, machine_profile, profile_panel
 from app.tabs.lessons.roofline import measure_machine, model_shape
 from app.tabs.lessons.runs import LessonEngine
 
@@ -123,6 +123,7 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
     n = fields.whole("new_tokens", new_tokens)
     if not 4 <= n <= 128:
         raise ValueError(f"new_tokens must be in [4, 128], got {n}")
+    started = time.time()
     res = batch.run(engine.experiment_model(), quick=True, progress=progress, backends=["engine"],
                     repeats=REPEATS, engine=LessonEngine(engine, "batch", submit_kwargs),
                     batch_sizes=list(SIZES), new_tokens=n)
@@ -130,15 +131,18 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
         progress(1.0, "measuring this machine's bandwidth and FLOP/s")
     profile = machine_profile.current(lambda: measure_machine(engine))
     res["ridge"] = ridge_crossing(model_shape(engine), profile, mean_context(res["rows"], n))
-    record_last_run(res["rows"], n)
+    record_last_run(res["rows"], n, profile["measured_at"] if profile["measured_at"] >= started else None)
     return res
 
 
-def record_last_run(rows: list[dict], new_tokens: int) -> None:
+def record_last_run(rows: list[dict], new_tokens: int, profile_at: float | None = None) -> None:
     """Keep a sweep's medians (batch, end-to-end tokens/s, TPOT ms), its knee, the answer length
-    and the rounds as this lesson's last run (:mod:`app.tabs.lessons.last_runs`, ``"batch"``)."""
+    and the rounds as this lesson's last run (:mod:`app.tabs.lessons.last_runs`, ``"batch"``);
+    ``profile_at``: the machine profile's ``measured_at`` when this run measured it itself (its
+    figures and the profile's then come from one moment)."""
     rows = sorted(rows, key=lambda r: r["batch"])
     last_runs.record("batch", {"new_tokens": new_tokens, "rounds": REPEATS, "knee": knee(rows)["batch"],
+                               "profile_at": profile_at,
                                "rows": [{k: r[k] for k in ("batch", "throughput_tokens_per_s",
                                                            "per_token_latency_ms")} for r in rows]})
 
@@ -153,10 +157,20 @@ def batch1_tpot_note(tpot_ms: float, new_tokens: int) -> str:
     if row is None:
         return ""
     at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
-    return (f" The Batch size lesson's last run ({at}) measured <b>{fmt_seconds(row['per_token_latency_ms'] / 1000)}"
+    there_ms, there_n = row["per_token_latency_ms"], run["new_tokens"]
+    head = (f" The Batch size lesson's last run ({at}) measured <b>{fmt_seconds(there_ms / 1000)}"
             f"</b> at batch 1 against {fmt_seconds(tpot_ms / 1000)} here: another moment of a shared machine "
-            f"(its load moves both) and another answer length ({run['new_tokens']} new tokens there, "
-            f"{new_tokens} here; a longer answer reads a longer KV cache at every step), so the two differ.")
+            f"(its load moves both)")
+    if there_n == new_tokens:
+        return head + f" with the same answer length ({new_tokens} new tokens), so the two differ."
+    # a longer answer reads a longer KV cache at every step: slower, unless the load moved more
+    longer_slower = (new_tokens > there_n) == (tpot_ms > there_ms)
+    lengths = f"{there_n} new tokens there, {new_tokens} here"
+    if longer_slower:
+        return head + (f" and another answer length ({lengths}; a longer answer reads a longer KV "
+                       "cache at every step), so the two differ.")
+    return head + (f". The answer lengths differ too ({lengths}), but here the longer answer was the "
+                   "faster one: the machine's load, not the longer KV cache, made the difference.")
 
 
 def knee(rows: list[dict], gain: float = KNEE_GAIN) -> dict:
@@ -361,8 +375,11 @@ def build(ctx) -> dict:
             res = run_batch(engine, n, lambda f, m: progress(f, desc=m), kwargs)
         except ValueError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
-        return batch_figure(res["rows"], (res.get("ridge") or {}).get("batch")), batch_summary(res)
+        out = (batch_figure(res["rows"], (res.get("ridge") or {}).get("batch")), batch_summary(res))
+        return out + ((profile_panel.current_html(),) if profile is not None else ())
 
-    c["batch_run"].click(guard(gated(on_run, "batch size")), c["batch_tokens"], [c["batch_plot"], c["batch_status"]],
+    profile = getattr(ctx, "profile_view", None)  # the panel the sweep's profile shows in, redrawn
+    outputs = [c["batch_plot"], c["batch_status"]] + ([profile] if profile is not None else [])
+    c["batch_run"].click(guard(gated(on_run, "batch size")), c["batch_tokens"], outputs,
                          concurrency_limit=None, api_visibility="private")
     return c

@@ -44,7 +44,8 @@ def cautions(profile: dict | None, runs: dict[str, dict | None], load_now: float
 
     Args:
         profile: :func:`app.tabs.lessons.machine_profile.current`'s result, or ``None``.
-        runs: ``{key of RUNS: last_runs.latest(key)}`` (each with ``at``, epoch seconds).
+        runs: ``{key of RUNS: last_runs.latest(key)}`` (each with ``at``, epoch seconds, and
+            ``profile_at``, the ``measured_at`` of a profile the run measured itself).
         load_now: the 1-minute load average now, or ``None``.
 
     Returns:
@@ -60,7 +61,8 @@ def cautions(profile: dict | None, runs: dict[str, dict | None], load_now: float
         run = runs.get(key)
         if not run:
             continue
-        after = run["at"] > profile["measured_at"]
+        # a run that measured this very profile (the first lesson to need one) is of its moment
+        after = run["at"] > profile["measured_at"] and run.get("profile_at") != profile["measured_at"]
         load = run.get("load")
         if load_changed(then, load):
             out.append(f"{tab} ran at {_hhmm(run['at'])} under a load average of {load:g}, more than "

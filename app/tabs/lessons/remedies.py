@@ -494,8 +494,11 @@ def sampling_markdown(m: dict | None) -> str:
     cuts = r.get("greedy_cut") or [False] * len(r["greedy"])
     for i, (text, cut) in enumerate(zip(r["greedy"], cuts), 1):
         lines.append(f"| greedy, run {i} | {cell(text, cut)} |")
+    shown_seeds = set()
     for s in r["sampled"]:
-        lines.append(f"| temperature {r['temperature']:g}, seed {s['seed']} | "
+        again_mark = " (the same seed again)" if s["seed"] in shown_seeds else ""
+        shown_seeds.add(s["seed"])
+        lines.append(f"| temperature {r['temperature']:g}, seed {s['seed']}{again_mark} | "
                      f"{cell(s['text'], s.get('cut', False))} |")
     seeds = [x["seed"] for x in r["sampled"]]
     again = len(seeds) > len(set(seeds))

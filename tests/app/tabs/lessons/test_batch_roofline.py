@@ -263,4 +263,23 @@ def test_the_decode_share_quotes_the_batch_lessons_batch_1_tpot_beside_its_own(e
         last_runs.clear()
     own = re.search(r"one decode step \(TPOT\) took ([\d.]+ ms)\.", msg).group(1)
     assert f"measured <b>18.0 ms</b> at batch 1 against {own} here" in msg, msg
-    assert "24 new tokens there, 20 here" in msg and "so the two differ" in msg
+    assert "24 new tokens there, 20 here" in msg
+    assert "so the two differ" in msg or "the longer answer was the faster one" in msg
+
+
+def test_the_tpot_note_blames_the_kv_cache_only_when_the_longer_answer_was_slower():
+    """The student read "a longer answer reads a longer KV cache at every step" beside a longer
+    answer that was the faster of the two: the reason given now follows the figures."""
+    from app.tabs.lessons import batch as lesson, last_runs
+
+    last_runs.clear()
+    try:
+        lesson.record_last_run([{"batch": 1, "throughput_tokens_per_s": 50.0, "per_token_latency_ms": 11.0}], 24)
+        slower = lesson.batch1_tpot_note(7.6, 100)  # the longer answer (here) the faster one
+        faster = lesson.batch1_tpot_note(14.0, 100)
+        same = lesson.batch1_tpot_note(14.0, 24)
+    finally:
+        last_runs.clear()
+    assert "the longer answer was the faster one" in slower and "longer KV cache at" not in slower
+    assert "a longer answer reads a longer KV cache at every step" in faster
+    assert "the same answer length (24 new tokens)" in same

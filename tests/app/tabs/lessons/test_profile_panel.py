@@ -38,6 +38,29 @@ def test_a_lesson_run_after_the_profile_is_named_with_its_time():
                      "moment's load and may differ from these."]
 
 
+def test_the_run_that_measured_the_profile_is_not_named_as_after_it():
+    """The Batch size sweep measures the profile when none is kept: it ends after the profile's
+    stamp, yet it is that profile's own moment (the student read "Batch size ran at 06:47, after
+    this profile" beside the profile that run had just measured)."""
+    p = _profile()
+    own = {"batch": {"at": 1000.0 + 30, "profile_at": p["measured_at"]}}
+    assert profile_panel.cautions(p, own, 2.0) == []
+    later = {"batch": {"at": 1000.0 + 30, "profile_at": p["measured_at"] - 600}}  # an older profile's
+    assert len(profile_panel.cautions(p, later, 2.0)) == 1
+
+
+def test_a_batch_sweep_records_the_stamp_of_a_profile_it_measured():
+    """A sweep run with no profile kept measures one and records its stamp; one run with a
+    profile kept from before records none."""
+    rows = [{"batch": b, "throughput_tokens_per_s": 10.0 * b, "per_token_latency_ms": 10.0} for b in (1, 2)]
+    p = _profile(at=2000.0)
+    batch.record_last_run(rows, 24, p["measured_at"])
+    assert last_runs.latest("batch")["profile_at"] == 2000.0
+    assert profile_panel.cautions(p, {"batch": last_runs.latest("batch")}, 2.0) == []
+    batch.record_last_run(rows, 24)
+    assert last_runs.latest("batch")["profile_at"] is None
+
+
 def test_a_lesson_run_under_a_load_more_than_twice_the_profiles_is_named():
     """A lesson run before the profile, but on a CPU shared with 4.5× the load: its figures and
     the profile's may differ, and the panel says why; a run at a like load says nothing."""
@@ -125,3 +148,16 @@ def test_the_lessons_timers_tick_only_while_the_lessons_tab_is_selected(tmp_path
         assert {o._id for o in fn.outputs[1:]} == {t._id for t in timers}
         assert [u["active"] for u in (o.constructor_args if hasattr(o, "constructor_args") else o
                                       for o in out[1:])] == [shown, shown]
+
+
+def test_the_batch_sweep_redraws_the_profile_panel_when_it_ends():
+    """The sweep's summary names "the panel at the right"; the panel is one of its outputs, so
+    a profile the sweep measured shows there when the sweep ends (the student saw "Not measured
+    yet" beside the result until the next refresh)."""
+    from app.tabs import lessons
+    from tests.support.fakes import FakeEngine
+
+    with gr.Blocks() as demo:
+        c = lessons.build_lessons(FakeEngine())
+    fn = next(f for f in demo.fns.values() if any(t[0] == c["batch_run"]._id for t in f.targets))
+    assert c["profile_html"]._id in {o._id for o in fn.outputs}

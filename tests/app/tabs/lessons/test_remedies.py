@@ -170,6 +170,8 @@ def test_q4_examples_run_long_enough_and_mark_an_answer_cut_at_the_limit():
                                   {"seed": 1, "text": "How about Ash, a name that", "cut": True}]}}
     md = remedies.sampling_markdown(m)
     assert f"| temperature 1, seed 1 | How about Ash, a name that… *(cut at {limit} tokens)* |" in md
+    # the seed run twice says so on its second row (the student read two identical rows)
+    assert md.count("| temperature 1, seed 1 (the same seed again) |") == 1
     assert "| temperature 1, seed 2 | Pebble. |" in md and "| greedy, run 1 | Smokey. |" in md
 
 
