@@ -309,6 +309,24 @@ def ridge_html(r: dict | None, knee_batch: int | None) -> str:
     return text
 
 
+def decode_peak_html(rows: list[dict], knee_batch: int | None) -> str:
+    """Where decode-only throughput (:func:`decode_throughput`) peaks, when that is not the
+    end-to-end knee ``knee_batch``: the two curves of the plot answer different questions (the
+    end-to-end one counts every sequence's prefill), and a reader sees both (rows sorted by
+    batch; "" when the peak is the knee or the last size with no knee)."""
+    peak = max(rows, key=decode_throughput)
+    last = rows[-1]["batch"]
+    if peak["batch"] == knee_batch or (knee_batch is None and peak["batch"] == last):
+        return ""
+    where = "before" if knee_batch is not None and peak["batch"] < knee_batch else "past" \
+        if knee_batch is not None else "below"
+    return (f" Decode-only throughput (batch ÷ TPOT, the prefills left out) peaks at <b>batch "
+            f"{peak['batch']}</b>, {_decode_line(peak)}, {where} "
+            f"{'the end-to-end knee' if knee_batch is not None else f'batch {last}'}: the end-to-end "
+            "figure also pays for every added sequence's prompt, so its knee and the decode step's "
+            "own peak need not be the same batch.")
+
+
 def batch_summary(res: dict) -> str:
     """HTML: the knee in numbers and why it is there (or that no knee showed up to batch 16),
     the ridge point's batch beside it, and what the runs held fixed. Ratios are of the printed
@@ -333,6 +351,7 @@ def batch_summary(res: dict) -> str:
                f"{k['throughput_gain']:.2f}× and made each token {k['latency_growth']:.2f}× slower. Below it "
                "the step mostly streams the weights, shared by every sequence; past it the arithmetic (and each "
                "sequence's own KV cache) grows with the batch, so extra sequences mostly wait.")
+    why += decode_peak_html(rows, k["batch"])
     n = res.get("new_tokens")
     runs = res.get("repeats", 1)
     cached = sum(int(r.get("cached_prompt_tokens", 0)) for r in rows)

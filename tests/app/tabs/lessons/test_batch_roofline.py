@@ -283,3 +283,19 @@ def test_the_tpot_note_blames_the_kv_cache_only_when_the_longer_answer_was_slowe
     assert "the longer answer was the faster one" in slower and "longer KV cache at" not in slower
     assert "a longer answer reads a longer KV cache at every step" in faster
     assert "the same answer length (24 new tokens)" in same
+
+
+def test_the_summary_names_the_decode_only_peak_when_it_is_not_the_knee():
+    """The student read "knee at batch 1" beside a decode-only curve that peaked at batch 4:
+    the summary now names that peak and why the two differ; where they agree it adds nothing."""
+    from app.tabs.lessons.batch import decode_peak_html, knee
+
+    rows = [{"batch": 1, "throughput_tokens_per_s": 51.1, "per_token_latency_ms": 11.0},
+            {"batch": 2, "throughput_tokens_per_s": 60.0, "per_token_latency_ms": 19.0},
+            {"batch": 4, "throughput_tokens_per_s": 80.0, "per_token_latency_ms": 19.5},
+            {"batch": 16, "throughput_tokens_per_s": 95.8, "per_token_latency_ms": 110.0}]
+    k = knee(rows)["batch"]
+    assert k == 1
+    text = decode_peak_html(rows, k)
+    assert "peaks at <b>batch 4</b>" in text and "(4 ÷ 0.0195 s)" in text and "past the end-to-end knee" in text
+    assert decode_peak_html(rows, 4) == ""
