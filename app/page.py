@@ -27,7 +27,7 @@ def _sidebar(pg) -> dict:
         s = dict(
             sidebar=sidebar,
             mode=gr.Radio([("Chat", "chat"), ("Raw completion", "raw")], value="chat", label="Mode",
-                          elem_id="mode", info="Chat: your message in the chat template, as a conversation. Raw completion: the model simply continues your text."),
+                          elem_id="mode", info="chat: your message goes into the chat template, as a conversation; raw: the model simply continues your text"),
             max_tokens=gr.Slider(1, cap, value=min(256, cap), step=1, label="max new tokens",
                                  elem_id="max-tokens"),
             seed=gr.Number(value=-1, precision=0, label="seed (-1 = random)", elem_id="seed"),
@@ -85,7 +85,7 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
             with gr.Tab("Compare", id="compare", elem_id="tab-compare") as compare_tab:
                 compared = compare.build(ctx)
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
-                lesson_timers = lessons.timers(lessons.build(ctx))
+                with_tab = lessons.shown_with_tab(lessons.build(ctx))
             with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding") as beams_tab:
                 beams.build(ctx)
         # the sidebar's sampling controls belong to the Playground: the Compare, Lessons and Beams
@@ -94,14 +94,14 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
         # the decode step switches from eager to compiled while the page serves
         gr.Timer(5.0).tick(guard(lambda: cards.decode_step_html(pg.engine.compile_status())),
                            None, decode_step, **private)
-        # the Lessons tab's refresh timers tick only while it is selected
+        # the Lessons tab's refresh timers tick, and its profile sidebar shows, only while it is selected
         def on_select(sidebar_open: bool, lessons_shown: bool):
-            return [gr.Sidebar(open=sidebar_open)] + [gr.Timer(active=lessons_shown)] * len(lesson_timers)
+            return [gr.Sidebar(open=sidebar_open)] + lessons.switched(with_tab, lessons_shown)
 
         for tab, sidebar_open, lessons_shown in ((play_tab, True, False), (compare_tab, False, False),
                                                  (lessons_tab, False, True), (beams_tab, False, False)):
             tab.select(guard(lambda o=sidebar_open, s=lessons_shown: on_select(o, s)), None,
-                       [sidebar["sidebar"], *lesson_timers], **private)
+                       [sidebar["sidebar"], *with_tab], **private)
     demo.compare_engines = compared["engines"]  # its variant engines: shut down with the page
     link_trace_buttons(demo, getattr(pg, "trace_links", None))  # downloads by opaque link, never a server path
     return demo

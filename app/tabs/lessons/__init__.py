@@ -86,7 +86,14 @@ def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> di
     return c
 
 
-def timers(components: dict) -> list:
-    """The refresh timers among the Lessons tab's ``components`` (what :func:`build` returned),
-    for the page to start and stop with the tab."""
-    return [c for c in components.values() if isinstance(c, gr.Timer)]
+def shown_with_tab(components: dict) -> list:
+    """What the page switches with the Lessons tab among its ``components`` (what :func:`build`
+    returned): the refresh timers (started while the tab shows) and the profile's right-hand
+    sidebar (shown while the tab shows)."""
+    return [c for c in components.values() if isinstance(c, (gr.Timer, gr.Sidebar))]
+
+
+def switched(parts: list, shown: bool) -> list:
+    """The updates of :func:`shown_with_tab`'s ``parts`` for the Lessons tab ``shown`` or not."""
+    return [gr.Timer(active=shown) if isinstance(p, gr.Timer) else gr.Sidebar(visible=shown)
+            for p in parts]

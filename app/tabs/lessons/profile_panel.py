@@ -59,10 +59,9 @@ def cautions(profile: dict | None, runs: dict[str, dict | None], load_now: float
     then = profile.get("load_average")
     for key, tab in RUNS:
         run = runs.get(key)
-        if not run:
-            continue
-        # a run that measured this very profile (the first lesson to need one) is of its moment
-        after = run["at"] > profile["measured_at"] and run.get("profile_at") != profile["measured_at"]
+        if not run or run.get("profile_at") == profile["measured_at"]:
+            continue  # a run that measured this very profile (the first to need one) is of its moment
+        after = run["at"] > profile["measured_at"]
         load = run.get("load")
         if load_changed(then, load):
             out.append(f"{tab} ran at {_hhmm(run['at'])} under a load average of {load:g}, more than "
@@ -111,8 +110,9 @@ def build(engine, active: bool = True) -> dict:
     """The panel (call inside the Lessons tab): a right-hand ``gr.Sidebar`` holding the profile
     and the "Measure again" button, which measures anew on ``engine``'s device
     (:func:`app.tabs.lessons.roofline.measure_machine`), redrawn every :data:`REFRESH_S` by a
-    timer that ticks from the page's load when ``active`` (else once started by the page).
-    Returns ``profile_html``, ``profile_run`` and ``profile_timer``."""
+    timer that ticks from the page's load when ``active`` (else once started by the page, which
+    then also shows the sidebar, built hidden). Returns ``profile_html``, ``profile_run``,
+    ``profile_timer`` and ``profile_sidebar``."""
     import gradio as gr
 
     from app.server.errors import guard
@@ -120,7 +120,10 @@ def build(engine, active: bool = True) -> dict:
     from app.tabs.lessons.roofline import measure_machine
 
     private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
-    with gr.Sidebar(position="right", open=True, width=260, elem_id="lesson-profile-sidebar"):
+    # on the whole page it shows only while the Lessons tab is selected (the page switches it
+    # with the tab, as it does the timer): a right sidebar left open takes 260 px of every tab
+    with gr.Sidebar(position="right", open=True, width=260, elem_id="lesson-profile-sidebar",
+                    visible=active) as sidebar:
         view = gr.HTML(current_html(), elem_id=ELEM_ID)
         run = gr.Button("Measure again", variant="secondary", elem_id="lesson-profile-run")
     timer = gr.Timer(REFRESH_S, active=active)
@@ -134,4 +137,4 @@ def build(engine, active: bool = True) -> dict:
         return current_html()
 
     run.click(guard(gated(on_measure_again, "profile")), None, view, api_visibility="private", concurrency_limit=None)
-    return {"profile_html": view, "profile_run": run, "profile_timer": timer}
+    return {"profile_html": view, "profile_run": run, "profile_timer": timer, "profile_sidebar": sidebar}

@@ -129,25 +129,29 @@ def test_measure_again_is_the_one_button_that_measures_anew(engine):
 
 def test_the_lessons_timers_tick_only_while_the_lessons_tab_is_selected(tmp_path):
     """A timer's tick is a server event for every open page: on the whole page the profile
-    panel's and Remedies' timers start stopped, the Lessons tab's selection starts them and
-    every other tab's stops them."""
-    import gradio as gr
-
+    panel's and Remedies' timers start stopped and the profile's right-hand sidebar hidden; the
+    Lessons tab's selection starts and shows them, every other tab's stops and hides them (the
+    student saw a blank 290 px column on Compare after visiting Lessons)."""
     from app.page import build_demo
     from app.state.playground import Playground
     from tests.support.fakes import FakeEngine
 
     demo = build_demo(Playground(FakeEngine(), trace_dir=tmp_path, monitor=False))
     timers = [b for b in demo.blocks.values() if isinstance(b, gr.Timer) and b.value == 10.0]
+    side = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "lesson-profile-sidebar"]
     assert len(timers) == 2 and not any(t.active for t in timers)
+    assert len(side) == 1 and side[0].visible is False
     tabs = {b.elem_id: b._id for b in demo.blocks.values() if isinstance(b, gr.Tab)}
     for elem_id, shown in (("tab-lessons", True), ("tab-playground", False), ("tab-compare", False)):
         fn = next(f for f in demo.fns.values()
                   if any(t[0] == tabs[elem_id] and t[1] == "select" for t in f.targets))
         out = fn.fn()
-        assert {o._id for o in fn.outputs[1:]} == {t._id for t in timers}
-        assert [u["active"] for u in (o.constructor_args if hasattr(o, "constructor_args") else o
-                                      for o in out[1:])] == [shown, shown]
+        assert {o._id for o in fn.outputs[1:]} == {t._id for t in timers} | {side[0]._id}
+        got = {o._id: u for o, u in zip(fn.outputs[1:], out[1:])}
+        for o in fn.outputs[1:]:
+            u = got[o._id]
+            args = u.constructor_args if hasattr(u, "constructor_args") else u
+            assert args["active" if isinstance(o, gr.Timer) else "visible"] is shown
 
 
 def test_the_batch_sweep_redraws_the_profile_panel_when_it_ends():
