@@ -250,7 +250,8 @@ def _eos_line(info) -> str:
 
 def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None = None,
                     bytes_per_token: int | None = None, pool_bytes: int | None = None,
-                    prompt_tokens: int = 0, output_tokens: int = 0, remote=None) -> str:
+                    prompt_tokens: int = 0, output_tokens: int = 0, remote=None,
+                    pool_blocks: tuple[int, int] = (0, 0)) -> str:
     """The KV cache formula written out with this model's numbers, and checked against the cache.
 
     Args:
@@ -264,6 +265,10 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
         prompt_tokens, output_tokens: the request's prompt length and N, its output tokens so
             far; when ``tokens`` = prompt + N − 1 a line says why the newest token is not cached.
         remote: a remote engine's view: its ``/metrics`` figures instead.
+        pool_blocks: ``(blocks the scheduler hands out, tokens per block)``; where the pool's
+            bytes hold more blocks than that, the line says the rest is kept as scratch (the
+            compiled decode step's padded rows write there), so the pool panel's block count
+            and the tokens here agree.
     """
     if remote is not None:
         return remote.kv_html()
@@ -286,6 +291,12 @@ def kv_formula_html(info, tokens: int | None = None, measured_bytes: int | None 
                                                      info.dtype_bytes)
             line += (f": <b>{fits / plain:.0f}× as many</b> as in {html.escape(info.dtype)} "
                      f"({fmt_int(plain)}), {fmt_int(fits - plain)} more")
+        handed, size = pool_blocks
+        physical = fits // size if size else 0
+        if handed and physical > handed:
+            line += (f" = {fmt_int(physical)} blocks of {size}; the scheduler hands out "
+                     f"{fmt_int(handed)} of them (the block pool below) and keeps "
+                     f"{fmt_int(physical - handed)} as scratch for the compiled decode step's padded rows")
         lines.append(f"<div class='kv-pool'>{line}.</div>")
     if tokens:
         predicted = per_tok * tokens

@@ -72,6 +72,10 @@ class Playground:
         self._trace_dirs: dict[str, Path] = {}  # session -> its private trace folder
         self.trace_links = TraceLinks()  # what clients get instead of the traces' paths
         self.pool_bytes = engine.pool_bytes
+        # the blocks the scheduler hands out and their size (the pool may keep one more as the
+        # compiled step's scratch), for the KV formula line; (0, 0) without a block pool
+        stats = engine.stats()
+        self.pool_blocks = (int(getattr(stats, "blocks_total", 0) or 0), int(getattr(stats, "block_size", 0) or 0))
         # what a remote engine draws instead of its KV and memory panels (None for a local one)
         self.remote_view = self.info.remote if self.capabilities.remote else None
         self.device = DeviceMonitor(engine.gpu, self.info.device)

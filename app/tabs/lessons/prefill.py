@@ -150,7 +150,8 @@ def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_to
     """Prefill and decode speed side by side, with the arithmetic intensity of each.
 
     Args:
-        info: the engine's ``ModelInfo`` (``num_params``, ``weights_bytes``).
+        info: the engine's ``ModelInfo`` (``num_params``; ``weights_read_bytes``, the bytes a
+            step reads, as the Memory-bound lesson's shape counts them).
         prefill_tok_s, decode_tok_s: measured speeds (tokens/s).
         prompt_tokens: the prompt length that prefill speed was measured at.
         where: where the prefill figure comes from (shown).
@@ -158,7 +159,10 @@ def memory_bound_html(info, prefill_tok_s: float, decode_tok_s: float, prompt_to
             prefill reaches that GPU's ridge (``None``: no length does), said beside this
             CPU's verdict, since compute-bound is a property of the machine too.
     """
-    params, wbytes = int(info.num_params or 0), int(info.weights_bytes or 0)
+    # the bytes a step reads (a table kept only for the embedding lookup left out), as the
+    # Memory-bound lesson's decode shape counts them: both lessons print one intensity
+    params = int(info.num_params or 0)
+    wbytes = int(getattr(info, "weights_read_bytes", 0) or info.weights_bytes or 0)
     ratio = f" (<b>{prefill_tok_s / decode_tok_s:.0f}×</b>)" if decode_tok_s > 0 else ""
     text = (f"<br>Side by side: prefill <b>{fmt_rate(prefill_tok_s)}</b> ({where}) against decode "
             f"<b>{fmt_rate(decode_tok_s)}</b>{ratio}. Decode is <b>memory-bound</b>: every step reads all "

@@ -105,7 +105,8 @@ def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> 
         "latency": figures.latency_figure([], [], []),
         "kv": remote.kv_figure() if remote else figures.kv_figure([], [], pg.bytes_per_token),
         "kv_formula": cards.kv_formula_html(pg.info, bytes_per_token=pg.bytes_per_token,
-                                            pool_bytes=pg.pool_bytes, remote=remote),
+                                            pool_bytes=pg.pool_bytes, remote=remote,
+                                            pool_blocks=pg.pool_blocks),
         "memory": remote.memory_figure() if remote else figures.memory_figure(None),
     }
 
@@ -132,7 +133,8 @@ def _kv_formula(pg, state: RunState) -> str:
     return cards.kv_formula_html(pg.info, last_tokens if state.use_kv_cache else None,
                                  state.kv_bytes[-1] if state.kv_bytes else None, pg.bytes_per_token,
                                  pg.pool_bytes, state.prompt_tokens,
-                                 len(state.token_index), remote=pg.remote_view)
+                                 len(state.token_index), remote=pg.remote_view,
+                                 pool_blocks=pg.pool_blocks)
 
 
 def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dict:

@@ -46,3 +46,15 @@ def test_badge_shows_the_precision_and_the_kv_formula_follows_the_kv_dtype():
     assert "holds 46,603 tokens" in html and "2× as many</b> as in bfloat16 (23,301)" in html
     plain = cards.kv_formula_html(FakeInfo(), pool_bytes=512 * 2**20)
     assert "holds 11,650 tokens." in plain and "as many" not in plain   # same dtype: no comparison
+
+
+def test_the_pool_line_names_the_scratch_block_the_pool_panel_leaves_out():
+    """The student read "holds 23,296 tokens" (1,456 blocks of 16) beside a block pool of 1,455
+    blocks: the line now says the scheduler hands out 1,455 and keeps one as scratch; a pool
+    handing out every block says nothing of it."""
+    per_tok = 46_080  # FakeInfo's bytes per token
+    pool = 1_456 * 16 * per_tok
+    line = cards.kv_formula_html(FakeInfo(), pool_bytes=pool, pool_blocks=(1_455, 16))
+    assert "holds 23,296 tokens = 1,456 blocks of 16; the scheduler hands out 1,455 of them" in line
+    assert "keeps 1 as scratch" in line
+    assert "scratch" not in cards.kv_formula_html(FakeInfo(), pool_bytes=pool, pool_blocks=(1_456, 16))
