@@ -195,9 +195,12 @@ def cell_batching(m, facts) -> str:
         return why
     one, many, n = rows
     a, b = round(one["throughput_tokens_per_s"], 1), round(many["throughput_tokens_per_s"], 1)
-    verdict = ("it grew: decode was memory-bound" if b / a >= 2 else
-               "under 2× for 8× the sequences counts as flat: the step is compute- or overhead-bound "
-               "here (see the roofline), or the machine was busy (measure again)")
+    verdict = ("it grew: the decode step is memory-bound, so sequences share its weight reads" if b / a >= 2 else
+               "under 2× for 8× the sequences counts as flat. The decode step itself is memory-bound "
+               "by its intensity (the Prefill and decode and Memory-bound lessons), but this figure "
+               "counts every sequence's prefill too, which is compute-bound on this CPU and grows "
+               "with the batch, and each step also pays Python and small operators (the Memory-bound "
+               "lesson's third regime); or the machine was busy (measure again)")
     return (f"throughput **{a:.1f} → {b:.1f} tok/s** from batch 1 to {many['batch']} "
             f"({b:.1f} ÷ {a:.1f} = {_times(b, a)}; {many['batch']}× if sequences were free), "
             f"{n} new tokens each, prefill included; {verdict}{lesson_batch_note(facts, many['batch'])}")

@@ -289,3 +289,18 @@ def test_a_lesson_finishing_redraws_the_remedies_without_a_reload():
     finally:
         last_runs.clear()
     assert now != drawn_at and "20.0 → 50.0 tok/s" in table
+
+
+def test_the_batching_verdict_diagnoses_the_decode_step_as_the_other_lessons_do():
+    """The student met three diagnoses of one CPU: "Decode is memory-bound" (Prefill and
+    decode), "the step is compute- or overhead-bound here" (Remedies) and a knee at batch 1
+    (Batch size). Remedies' flat verdict now keeps the decode step memory-bound, as the others
+    say, and names what flattens its end-to-end figure: the prefills it counts, and overhead."""
+    m = {"batch": {"new_tokens": 16, "rows": [
+        {"batch": 1, "throughput_tokens_per_s": 28.1, "per_token_latency_ms": 28.0, "ttft_s": 0.1},
+        {"batch": 8, "throughput_tokens_per_s": 52.9, "per_token_latency_ms": 90.0, "ttft_s": 0.5}]}}
+    flat = remedies.cell_batching(m, {})
+    assert "decode step itself is memory-bound" in flat and "compute- or overhead-bound" not in flat
+    assert "prefill" in flat and "third regime" in flat
+    m["batch"]["rows"][1]["throughput_tokens_per_s"] = 120.0
+    assert "the decode step is memory-bound" in remedies.cell_batching(m, {})
