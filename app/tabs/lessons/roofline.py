@@ -87,19 +87,30 @@ USE_PROFILE = "Use this machine's profile"
 (:mod:`app.tabs.lessons.profile_panel` measures it again)."""
 
 
+PROFILE_REPEATS = 3
+"""Timed passes of each machine-profile measurement (after one warm-up); the profile keeps
+their median."""
+
+
 def measure_machine(engine) -> dict:
     """This machine's read bandwidth and matmul speed on the engine's device and compute dtype.
 
+    One routine with fixed settings for every lesson and Remedies: :data:`BANDWIDTH_BYTES`
+    read and :data:`MATMUL_N`-square products, the process's own thread count, one untimed
+    warm-up, then the median of :data:`PROFILE_REPEATS` timed passes each (a median, not the
+    best: on a shared machine the best pass is the rare quiet moment, the median what a lesson
+    run meets).
+
     Returns:
         ``{"device", "dtype", "bandwidth_gb_per_s", "flops_per_s", "ridge"}`` (1 GB = 10⁹
-        bytes; ridge in FLOPs per byte); best of a few repeats each.
+        bytes; ridge in FLOPs per byte).
     """
     device, dtype = engine.info.device, engine.info.dtype
-    bw = roofline.measure_bandwidth(device, BANDWIDTH_BYTES, repeats=4)
-    mm = roofline.measure_matmul_flops(device, dtype, MATMUL_N, repeats=4)
-    return {"device": device, "dtype": dtype, "bandwidth_gb_per_s": bw["best_gb_per_s"],
-            "flops_per_s": mm["best_flops_per_s"],
-            "ridge": intensity.ridge_point(mm["best_flops_per_s"], bw["best_gb_per_s"] * 1e9)}
+    bw = roofline.measure_bandwidth(device, BANDWIDTH_BYTES, repeats=PROFILE_REPEATS)
+    mm = roofline.measure_matmul_flops(device, dtype, MATMUL_N, repeats=PROFILE_REPEATS)
+    return {"device": device, "dtype": dtype, "bandwidth_gb_per_s": bw["median_gb_per_s"],
+            "flops_per_s": mm["median_flops_per_s"],
+            "ridge": intensity.ridge_point(mm["median_flops_per_s"], bw["median_gb_per_s"] * 1e9)}
 
 
 def _context(value) -> int:
