@@ -96,14 +96,12 @@ def test_chat_history_from_the_client_cannot_reach_server_files(served, tmp_path
 @pytest.mark.slow
 def test_the_conversation_is_kept_per_session_on_the_server(served):
     demo, url, _, eng = served
-    index = fn_index(demo, "on_generate", "prompt")
-    end = fn_index(demo, "on_end")  # Generate's last step keeps the turn in the session's state
+    index = fn_index(demo, "on_generate", "prompt")  # its last frame keeps the turn in the session's state
     session = secrets.token_hex(8)
 
     def turn(prompt, sess=None):
         sess = sess or secrets.token_hex(8)
         queue_call(url, index, generate_payload(demo, index, [], Prompt=prompt), sess)
-        queue_call(url, end, [None], sess)
 
     turn("First", session)
     turn("Second", session)
