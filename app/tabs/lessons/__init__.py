@@ -66,7 +66,7 @@ def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> di
             user's own prompts (``Playground.engine_kwargs``: the session's ``cache_salt``).
         timers_active: whether the lessons' refresh timers (the profile panel's, Remedies')
             tick from the page's load; the whole page starts them when its Lessons tab is
-            selected (:func:`timers`).
+            selected (:func:`shown_with_tab`).
 
     Returns:
         The components by name (for tests and further wiring).
@@ -76,7 +76,7 @@ def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> di
     ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}),
                      timers_active=timers_active)
     c: dict = profile_panel.build(engine, timers_active)
-    ctx.profile_view = c["profile_html"]  # redrawn by a lesson run that measures the profile  # the machine profile every lesson prints, shown once
+    ctx.profile_view = c["profile_html"]  # the one profile every lesson prints; a sweep redraws it
     # "wrap": with ten lessons the tab bar takes two rows at 1280 px instead of hiding tabs
     # behind Gradio's "⋯" overflow menu
     with gr.Tabs(elem_id="lesson-tabs", overflow_behavior="wrap"):

@@ -378,6 +378,7 @@ def build(ctx) -> dict:
         The components by name (``batch_tokens``, ``batch_run``, ``batch_plot``, ``batch_status``).
     """
     engine, session_kwargs = ctx.engine, ctx.session_kwargs
+    profile_view = getattr(ctx, "profile_view", None)  # the profile panel, redrawn after a sweep
     c: dict = {}
     gr.Markdown(TEXT)
     with gr.Row():
@@ -395,10 +396,9 @@ def build(ctx) -> dict:
         except ValueError as exc:
             raise gr.Error(str(exc), print_exception=False) from None
         out = (batch_figure(res["rows"], (res.get("ridge") or {}).get("batch")), batch_summary(res))
-        return out + ((profile_panel.current_html(),) if profile is not None else ())
+        return out + ((profile_panel.current_html(),) if profile_view is not None else ())
 
-    profile = getattr(ctx, "profile_view", None)  # the panel the sweep's profile shows in, redrawn
-    outputs = [c["batch_plot"], c["batch_status"]] + ([profile] if profile is not None else [])
+    outputs = [c["batch_plot"], c["batch_status"]] + ([profile_view] if profile_view is not None else [])
     c["batch_run"].click(guard(gated(on_run, "batch size")), c["batch_tokens"], outputs,
                          concurrency_limit=None, api_visibility="private")
     return c

@@ -609,7 +609,7 @@ def build(ctx) -> dict:
         now = last_runs.version()
         return (gr.skip(),) * len(outputs) + (drawn_at,) if now == drawn_at else (*drawn(), now)
 
-    c["rem_timer"] = gr.Timer(REFRESH_S, active=getattr(ctx, "timers_active", True))
+    c["rem_timer"] = gr.Timer(REFRESH_S, active=ctx.timers_active)
     c["rem_timer"].tick(guard(redrawn), seen, [*outputs, seen], **private)
 
     def on_run(request: gr.Request, progress=gr.Progress()):

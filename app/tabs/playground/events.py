@@ -26,7 +26,6 @@ from app.tabs.playground.plot_panel import as_value
 from app.state.shared_views import shared
 
 PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
-LABELS = {"gen": "Generate", "stop": "Stop"}
 
 
 START_JS = start_js("generate-btn", "stop-btn")
