@@ -33,6 +33,8 @@ class TabContext:
             its panel shows.
         profile_view: the Lessons tab's machine-profile panel (``gr.HTML``), which a lesson
             whose run measures the profile redraws at once; ``None`` outside the Lessons tab.
+        batch_views: the Batch size lesson's figure and summary (set when it is built), which
+            Remedies redraws when its Measure runs the server's batch sweep; empty before.
     """
 
     pg: object = None
@@ -45,6 +47,7 @@ class TabContext:
     compare_peer: object = None
     timers_active: bool = True
     profile_view: object = None
+    batch_views: list = field(default_factory=list)
 
     @classmethod
     def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None,

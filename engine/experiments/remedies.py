@@ -5,8 +5,6 @@ Every figure is measured on this engine and this model, a few seconds each on 2 
 - :func:`prefix_cache`: time to first token (TTFT, seconds) of a long prompt computed cold,
   then of a second prompt sharing its first tokens (the prefix cache serves their keys and
   values: ``cached_prompt_tokens``), and of a short prompt (shorter prompts).
-- :func:`batch_sizes`: the same short requests alone and eight at once: total throughput
-  (generated tokens / wall seconds), TPOT and TTFT of each (``engine.experiments.batch``).
 - :func:`speculative_ab`: decode tokens/s plain and with prompt-lookup speculation on a prompt
   whose answer copies it (``engine.experiments.speculative``).
 - :func:`kv_pools`: bytes per token slot of KV pools allocated for this model in its own dtype
@@ -25,6 +23,8 @@ Every figure is measured on this engine and this model, a few seconds each on 2 
 - :func:`sampling_examples`: one prompt greedy twice and sampled twice with two seeds.
 
 :func:`measure` runs them all and never raises for one part: a failed part has ``error``.
+The batching figures are not measured here: the page prints the Batch size lesson's sweep
+(``engine.experiments.batch``), its one batching curve.
 Timed prompts are salted (:func:`engine.experiments.common.salted`) so no earlier request's
 cached blocks serve them, except where the prefix cache is what is measured.
 """
@@ -37,8 +37,7 @@ import time
 from engine.experiments.common import median, prompt_of_length, report, salted
 
 NAME = "remedies"
-PARTS = ("prefix_cache", "chunked_prefill", "batch", "speculative", "kv_pools", "weights", "block_sharing",
-         "sampling")
+PARTS = ("prefix_cache", "chunked_prefill", "speculative", "kv_pools", "weights", "block_sharing", "sampling")
 """The measurements of :func:`measure`, in run order."""
 PREFIX_TOKENS = 384
 SHORT_TOKENS = 48
@@ -91,23 +90,6 @@ def prefix_cache(engine, prefix_tokens: int = PREFIX_TOKENS, short_tokens: int =
         getattr(engine, "paged", False))
     out["runs"] = runs
     return out
-
-
-def batch_sizes(engine, sizes: tuple[int, ...] = (1, 8), new_tokens: int = 16) -> dict:
-    """The same short chat requests alone and ``sizes[-1]`` at once (``engine_batch``).
-
-    Returns:
-        ``rows``: per size ``batch``, ``throughput_tokens_per_s`` (batch × new tokens ÷ wall
-        seconds, prefill included), ``per_token_latency_ms`` (median TPOT), ``ttft_s``
-        (median), ``e2e_s``; ``new_tokens``.
-    """
-    from engine.experiments.batch import PROMPTS, engine_batch
-
-    loaded = engine.experiment_model()
-    engine_batch(loaded, engine, [salted(PROMPTS[0])], 2)  # warm-up
-    rows = [engine_batch(loaded, engine, [salted(PROMPTS[i % len(PROMPTS)]) for i in range(b)], new_tokens)
-            for b in sizes]
-    return {"rows": rows, "new_tokens": new_tokens}
 
 
 def speculative_ab(engine, new_tokens: int = 24) -> dict:
@@ -370,7 +352,7 @@ def sampling_examples(engine, prompt: str = SAMPLING_PROMPT, new_tokens: int = 4
             "temperature": temperature, "new_tokens": new_tokens}
 
 
-FUNCTIONS = {"prefix_cache": prefix_cache, "chunked_prefill": chunked_prefill, "sampling": sampling_examples, "batch": batch_sizes, "speculative": speculative_ab,
+FUNCTIONS = {"prefix_cache": prefix_cache, "chunked_prefill": chunked_prefill, "sampling": sampling_examples, "speculative": speculative_ab,
              "kv_pools": kv_pools, "weights": weights, "block_sharing": block_sharing}
 
 

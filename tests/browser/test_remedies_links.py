@@ -37,10 +37,20 @@ SHOWN = """(id) => {
 }"""
 
 
+SWEEP = [{"batch": b, "throughput_tokens_per_s": 30.0 * b ** 0.5, "per_token_latency_ms": 18.0 + b,
+          "ttft_s": 0.05 * b, "decode_throughput_tokens_per_s": 40.0 * b ** 0.5, "prompt_tokens": 30,
+          "cached_prompt_tokens": 0} for b in (1, 2, 4, 8, 16)]
+
+
 @pytest.fixture(params=["lessons", "whole"], ids=["lessons-page", "whole-page"])
 def page(request, browser):
     """The lessons-only page, or the whole page as ``python -m app`` serves it (Remedies under
-    its Lessons tab)."""
+    its Lessons tab), after a batch sweep was kept (the Batch size tab draws the server's last
+    one at load; its summary holds the TTFT the scheduling remedy points at)."""
+    from app.tabs.lessons import batch, last_runs
+
+    batch.record_last_run(SWEEP, 24)
+    request.addfinalizer(last_runs.clear)
     pg = browser.new_page(viewport={"width": 1280, "height": 720})
     if request.param == "lessons":
         pg.goto(request.getfixturevalue("lessons_url"))
@@ -65,7 +75,8 @@ def test_each_remedies_link_opens_the_figure_it_names(page):
     # every lesson tab the table names by a link, and this view's own chunked-prefill figure
     hrefs = {links.nth(i).get_attribute("href") for i in range(count)}
     assert {"#lesson-rem-chunk-plot", "#lesson-batch-plot", "#lesson-spec-plot", "#lesson-quant-plot",
-            "#lesson-roof-overhead-plot", "#lesson-calc-table", "#lesson-lat-sweep-plot"} <= hrefs, hrefs
+            "#lesson-roof-overhead-plot", "#lesson-calc-table", "#lesson-lat-sweep-plot",
+            "#lesson-batch-status"} <= hrefs, hrefs
     assert count >= 14
     for i in range(count):
         open_remedies(page)

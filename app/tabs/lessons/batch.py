@@ -110,12 +110,13 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
 
     Returns:
         ``engine.experiments.batch.run``'s result; its ``rows`` hold, per batch size, the medians
-        over the rounds of ``per_token_latency_ms`` (TPOT of the sequences, ms) and
+        over the rounds of ``per_token_latency_ms`` (TPOT of the sequences, ms),
         ``throughput_tokens_per_s`` (end to end: batch × new tokens / wall time, prefill
-        included, tokens per second), with every round's figures; :func:`decode_throughput`
-        gives decode-only batch ÷ TPOT. Added: ``ridge`` (:func:`ridge_crossing` at
-        :func:`mean_context`). The rows' medians and the knee are kept as the lesson's last run
-        (:mod:`app.tabs.lessons.last_runs`, ``"batch"``) for the Remedies view to quote.
+        included, tokens per second) and ``ttft_s`` (seconds), with every round's figures;
+        :func:`decode_throughput` gives decode-only batch ÷ TPOT. Added: ``ridge``
+        (:func:`ridge_crossing` at :func:`mean_context`). The sweep is kept as the server's one
+        batching curve (:func:`record_last_run`): the Remedies lesson and the machine profile
+        panel print it, never a sweep of their own.
 
     Raises:
         ValueError: ``new_tokens`` outside [4, 128] (the message names it).
@@ -131,20 +132,63 @@ def run_batch(engine, new_tokens: int, progress=None, submit_kwargs: dict | None
         progress(1.0, "measuring this machine's bandwidth and FLOP/s")
     profile = machine_profile.current(lambda: measure_machine(engine))
     res["ridge"] = ridge_crossing(model_shape(engine), profile, mean_context(res["rows"], n))
-    record_last_run(res["rows"], n, profile["measured_at"] if profile["measured_at"] >= started else None)
+    record_last_run(res["rows"], n, profile["measured_at"] if profile["measured_at"] >= started else None,
+                    ridge=res["ridge"])
     return res
 
 
-def record_last_run(rows: list[dict], new_tokens: int, profile_at: float | None = None) -> None:
-    """Keep a sweep's medians (batch, end-to-end tokens/s, TPOT ms), its knee, the answer length
-    and the rounds as this lesson's last run (:mod:`app.tabs.lessons.last_runs`, ``"batch"``);
+KEPT = ("batch", "throughput_tokens_per_s", "per_token_latency_ms", "ttft_s", "decode_throughput_tokens_per_s",
+        "prompt_tokens", "cached_prompt_tokens")
+"""The fields of a sweep's rows kept as the server's batching curve (each a median over the rounds)."""
+
+
+def record_last_run(rows: list[dict], new_tokens: int, profile_at: float | None = None,
+                    ridge: dict | None = None) -> None:
+    """Keep a sweep as the server's one batching curve (:mod:`app.tabs.lessons.last_runs`,
+    ``"batch"``): per size the medians of :data:`KEPT` that the rows hold, its knee, the answer
+    length, the rounds and the ridge crossing (:func:`ridge_crossing`, or ``None``).
     ``profile_at``: the machine profile's ``measured_at`` when this run measured it itself (its
     figures and the profile's then come from one moment)."""
     rows = sorted(rows, key=lambda r: r["batch"])
     last_runs.record("batch", {"new_tokens": new_tokens, "rounds": REPEATS, "knee": knee(rows)["batch"],
-                               "profile_at": profile_at,
-                               "rows": [{k: r[k] for k in ("batch", "throughput_tokens_per_s",
-                                                           "per_token_latency_ms")} for r in rows]})
+                               "profile_at": profile_at, "ridge": ridge,
+                               "rows": [{k: r[k] for k in KEPT if k in r} for r in rows]})
+
+
+DEFAULT_NEW_TOKENS = 24
+"""The sweep's answer length (tokens per sequence) when no one chose one: the slider's default,
+and the length of a sweep that Remedies runs for want of a recent one."""
+
+
+def sweep(engine, progress=None, submit_kwargs: dict | None = None, max_age_s: float = machine_profile.MAX_AGE_S,
+          clock=time.time) -> dict:
+    """The server's batching curve: the last sweep (this lesson's, any visitor's) while younger
+    than ``max_age_s`` seconds, else a new one of :data:`DEFAULT_NEW_TOKENS` tokens
+    (:func:`run_batch`, a minute or so on a CPU). Other panels print this, so the page shows one
+    batch-1 time per token and one batching curve.
+
+    Returns:
+        :func:`app.tabs.lessons.last_runs.latest` of ``"batch"``: ``rows`` (:data:`KEPT` per
+        size), ``new_tokens``, ``rounds``, ``knee``, ``ridge``, ``at`` (epoch seconds), ``load``.
+    """
+    run = last_runs.latest("batch")
+    if run is None or clock() - run["at"] > max_age_s:
+        run_batch(engine, DEFAULT_NEW_TOKENS, progress, submit_kwargs)
+        run = last_runs.latest("batch")
+    return run
+
+
+def last_sweep_view() -> tuple:
+    """The figure and summary of the server's last sweep (whoever ran it, this lesson or Remedies'
+    Measure), headed with when it ran; an empty figure and ``""`` before any."""
+    run = last_runs.latest("batch")
+    if not run:
+        return batch_figure(None), ""
+    res = {"rows": run["rows"], "new_tokens": run["new_tokens"], "repeats": run["rounds"], "ridge": run.get("ridge")}
+    at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
+    load = f", load average {run['load']:g}" if run.get("load") is not None else ""
+    head = f"<span class='lesson-note'>The server's last sweep, at {at}{load}.</span>"
+    return batch_figure(run["rows"], (run.get("ridge") or {}).get("batch")), head + batch_summary(res)
 
 
 def batch1_tpot_note(tpot_ms: float, new_tokens: int) -> str:
@@ -264,7 +308,7 @@ def batch_figure(rows: list[dict] | None, ridge_batch: int | None = None) -> go.
     return fig
 
 
-def _shown_rate(r: float) -> float:
+def shown_rate(r: float) -> float:
     """A rate as :func:`app.render.fmt.fmt_rate` prints it (one decimal below 100, none above)."""
     return round(r, 1) if r < 100 else float(round(r))
 
@@ -336,12 +380,16 @@ def batch_summary(res: dict) -> str:
         return ""
     rows = sorted(rows, key=lambda r: r["batch"])
     first, last = rows[0], rows[-1]
-    t0, t1 = _shown_rate(first["throughput_tokens_per_s"]), _shown_rate(last["throughput_tokens_per_s"])
+    t0, t1 = shown_rate(first["throughput_tokens_per_s"]), shown_rate(last["throughput_tokens_per_s"])
     l0, l1 = round(first["per_token_latency_ms"]), round(last["per_token_latency_ms"])
     span = (f"From batch {first['batch']} to {last['batch']}, end-to-end throughput went from "
             f"<b>{fmt_rate(t0)}</b> to <b>{fmt_rate(t1)}</b> ({t1 / t0 if t0 else 0:.1f}×) and decode-only "
             f"throughput from {_decode_line(first)} to {_decode_line(last)}, while the latency per token "
             f"went from {l0:.0f} ms to {l1:.0f} ms ({l1 / l0 if l0 else 0:.1f}×). ")
+    if "ttft_s" in first and "ttft_s" in last:
+        span += (f"The <b>time to first token</b> (median over the sequences) went from "
+                 f"{first['ttft_s'] * 1000:,.0f} ms alone to {last['ttft_s'] * 1000:,.0f} ms at batch {last['batch']}: "
+                 "prompts that arrive together share the prefill steps, so the later ones wait their turn. ")
     k = knee(rows)
     if k["batch"] is None:
         why = (f"Every doubling raised throughput by at least {KNEE_GAIN:g}×: up to batch {last['batch']} "
@@ -382,12 +430,18 @@ def build(ctx) -> dict:
     c: dict = {}
     gr.Markdown(TEXT)
     with gr.Row():
-        c["batch_tokens"] = gr.Slider(8, 64, value=24, step=8, label="new tokens per sequence",
+        c["batch_tokens"] = gr.Slider(8, 64, value=DEFAULT_NEW_TOKENS, step=8, label="new tokens per sequence",
                                       elem_id="lesson-batch-tokens", scale=3)
         c["batch_run"] = gr.Button(f"Run the batch sweep (1, 2, 4, 8, 16 sequences, {REPEATS} rounds)", variant="primary",
                                    elem_id="lesson-batch-run", scale=2)
-    c["batch_plot"] = gr.Plot(batch_figure(None), show_label=False, elem_id="lesson-batch-plot")
-    c["batch_status"] = gr.HTML("", elem_id="lesson-batch-status")
+    figure, summary = last_sweep_view()  # the server's last sweep, whoever ran it
+    c["batch_plot"] = gr.Plot(figure, show_label=False, elem_id="lesson-batch-plot")
+    c["batch_status"] = gr.HTML(summary, elem_id="lesson-batch-status")
+    page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
+    if page is not None:  # drawn again at every page load (a reload loses nothing)
+        page.load(guard(last_sweep_view), None, [c["batch_plot"], c["batch_status"]],
+                  api_visibility="private", concurrency_limit=None, show_progress="hidden")
+    ctx.batch_views = [c["batch_plot"], c["batch_status"]]  # Remedies redraws them after its sweep
 
     def on_run(n, request: gr.Request, progress=gr.Progress()):
         kwargs = session_kwargs(request.session_hash) if request is not None else {}

@@ -1,6 +1,8 @@
 """The machine profile, shown once for every lesson: a panel on the right of the Lessons tab
 with the figures (read bandwidth, matmul GFLOP/s, their ridge point), when they were measured
-and the machine's load then, and the one "Measure again" button.
+and the machine's load then, the one "Measure again" button, and the server's one batching
+curve in brief (batch-1 time per token and end-to-end throughput, from the Batch size lesson's
+last sweep, which Remedies prints too).
 
 Where a lesson ran after the profile was measured, or the load has since changed by more than
 :data:`LOAD_FACTOR`, the panel says its figures and that lesson's may differ, and why. The text
@@ -13,6 +15,7 @@ from __future__ import annotations
 import html
 import time
 
+from app.render.fmt import fmt_rate
 from app.tabs.lessons import last_runs, machine_profile
 
 LOAD_FACTOR = 2.0
@@ -79,6 +82,22 @@ def cautions(profile: dict | None, runs: dict[str, dict | None], load_now: float
     return out
 
 
+def batching_line(run: dict | None) -> str:
+    """HTML: the server's one batching curve (the Batch size lesson's last sweep, whoever ran it:
+    that lesson or Remedies' Measure) in brief: batch-1 time per token, end-to-end throughput
+    from batch 1 to the largest batch and the knee, printed as that lesson prints them; or where
+    to get one."""
+    rows = sorted((run or {}).get("rows", []), key=lambda r: r["batch"])
+    if not rows or rows[0]["batch"] != 1:
+        return "batching: not swept yet (the Batch size lesson, or Remedies' Measure)"
+    first, last = rows[0], rows[-1]
+    knee = f"knee at batch {run['knee']}" if run.get("knee") else f"no knee up to batch {last['batch']}"
+    return (f"batch-1 time per token <b>{first['per_token_latency_ms']:.0f} ms</b>; end to end "
+            f"<b>{fmt_rate(first['throughput_tokens_per_s'])} → {fmt_rate(last['throughput_tokens_per_s'])}</b> "
+            f"from batch 1 to {last['batch']}, {knee} <span class='profile-stamp'>(the Batch size sweep at "
+            f"{_hhmm(run['at'])}, {run['new_tokens']} new tokens each)</span>")
+
+
 def panel_html(profile: dict | None, runs: dict[str, dict | None], load_now: float | None) -> str:
     """The panel's HTML: the profile's figures with when and under which load they were taken,
     then :func:`cautions`; before any measurement, what Measure again does."""
@@ -93,6 +112,7 @@ def panel_html(profile: dict | None, runs: dict[str, dict | None], load_now: flo
              f"ridge {gflops:,.1f} ÷ {bw:,.1f} = <b>{profile['ridge']:,.1f} FLOPs per byte</b>",
              f"<span class='profile-stamp'>{html.escape(machine_profile.stamp(profile))}</span>; "
              "every lesson prints these figures. They move with the machine's load."]
+    lines.append(batching_line(runs.get("batch")))
     notes = cautions(profile, runs, load_now)
     if notes:
         lines.append("<span class='profile-caution' style='color:#9a5b00'>⚠ "

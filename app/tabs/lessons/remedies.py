@@ -21,9 +21,9 @@ import gradio as gr
 from engine.experiments import remedies as measurements
 from engine.telemetry.estimator import load_spec
 
-from app.render.fmt import fmt_bytes, fmt_int
-from app.tabs.lessons import (batch, calculator, kv_cache, prefill, quantization, remedies_chunked,
-                              roofline, sampling, speculative)
+from app.render.fmt import fmt_bytes, fmt_int, fmt_rate
+from app.tabs.lessons import (batch, calculator, machine_profile, prefill, quantization,
+                              remedies_chunked, roofline, sampling, speculative)
 from app.tabs.lessons.common import error_html, progress_adapter
 from app.tabs.lessons.remedy_links import figure_link
 
@@ -31,9 +31,12 @@ TITLE = "Remedies"
 TEXT = (
     "Each bottleneck below has its remedies: what each one does, **where on this page you can see "
     "it** (a lesson tab above, or a Playground control) and **the figure it moved on this engine**. "
-    "Press **Measure** to run small on/off experiments through the page's engine (under a minute "
+    "Press **Measure** to run small on/off experiments through the page's engine (a minute or two "
     "on 2 CPU cores); figures from a related lesson's last run appear on their own, within "
-    "seconds of its end.")
+    "seconds of its end. The batching figures are the **Batch size** lesson's sweep, the one batching "
+    "curve of this server (Measure runs it when none is younger than "
+    f"{machine_profile.MAX_AGE_S // 60:.0f} minutes), so the two tabs "
+    "print the same numbers.")
 NOT_YET = "<i>press Measure</i>"
 REFRESH_S = 10.0
 """Seconds between a page's checks for a lesson run or a Measure finished since it drew."""
@@ -148,82 +151,69 @@ def cell_short(m, facts) -> str:
             f"{fmt_int(r['short_prompt_tokens'])} ({long:,} ÷ {short:,} = {_times(long, short)})")
 
 
-def _rows(m):
-    r, why = _part(m, "batch")
-    if why:
-        return None, why
-    rows = sorted(r["rows"], key=lambda x: x["batch"])
-    return (rows[0], rows[-1], r["new_tokens"]), None
+def _rows(facts: dict):
+    """``((batch-1 row, batch-8 row, new tokens, sweep), None)`` from the server's batch sweep
+    (``facts["batch_run"]``, the Batch size lesson's, whoever ran it), or ``(None, cell text)``
+    before one ran."""
+    run = (facts or {}).get("batch_run")
+    rows = {r["batch"]: r for r in (run or {}).get("rows", [])}
+    if not run or 1 not in rows or SWEEP_BATCH not in rows:
+        return None, NOT_YET
+    return (rows[1], rows[SWEEP_BATCH], run["new_tokens"], run), None
+
+
+SWEEP_BATCH = 8
+"""The batch whose figures the remedies set against batch 1 (a size of the Batch size sweep)."""
+
+
+def sweep_source(run: dict) -> str:
+    """``"the Batch size sweep at 12:04 UTC (24 new tokens, medians of 3 rounds)"``: where the
+    batching figures come from, so the two panels that print them visibly print one run."""
+    at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
+    return (f"the {lesson(batch)} sweep at {at} ({run['new_tokens']} new tokens, medians of "
+            f"{run.get('rounds', 1)} rounds)")
 
 
 def cell_scheduling(m, facts) -> str:
-    rows, why = _rows(m)
+    rows, why = _rows(facts)
     if why:
         return why
-    one, many, _ = rows
+    one, many, _, run = rows
+    if "ttft_s" not in one:
+        return NOT_YET
     return (f"TTFT **{_ms(one['ttft_s']):,} ms** alone, **{_ms(many['ttft_s']):,} ms** (median) when "
             f"{many['batch']} requests arrive at once: each step takes at most "
-            f"{fmt_int(facts.get('max_num_batched_tokens', 0))} tokens, so later prompts wait their turn")
+            f"{fmt_int(facts.get('max_num_batched_tokens', 0))} tokens, so later prompts wait their turn "
+            f"({sweep_source(run)})")
 
 
 def cell_smaller_batch_tpot(m, facts) -> str:
-    rows, why = _rows(m)
+    rows, why = _rows(facts)
     if why:
         return why
-    one, many, _ = rows
+    one, many, _, run = rows
     a, b = one["per_token_latency_ms"], many["per_token_latency_ms"]
-    return (f"TPOT **{a:.0f} ms** at batch 1, **{b:.0f} ms** at batch {many['batch']}"
-            f"{lesson_tpot_note(facts, many['batch'])}")
-
-
-def lesson_tpot_note(facts: dict, upto: int) -> str:
-    """The Batch size lesson's last run's TPOT at batch 1 and ``upto`` beside this view's own
-    (``facts["batch_run"]``), with the time it ran and why the two differ; ``""`` before it ran."""
-    run = (facts or {}).get("batch_run")
-    rows = {r["batch"]: r for r in (run or {}).get("rows", [])}
-    if not run or 1 not in rows or upto not in rows:
-        return ""
-    at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
-    return (f"; the Batch size lesson's last run ({at}, {run['new_tokens']} new tokens): "
-            f"**{rows[1]['per_token_latency_ms']:.0f} ms** and **{rows[upto]['per_token_latency_ms']:.0f} ms**, "
-            "another moment of a shared machine and another answer length, so the two differ")
+    return f"TPOT **{a:.0f} ms** at batch 1, **{b:.0f} ms** at batch {many['batch']} ({sweep_source(run)})"
 
 
 def cell_batching(m, facts) -> str:
-    rows, why = _rows(m)
+    rows, why = _rows(facts)
     if why:
         return why
-    one, many, n = rows
-    a, b = round(one["throughput_tokens_per_s"], 1), round(many["throughput_tokens_per_s"], 1)
+    one, many, n, run = rows
+    # as the Batch size lesson prints them (fmt_rate: one decimal below 100 tok/s, none above)
+    a, b = batch.shown_rate(one["throughput_tokens_per_s"]), batch.shown_rate(many["throughput_tokens_per_s"])
+    sa, sb = fmt_rate(a, "").strip(), fmt_rate(b, "").strip()
     verdict = ("it grew: the decode step is memory-bound, so sequences share its weight reads" if b / a >= 2 else
                "under 2× for 8× the sequences counts as flat. The decode step itself is memory-bound "
                "by its intensity (the Prefill and decode and Memory-bound lessons), but this figure "
                "counts every sequence's prefill too, which is compute-bound on this CPU and grows "
                "with the batch, and each step also pays Python and small operators (the Memory-bound "
                "lesson's third regime); or the machine was busy (measure again)")
-    return (f"throughput **{a:.1f} → {b:.1f} tok/s** from batch 1 to {many['batch']} "
-            f"({b:.1f} ÷ {a:.1f} = {_times(b, a)}; {many['batch']}× if sequences were free), "
-            f"{n} new tokens each, prefill included; {verdict}{lesson_batch_note(facts, many['batch'])}")
-
-
-def lesson_batch_note(facts: dict, upto: int) -> str:
-    """The Batch size lesson's last run beside this view's own two points (``facts["batch_run"]``,
-    :mod:`app.tabs.lessons.last_runs`): its end-to-end throughput from batch 1 to ``upto`` and
-    its knee, with the time it ran. Two runs at two moments of a shared machine: the note says
-    the figures differ by the load, so a student comparing them knows why. ``""`` before that
-    lesson has run."""
-    run = (facts or {}).get("batch_run")
-    if not run:
-        return ""
-    rows = {r["batch"]: r for r in run.get("rows", [])}
-    if 1 not in rows or upto not in rows:
-        return ""
-    a, b = round(rows[1]["throughput_tokens_per_s"], 1), round(rows[upto]["throughput_tokens_per_s"], 1)
-    at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
     knee = (f"knee at batch {run['knee']}" if run.get("knee") else "no knee up to batch 16")
-    return (f". The Batch size lesson's last run ({at}, {run['new_tokens']} new tokens, medians of "
-            f"{run.get('rounds', 1)} rounds): **{a:.1f} → {b:.1f} tok/s** from batch 1 to {upto} ({_times(b, a)}), "
-            f"{knee}; another moment of a shared machine, so the two differ by its load")
+    return (f"throughput **{sa} → {sb} tok/s** from batch 1 to {many['batch']} "
+            f"({sb} ÷ {sa} = {_times(b, a)}; {many['batch']}× if sequences were free), "
+            f"{n} new tokens each, prefill included, {knee} ({sweep_source(run)}); {verdict}")
 
 
 def cell_speculative(m, facts) -> str:
@@ -411,8 +401,8 @@ BOTTLENECKS = (
         Remedy("shorter prompts", "fewer tokens to prefill: trim the system prompt, the history, the documents",
                figure_link(prefill.TITLE, "lesson-lat-sweep-plot", "Latency vs prompt length"), cell_short),
         Remedy("scheduling", "fewer prompts admitted per step, or short ones first, so a prompt waits less",
-               "this view's **Measure** (the figure beside it): TTFT alone against 8 requests arriving "
-               "at once", cell_scheduling),
+               figure_link(batch.TITLE, "lesson-batch-status", "time to first token") + ": alone against "
+               "8 requests arriving at once", cell_scheduling),
     )),
     ("High TPOT (time per output token)", "every decode step reads all the weights for one token", (
         Remedy("chunked prefill", "a long prompt is split over several steps, so the answers already "
@@ -529,10 +519,16 @@ def engine_facts(engine) -> dict:
 
 def run_measurements(engine, submit_kwargs: dict | None = None, progress=None) -> dict:
     """:func:`engine.experiments.remedies.measure` through ``engine`` as lesson requests (with
-    the session's ``submit_kwargs``, such as its ``cache_salt``)."""
+    the session's ``submit_kwargs``, such as its ``cache_salt``), after making sure the server
+    has a recent batch sweep (:func:`app.tabs.lessons.batch.sweep`: the Batch size lesson's, run
+    now when none is younger than 15 minutes), which the batching remedies print."""
     from app.tabs.lessons.runs import LessonEngine
 
-    return measurements.measure(LessonEngine(engine, "remedies", submit_kwargs), progress=progress)
+    def part(lo: float, hi: float):  # progress of one phase as a slice of the whole bar
+        return None if progress is None else (lambda f, msg: progress(lo + (hi - lo) * f, msg))
+
+    batch.sweep(engine, part(0.0, 0.4), submit_kwargs)
+    return measurements.measure(LessonEngine(engine, "remedies", submit_kwargs), progress=part(0.4, 1.0))
 
 
 def keep_measure(m: dict) -> None:
@@ -577,12 +573,15 @@ def build(ctx) -> dict:
     gr.Markdown(TEXT)
     c["rem_questions"] = gr.Markdown(questions_markdown(), **elem("rem_questions"))
 
+    batch_views = list(getattr(ctx, "batch_views", None) or [])  # the Batch size lesson's figure, summary
+
     def drawn():  # from the last Measure (any visitor's) and the lessons' last runs
         m = last_measure()
-        return (remedies_markdown(m, engine_facts(engine)), remedies_chunked.figure((m or {}).get("chunked_prefill")),
+        ours = (remedies_markdown(m, engine_facts(engine)), remedies_chunked.figure((m or {}).get("chunked_prefill")),
                 sampling_markdown(m), measured_note(m))
+        return ours + (batch.last_sweep_view() if batch_views else ())  # the one sweep, both tabs
 
-    table, chunk_fig, sampling, status = drawn()
+    table, chunk_fig, sampling, status = drawn()[:4]
     with gr.Row():
         c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))
@@ -591,7 +590,7 @@ def build(ctx) -> dict:
     c["rem_chunk_plot"] = gr.Plot(chunk_fig, show_label=False, elem_id=remedies_chunked.PLOT_ID)
     c["rem_sampling"] = gr.Markdown(sampling, **elem("rem_sampling"))
 
-    outputs = [c["rem_table"], c["rem_chunk_plot"], c["rem_sampling"], c["rem_status"]]
+    outputs = [c["rem_table"], c["rem_chunk_plot"], c["rem_sampling"], c["rem_status"], *batch_views]
     seen = gr.State(-1)  # last_runs.version() when this page last drew them
     private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
 
@@ -616,7 +615,7 @@ def build(ctx) -> dict:
         try:
             m = run_measurements(engine, session_kwargs(request.session_hash), progress_adapter(progress))
         except ValueError as exc:
-            return gr.skip(), gr.skip(), gr.skip(), error_html(str(exc)), gr.skip()
+            return (gr.skip(),) * 3 + (error_html(str(exc)),) + (gr.skip(),) * (len(outputs) - 3)
         keep_measure(m)
         return drawn_now()
 

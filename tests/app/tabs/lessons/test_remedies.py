@@ -70,7 +70,15 @@ def test_last_runs_are_quoted_with_their_time():
 
 @pytest.fixture(scope="module")
 def measured(engine):
-    return remedies.run_measurements(engine, {"cache_salt": "remedies-test"})
+    """A Measure on the shared engine, with the batch sweep it reused as ``sweep`` (a real sweep
+    of short answers run just before, so the Measure takes the recent one instead of its own)."""
+    from app.tabs.lessons import batch
+
+    batch.run_batch(engine, 4, None, {"cache_salt": "remedies-test"})
+    kept = last_runs.latest("batch")
+    m = remedies.run_measurements(engine, {"cache_salt": "remedies-test"})
+    assert last_runs.latest("batch")["at"] == kept["at"]  # reused, not swept again
+    return {**m, "sweep": last_runs.latest("batch")}
 
 
 def test_every_part_measured(measured):
@@ -105,9 +113,10 @@ def test_kv_pool_bytes_per_token(measured, engine):
 
 
 def test_batching_sharing_speculation_chunking_and_sampling(measured):
-    one, eight = sorted(measured["batch"]["rows"], key=lambda x: x["batch"])
-    assert (one["batch"], eight["batch"]) == (1, 8)
-    assert eight["throughput_tokens_per_s"] > one["throughput_tokens_per_s"]
+    rows = {r["batch"]: r for r in measured["sweep"]["rows"]}
+    assert sorted(rows) == [1, 2, 4, 8, 16] and "batch" not in measurements.PARTS
+    assert rows[8]["throughput_tokens_per_s"] > rows[1]["throughput_tokens_per_s"]
+    assert rows[8]["ttft_s"] >= rows[1]["ttft_s"] > 0
     s = measured["block_sharing"]
     assert s["independent_blocks"] == s["logical_blocks"] and s["grouped_blocks"] < s["independent_blocks"]
     assert s["grouped_blocks"] >= s["logical_blocks"] // s["n"]
@@ -189,39 +198,72 @@ def test_q4_says_the_playground_chat_keeps_its_history_and_names_its_clear_butto
     assert [b for b in demo.blocks.values() if isinstance(b, gr.Button) and b.value == "Clear"]
 
 
-def test_the_batching_remedy_quotes_the_batch_lessons_last_run_beside_its_own():
-    """Remedies said 28.1 → 52.9 tok/s "counts as flat" while the Batch size lesson said 28.7 →
-    78.9 tok/s, knee at batch 4: the remedy now prints the lesson's own figures and knee beside
-    its measurement, with the time each was taken, and says why they differ."""
-    from app.tabs.lessons import batch, last_runs
+SWEEP = [{"batch": b, "throughput_tokens_per_s": t, "per_token_latency_ms": ms, "ttft_s": ttft,
+          "decode_throughput_tokens_per_s": t * 1.2, "prompt_tokens": 30, "cached_prompt_tokens": 0}
+         for b, t, ms, ttft in ((1, 28.7, 18.0, 0.09), (2, 50.0, 19.0, 0.12), (4, 78.0, 21.0, 0.2),
+                                (8, 104.4, 40.0, 0.41), (16, 110.0, 90.0, 0.8))]
 
-    rows = [{"batch": b, "throughput_tokens_per_s": t, "per_token_latency_ms": ms}
-            for b, t, ms in ((1, 28.7, 18.0), (2, 50.0, 19.0), (4, 78.0, 21.0), (8, 78.9, 40.0),
-                             (16, 80.0, 90.0))]
+
+def test_remedies_and_the_batch_lesson_print_one_sweep():
+    """The student read batch-8 latency 32 ms in Remedies against 45 ms in Batch size, and 28.1 →
+    52.9 tok/s "flat" against 28.7 → 78.9 tok/s with a knee: two sweeps. Now there is one: every
+    batching figure Remedies prints is the Batch size lesson's last sweep, and the figures both
+    panels (and the profile panel) print for one quantity are equal as printed."""
+    from app.tabs.lessons import batch, profile_panel
+
     last_runs.clear()
     try:
-        batch.record_last_run(rows, 24)
-        facts = {"batch_run": last_runs.latest("batch"), "max_num_batched_tokens": 512}
+        batch.record_last_run(SWEEP, 24)
+        run = last_runs.latest("batch")
+        facts = {"batch_run": run, "max_num_batched_tokens": 512}
+        _, summary = batch.last_sweep_view()
     finally:
         last_runs.clear()
-    m = {"batch": {"new_tokens": 16, "rows": [
-        {"batch": 1, "throughput_tokens_per_s": 28.1, "per_token_latency_ms": 28.0, "ttft_s": 0.1},
-        {"batch": 8, "throughput_tokens_per_s": 52.9, "per_token_latency_ms": 90.0, "ttft_s": 0.5}]}}
-    cell = remedies.cell_batching(m, facts)
-    assert "**28.1 → 52.9 tok/s** from batch 1 to 8" in cell
-    k = batch.knee(rows)["batch"]
-    assert f"last run (" in cell and f"**28.7 → 78.9 tok/s** from batch 1 to 8 (2.7×), knee at batch {k}" in cell
-    assert "differ by its load" in cell and "medians of 3 rounds" in cell
-    # and the time per token at batch 1 (28 ms here, 18 ms in the lesson) is quoted the same way
-    tpot = remedies.cell_smaller_batch_tpot(m, facts)
-    assert "TPOT **28 ms** at batch 1, **90 ms** at batch 8" in tpot
-    assert "(**18 ms** and **40 ms**" not in tpot and "**18 ms** and **40 ms**, another moment" in tpot
+    k = batch.knee(SWEEP)["batch"]
+    cell = remedies.cell_batching(None, facts)
+    assert "**28.7 → 104 tok/s** from batch 1 to 8 (104 ÷ 28.7 = 3.6×" in cell and f"knee at batch {k}" in cell
+    assert "Batch size** sweep at" in cell and "24 new tokens, medians of 3 rounds" in cell
+    tpot = remedies.cell_smaller_batch_tpot(None, facts)
+    assert "TPOT **18 ms** at batch 1, **40 ms** at batch 8" in tpot
+    ttft = remedies.cell_scheduling(None, facts)
+    assert "TTFT **90 ms** alone, **410 ms** (median) when 8 requests" in ttft
+    # the lesson's own summary prints the same batch-1 throughput, TPOT and knee
+    assert "<b>28.7 tok/s</b>" in summary and "from 18 ms" in summary and f"knee is at batch {k}" in summary
+    assert "went from 90 ms alone" in summary  # the TTFT the scheduling remedy's link points at
+    side = profile_panel.batching_line(run)
+    assert "<b>18 ms</b>" in side and "28.7 tok/s → 110 tok/s" in side and f"knee at batch {k}" in side
+    # before a sweep, nothing is claimed
+    assert remedies.cell_batching(None, {}) == remedies.NOT_YET
+
+
+def test_measure_reuses_a_recent_sweep_and_runs_one_when_stale(monkeypatch):
+    """Remedies' Measure prints the server's sweep: a recent one is reused, an old or missing one
+    is run anew, by the Batch size lesson's own routine and answer length."""
+    from app.tabs.lessons import batch
+
+    ran = []
+
+    def fake_run(engine, n, progress=None, submit_kwargs=None):
+        ran.append(n)
+        batch.record_last_run(SWEEP, n)
+
+    monkeypatch.setattr(batch, "run_batch", fake_run)
+    last_runs.clear()
+    try:
+        first = batch.sweep(object())
+        assert ran == [batch.DEFAULT_NEW_TOKENS] and first["rows"][0]["batch"] == 1
+        again = batch.sweep(object())
+        assert ran == [batch.DEFAULT_NEW_TOKENS] and again["at"] == first["at"]
+        batch.sweep(object(), clock=lambda: first["at"] + batch.machine_profile.MAX_AGE_S + 1)
+        assert len(ran) == 2
+    finally:
+        last_runs.clear()
 
 
 def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_shown():
     """Chunked prefill's figure is a running answer's longest gap between tokens: it sits under
-    High TPOT, not High TTFT; scheduling's TTFT figure is this view's own Measure, not the Batch
-    size lesson (which shows no TTFT)."""
+    High TPOT, not High TTFT; scheduling's TTFT figure is the Batch size sweep's, and that
+    lesson's summary now prints it (it showed no TTFT)."""
     groups = {title: {r.name: r for r in rs} for title, _, rs in remedies.BOTTLENECKS}
     tpot = next(g for t, g in groups.items() if t.startswith("High TPOT"))
     ttft = next(g for t, g in groups.items() if t.startswith("High TTFT"))
@@ -237,7 +279,7 @@ def test_each_remedy_sits_under_what_its_figure_measures_and_points_where_it_is_
                                                                   "tokens_during": 1}}}
     cell = remedies.cell_chunked(busy, {})
     assert "Chunking cut" not in cell and "did not cut the gap (80 ÷ 90 = 0.9×)" in cell
-    assert "Batch size" not in ttft["scheduling"].where and "TTFT" in ttft["scheduling"].where
+    assert "#lesson-batch-status" in ttft["scheduling"].where and "time to first token" in ttft["scheduling"].where
 
 
 def test_a_page_load_draws_the_last_measure_again():
@@ -258,10 +300,14 @@ def test_a_page_load_draws_the_last_measure_again():
     last_runs.clear()
     try:
         remedies.keep_measure(m)
-        table, chunk_fig, sampling, status, version = load.fn()
+        from app.tabs.lessons import batch
+        batch.record_last_run(SWEEP, 24)  # the server's sweep: drawn on the Batch size tab too
+        table, chunk_fig, sampling, status, batch_fig, batch_summary, version = load.fn()
         assert version == last_runs.version()
     finally:
         last_runs.clear()
+    assert "The server's last sweep" in batch_summary and len(batch_fig.data) == 4
+    assert "**28.7 → 104 tok/s** from batch 1 to 8" in table
     assert "| temperature 1, seed 1 | Ash. |" in sampling
     assert re.fullmatch(r"Measured at \d\d:\d\d UTC in 3 s\.", status), status
     assert "#### High TTFT" in table
@@ -296,11 +342,11 @@ def test_the_batching_verdict_diagnoses_the_decode_step_as_the_other_lessons_do(
     decode), "the step is compute- or overhead-bound here" (Remedies) and a knee at batch 1
     (Batch size). Remedies' flat verdict now keeps the decode step memory-bound, as the others
     say, and names what flattens its end-to-end figure: the prefills it counts, and overhead."""
-    m = {"batch": {"new_tokens": 16, "rows": [
-        {"batch": 1, "throughput_tokens_per_s": 28.1, "per_token_latency_ms": 28.0, "ttft_s": 0.1},
-        {"batch": 8, "throughput_tokens_per_s": 52.9, "per_token_latency_ms": 90.0, "ttft_s": 0.5}]}}
-    flat = remedies.cell_batching(m, {})
+    rows = [{"batch": 1, "throughput_tokens_per_s": 28.1, "per_token_latency_ms": 28.0, "ttft_s": 0.1},
+            {"batch": 8, "throughput_tokens_per_s": 52.9, "per_token_latency_ms": 90.0, "ttft_s": 0.5}]
+    run = {"rows": rows, "new_tokens": 16, "rounds": 3, "knee": None, "at": 0.0}
+    flat = remedies.cell_batching(None, {"batch_run": run})
     assert "decode step itself is memory-bound" in flat and "compute- or overhead-bound" not in flat
     assert "prefill" in flat and "third regime" in flat
-    m["batch"]["rows"][1]["throughput_tokens_per_s"] = 120.0
-    assert "the decode step is memory-bound" in remedies.cell_batching(m, {})
+    rows[1]["throughput_tokens_per_s"] = 120.0
+    assert "the decode step is memory-bound" in remedies.cell_batching(None, {"batch_run": run})
