@@ -96,6 +96,7 @@ class EngineViews:
                              compile_s=round(state.total_compile_s, 2), cache_hits=state.cache_hits,
                              error=state.error, steps_compiled=state.steps_compiled,
                              steps_eager=state.steps_eager, direct=tuple(info.direct_buckets),
+                             compiling_s=round(state.elapsed_s, 1) if state.status == "compiling" else 0.0,
                              **attention)
 
     @staticmethod

@@ -188,6 +188,8 @@ class CompileStatus:
         cache_hits: inductor cache hits (> 0 on a start that found its kernels on disk).
         error: why compiling failed ("" otherwise).
         steps_compiled, steps_eager: decode-only steps run each way so far.
+        compiling_s: seconds since compiling began, while ``status`` is ``"compiling"``
+            (0 otherwise).
         direct: buckets called without Dynamo's frame hook
             (:data:`engine.worker.compiled.compiled_backend.DIRECT_CALL`).
         attention: ``"kernel"`` (the paged attention kernel of
@@ -204,6 +206,7 @@ class CompileStatus:
     error: str = ""
     steps_compiled: int = 0
     steps_eager: int = 0
+    compiling_s: float = 0.0
     direct: tuple[int, ...] = ()
     attention: str = "sdpa"
     attention_note: str = ""

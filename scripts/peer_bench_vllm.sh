@@ -12,6 +12,10 @@
 # before it serves; our servers compile their decode step first too (--compile-wait).
 # Environment: WEIGHTS (our weight options, default "bf16 int4"), CONCURRENCY ("1 8 32"),
 # REQUESTS_PER_CLIENT (2), MAX_TOKENS (128), ROUNDS (2), VLLM_VERSION (0.32.0), PORT (8101).
+# Long prompts after that table: LONG_PROMPTS (prompt lengths in tokens, default "512 1024 1900";
+# "" skips them), LONG_CONCURRENCY ("1 8"), LONG_MAX_TOKENS (32), LONG_REQUESTS_PER_CLIENT (1),
+# LONG_ROUNDS (1): each request a prompt of its own (no prefix cache helps), TTFT p50 and p99,
+# prefill tok/s and output tok/s. SHORT=0 skips the 50-token table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-assets/bench/peer-vllm}
@@ -60,7 +64,15 @@ for ((p = PORT; p <= port; p++)); do       # vLLM compiles for minutes on 2 core
 done
 { echo "Peer benchmark, $(date -u +%Y-%m-%d), $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   echo
-  .venv/bin/python scripts/peer_closed_loop.py "${servers[@]}" --concurrency $CONCURRENCY \
-    --requests-per-client "${REQUESTS_PER_CLIENT:-2}" --max-tokens "${MAX_TOKENS:-128}" \
-    --rounds "${ROUNDS:-2}" --json "$OUT/peer.json"
+  if [ "${SHORT:-1}" != 0 ]; then
+    .venv/bin/python scripts/peer_closed_loop.py "${servers[@]}" --concurrency $CONCURRENCY \
+      --requests-per-client "${REQUESTS_PER_CLIENT:-2}" --max-tokens "${MAX_TOKENS:-128}" \
+      --rounds "${ROUNDS:-2}" --json "$OUT/peer.json"
+  fi
+  for n in ${LONG_PROMPTS-512 1024 1900}; do
+    echo
+    .venv/bin/python scripts/peer_closed_loop.py "${servers[@]}" --concurrency ${LONG_CONCURRENCY:-1 8} \
+      --requests-per-client "${LONG_REQUESTS_PER_CLIENT:-1}" --max-tokens "${LONG_MAX_TOKENS:-32}" \
+      --rounds "${LONG_ROUNDS:-1}" --prompt-tokens "$n" --tokenizer "$FOLDER" --json "$OUT/peer-long-$n.json"
+  done
 } | tee "$OUT/summary.md"

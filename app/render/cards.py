@@ -208,9 +208,13 @@ def decode_step_html(status) -> str:
         text = (f"decode step: <b>compiled</b> (torch.compile, batch buckets "
                 f"{', '.join(map(str, buckets))}; {secs:.0f} s to compile{cached})")
     elif state == "compiling":
-        done = f"; batch {', '.join(map(str, ready))} ready" if ready else ""
-        text = (f"decode step: <b>eager</b>, compiling in the background "
-                f"({len(ready)} of {len(buckets)} buckets{done})")
+        so_far = f", {status.compiling_s:.0f} s so far" if status.compiling_s else ""
+        progress = f"compiling {len(ready) + 1} of {len(buckets)} batch buckets in the background{so_far}"
+        if ready:
+            text = (f"decode step: <b>compiled</b> for batch {', '.join(map(str, ready))}, "
+                    f"<b>eager</b> for larger batches meanwhile ({progress})")
+        else:
+            text = (f"decode step: <b>eager</b> meanwhile, a few times slower per token ({progress})")
     elif state == "failed":
         text = f"decode step: <b>eager</b> (compiling failed: {html.escape(status.error)})"
     else:

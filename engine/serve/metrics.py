@@ -15,6 +15,8 @@ instead of ``vllm:``):
 | ``playground_kv_cache_usage_perc`` | ``vllm:kv_cache_usage_perc`` | fraction (0-1) of KV blocks held by requests |
 | ``playground_prefix_cache_hits_total`` / ``_queries_total`` | ``vllm:prefix_cache_hits_total`` / ``_queries_total`` | prompt tokens found in the prefix cache / looked up |
 | ``playground_num_preemptions_total`` | ``vllm:num_preemptions_total`` | preemptions |
+| ``playground_decode_bucket_compiled{bucket}`` | (none) | 1 once a batch bucket's compiled decode graph is ready, 0 while it runs eagerly |
+| ``playground_decode_compile_seconds`` | (none) | seconds spent compiling the ready buckets |
 
 Histograms and token counters observe every request the engine finishes (the page's too, when
 the API shares the page's engine); the gauges and the other counters are read from the engine
@@ -109,7 +111,7 @@ class EngineMetrics:
 
 class _Live:
     """The figures read from the engine when scraped: queues, KV usage, prefix cache,
-    preemptions."""
+    preemptions, the decode step's compiled buckets."""
 
     def __init__(self, owner: EngineMetrics) -> None:
         self.owner = owner
@@ -146,3 +148,13 @@ class _Live:
                           b.hit_tokens)
             yield counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache",
                           b.queried_tokens)
+        status = o.engine.compile_status() if hasattr(o.engine, "compile_status") else None
+        if status is not None and status.buckets:
+            g = GaugeMetricFamily(PREFIX + "decode_bucket_compiled", "1 once the decode step's "
+                                  "graph for this batch bucket is compiled, 0 while its steps run "
+                                  "eagerly", labels=["model_name", "bucket"])
+            for b in status.buckets:
+                g.add_metric([o.model_name, str(b)], 1.0 if b in status.ready else 0.0)
+            yield g
+            yield gauge("decode_compile_seconds", "Seconds spent compiling the decode step's "
+                        "ready buckets", status.compile_s)

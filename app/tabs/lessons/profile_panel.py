@@ -89,13 +89,14 @@ def batching_line(run: dict | None) -> str:
     to get one."""
     rows = sorted((run or {}).get("rows", []), key=lambda r: r["batch"])
     if not rows or rows[0]["batch"] != 1:
-        return "batching: not swept yet (the Batch size lesson, or Remedies' Measure)"
+        return "<b>Batching</b>: not swept yet (the Batch size lesson, or Remedies' Measure)"
     first, last = rows[0], rows[-1]
     knee = f"knee at batch {run['knee']}" if run.get("knee") else f"no knee up to batch {last['batch']}"
-    return (f"batch-1 time per token <b>{first['per_token_latency_ms']:.0f} ms</b>; end to end "
+    return (f"<b>Batching</b> <span class='profile-stamp'>(the Batch size sweep at {_hhmm(run['at'])}, "
+            f"{run['new_tokens']} new tokens each)</span>: batch-1 time per token "
+            f"<b>{first['per_token_latency_ms']:.0f} ms</b>; end to end "
             f"<b>{fmt_rate(first['throughput_tokens_per_s'])} → {fmt_rate(last['throughput_tokens_per_s'])}</b> "
-            f"from batch 1 to {last['batch']}, {knee} <span class='profile-stamp'>(the Batch size sweep at "
-            f"{_hhmm(run['at'])}, {run['new_tokens']} new tokens each)</span>")
+            f"from batch 1 to {last['batch']}, {knee}")
 
 
 def panel_html(profile: dict | None, runs: dict[str, dict | None], load_now: float | None) -> str:

@@ -167,11 +167,11 @@ SWEEP_BATCH = 8
 
 
 def sweep_source(run: dict) -> str:
-    """``"the Batch size sweep at 12:04 UTC (24 new tokens, medians of 3 rounds)"``: where the
-    batching figures come from, so the two panels that print them visibly print one run."""
+    """``"from the Batch size sweep at 12:04 UTC: 24 new tokens, medians of 3 rounds"``: where
+    the batching figures come from, so the two panels that print them visibly print one run."""
     at = time.strftime("%H:%M UTC", time.gmtime(run["at"]))
-    return (f"the {lesson(batch)} sweep at {at} ({run['new_tokens']} new tokens, medians of "
-            f"{run.get('rounds', 1)} rounds)")
+    return (f"from the **{batch.TITLE}** sweep at {at}: {run['new_tokens']} new tokens, medians of "
+            f"{run.get('rounds', 1)} rounds")
 
 
 def cell_scheduling(m, facts) -> str:

@@ -10,8 +10,9 @@ sequence owns, and their logits are dropped, so padding never reaches an output 
 accounting. Block tables have the full context's width in every bucket: the attention op is
 opaque to the compiler and reads only the blocks a step needs, so one graph serves every length.
 
-Start-up does not wait: a background thread compiles bucket 1 first, then the others; until a
-bucket is ready its steps run eagerly (transformers' model code), and prompt tokens always do;
+Start-up does not wait: a background thread compiles bucket 1 first, then one graph whose rows
+are a symbol, which every larger bucket runs (:data:`DYNAMIC_ROWS`); until a bucket is ready
+its steps run eagerly (transformers' model code), and prompt tokens always do;
 the decode rows of a step that also prefills go through the graph, and so does a speculative
 verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`).
 Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
@@ -64,6 +65,13 @@ because nothing the other guards check changes after compiling: the weights are 
 tensors, each bucket always runs under the thread count it was compiled with (:meth:`_run`),
 and no other shape reaches the compiled function."""
 
+DYNAMIC_ROWS = os.environ.get("LLM_PLAYGROUND_DYNAMIC_ROWS", "1") != "0"
+"""Compile two graphs, not one per bucket: bucket 1's, and one whose rows are a symbol that
+every larger bucket runs (their buffers keep their sizes; only the graph is shared). On this
+2-core CPU that halves the time to every bucket (docs/performance.md, "Time to full speed"), and
+the shared graph's steps were within noise of the per-bucket graphs'. ``LLM_PLAYGROUND_DYNAMIC_ROWS=0``
+compiles one graph per bucket (for the before/after benchmark)."""
+
 DIRECT_CALL = True
 """Once a bucket is compiled, call the function Dynamo made for it directly, not through
 Dynamo's frame hook (:mod:`.direct_call`): its cache lookup (the guards of :data:`SKIP_GUARDS`
@@ -83,6 +91,7 @@ class CompileState:
         cache_hits: inductor FX-graph cache hits while compiling (a second start: > 0).
         error: why compiling failed (``status == "failed"``).
         steps_compiled, steps_eager: decode-only steps run each way so far.
+        started: ``time.monotonic()`` when compiling began (for the seconds it has taken so far).
     """
 
     status: str = "compiling"
@@ -92,6 +101,13 @@ class CompileState:
     error: str = ""
     steps_compiled: int = 0
     steps_eager: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since compiling began (while it goes on; the compile time of every bucket
+        once it is ready)."""
+        return time.monotonic() - self.started if self.status == "compiling" else self.total_compile_s
 
     @property
     def total_compile_s(self) -> float:
@@ -168,7 +184,9 @@ class CompiledBackend:
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
                                                     2 * len(self.buckets))
-        self._fn = torch.compile(self._step, dynamic=False, fullgraph=True,
+        # dynamic=None: the rows of the buckets above 1 are marked as a symbol
+        # (_mark_dynamic_rows); every other size stays static
+        self._fn = torch.compile(self._step, dynamic=None if DYNAMIC_ROWS else False, fullgraph=True,
                                  options={"emulate_precision_casts": True,
                                           "cpp.threads": INDUCTOR_THREADS,
                                           "size_asserts": SIZE_ASSERTS})
@@ -189,6 +207,8 @@ class CompiledBackend:
             start, hits = time.perf_counter(), counters["inductor"]["fxgraph_cache_hit"]
             try:
                 bufs = self.inputs.new_static(rows, self.width)
+                if DYNAMIC_ROWS and rows > 1:       # one graph for every bucket above 1
+                    self._mark_dynamic_rows(bufs)
                 self._run(bufs)                     # traces and compiles this shape
                 if DIRECT_CALL and self._fn is not self._step:   # not the identity
                     self._find_direct_call(bufs)
@@ -204,6 +224,18 @@ class CompiledBackend:
                 self.state.ready.append(rows)
         self.state.status = "ready"
         freeze_long_lived("decode step compiled")   # inductor's objects live as long
+
+    def _mark_dynamic_rows(self, bufs: StaticBuffers) -> None:
+        """Trace ``bufs``' rows as a symbol in ``[2, largest bucket]`` (Dynamo specializes a
+        size of 1, so bucket 1 keeps a graph of its own): the next buckets' calls pass the
+        guards of this one graph and compile nothing."""
+        import torch._dynamo
+
+        top = max(self.buckets)
+        for t in (bufs.input_ids, bufs.position_ids):
+            torch._dynamo.mark_dynamic(t, 1, min=2, max=top)
+        for t in (bufs.slots, bufs.blocks, bufs.lens):
+            torch._dynamo.mark_dynamic(t, 0, min=2, max=top)
 
     @property
     def direct_buckets(self) -> list[int]:

@@ -222,7 +222,7 @@ def test_remedies_and_the_batch_lesson_print_one_sweep():
     k = batch.knee(SWEEP)["batch"]
     cell = remedies.cell_batching(None, facts)
     assert "**28.7 → 104 tok/s** from batch 1 to 8 (104 ÷ 28.7 = 3.6×" in cell and f"knee at batch {k}" in cell
-    assert "Batch size** sweep at" in cell and "24 new tokens, medians of 3 rounds" in cell
+    assert "from the **Batch size** sweep at" in cell and "24 new tokens, medians of 3 rounds" in cell
     tpot = remedies.cell_smaller_batch_tpot(None, facts)
     assert "TPOT **18 ms** at batch 1, **40 ms** at batch 8" in tpot
     ttft = remedies.cell_scheduling(None, facts)
