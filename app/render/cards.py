@@ -196,8 +196,9 @@ def precision_line(info) -> str:
 def decode_step_html(status) -> str:
     """One line under the badge: which decode step runs (an
     :class:`engine.protocol.CompileStatus`, ``LLMEngine.compile_status()``): compiled (its batch
-    buckets and compile time, from the on-disk cache or not), compiling in the background while
-    eager serves, eager, or failed with the reason."""
+    buckets and compile time, from the on-disk cache or not), compiling in the background (the
+    batches already compiled, a smaller batch padded to the smallest ready bucket, eager for the
+    rest, and how far compiling has got), eager, or failed with the reason."""
     path, state = status.path, status.status
     if path == "remote":
         return ""
@@ -211,8 +212,11 @@ def decode_step_html(status) -> str:
         so_far = f", {status.compiling_s:.0f} s so far" if status.compiling_s else ""
         progress = f"compiling {len(ready) + 1} of {len(buckets)} batch buckets in the background{so_far}"
         if ready:
-            text = (f"decode step: <b>compiled</b> for batch {', '.join(map(str, ready))}, "
-                    f"<b>eager</b> for larger batches meanwhile ({progress})")
+            top = max(ready)
+            padded = (f"; batch 1 runs padded to {min(ready)} rows until its own graph is ready"
+                      if 1 not in ready else "")
+            above = f", <b>eager</b> above meanwhile" if top < max(buckets) else ""
+            text = (f"decode step: <b>compiled</b> for batches up to {top}{above}{padded} ({progress})")
         else:
             text = (f"decode step: <b>eager</b> meanwhile, a few times slower per token ({progress})")
     elif state == "failed":
