@@ -92,7 +92,7 @@ class EngineViews:
             return CompileStatus(**attention)
         compiled = state.status != "off" and bool(state.ready)
         return CompileStatus(path="compiled" if compiled else "eager", status=state.status,
-                             buckets=tuple(info.buckets), ready=tuple(state.ready),
+                             buckets=tuple(info.buckets), ready=tuple(sorted(state.ready)),
                              compile_s=round(state.total_compile_s, 2), cache_hits=state.cache_hits,
                              error=state.error, steps_compiled=state.steps_compiled,
                              steps_eager=state.steps_eager, direct=tuple(info.direct_buckets),
