@@ -8,11 +8,9 @@ OpenAI-compatible server) and the tests' fake engine. A client reads
 :attr:`EngineClient.capabilities` instead of probing attributes: an engine says once what it can
 show (a block pool, traces, the lessons) and the page draws only that.
 
-The snapshots are plain frozen dataclasses. :class:`EngineStats` and :class:`BlockPoolSnapshot`
-are also read-only mappings (``stats["running"]``, ``stats.get("blocks_used")``,
-``dict(stats)``), so JSON endpoints and older callers read them as the dicts they were; a field
-that does not apply to the engine (the block pool of an engine without paging) is ``None`` and
-left out of the mapping.
+The snapshots are plain frozen dataclasses, read by attribute (``stats.running``,
+``snapshot.tables``). A field that does not apply to the engine (the block pool of an engine
+without paging) is ``None``; ``as_dict()`` leaves such fields out, for the JSON endpoints only.
 
 No torch here: the page imports this module.
 """
@@ -20,9 +18,8 @@ No torch here: the page imports this module.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:  # only for the annotations: these modules import torch or are heavy
     from engine.output.events import RequestOutput
@@ -30,33 +27,14 @@ if TYPE_CHECKING:  # only for the annotations: these modules import torch or are
     from engine.params import SamplingParams
 
 
-class _FieldMapping(Mapping):
-    """Read-only mapping view of a dataclass's fields; ``None`` fields are absent."""
-
-    _ALWAYS: frozenset = frozenset()
-
-    def _present(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self)
-                if f.name in self._ALWAYS or getattr(self, f.name) is not None]
-
-    def __getitem__(self, key: str) -> Any:
-        if not isinstance(key, str) or key not in self._present():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._present())
-
-    def __len__(self) -> int:
-        return len(self._present())
-
-    def as_dict(self) -> dict:
-        """The present fields as a plain dict (for JSON)."""
-        return {k: self[k] for k in self}
+def _present_fields(obj, always: frozenset = frozenset()) -> dict:
+    """``obj``'s dataclass fields as a plain dict, ``None`` fields left out unless in ``always``."""
+    return {f.name: v for f in dataclasses.fields(obj)
+            if (v := getattr(obj, f.name)) is not None or f.name in always}
 
 
-@dataclass(frozen=True, eq=False)
-class EngineStats(_FieldMapping):
+@dataclass(frozen=True)
+class EngineStats:
     """An engine's counts at one moment.
 
     Attributes:
@@ -95,16 +73,15 @@ class EngineStats(_FieldMapping):
     kv_tokens_physical: int | None = None
     kv_blocks_shared: int | None = None
 
-    _ALWAYS = frozenset({"waiting", "running", "queue_max", "finished", "aborted", "failed",
-                         "kv_bytes_live", "batching", "batching_note", "preemptions"})
+    def as_dict(self) -> dict:
+        """The fields as a plain dict for JSON: the counts always, the block pool's and
+        sharing's fields only where not ``None`` (an engine without paging has none)."""
+        return _present_fields(self, _ALWAYS_STATS)
 
-    @classmethod
-    def of(cls, stats: Mapping | None) -> "EngineStats":
-        """``stats`` as :class:`EngineStats` (a mapping's unknown keys are dropped)."""
-        if isinstance(stats, EngineStats):
-            return stats
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(stats or {}).items() if k in names})
+
+_ALWAYS_STATS = frozenset({"waiting", "running", "queue_max", "finished", "aborted", "failed",
+                           "kv_bytes_live", "batching", "batching_note", "preemptions"})
+"""The :class:`EngineStats` fields :meth:`EngineStats.as_dict` keeps even when ``None``."""
 
 
 @dataclass(frozen=True)
@@ -125,19 +102,9 @@ class BlockTable:
     index: int = 0
     ref_counts: list[int] = field(default_factory=list)
 
-    def get(self, key: str, default=None):
-        """Dict-style read (the page's pure drawing functions take tables as dicts too)."""
-        return getattr(self, key, default)
 
-    def __getitem__(self, key: str):
-        try:
-            return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-
-@dataclass(frozen=True, eq=False)
-class BlockPoolSnapshot(_FieldMapping):
+@dataclass(frozen=True)
+class BlockPoolSnapshot:
     """The paged KV block pool at one moment, for drawing PagedAttention's picture.
 
     Attributes:
@@ -146,7 +113,8 @@ class BlockPoolSnapshot(_FieldMapping):
             blocks (1 unless the pool has more than 4,096).
         tables: the running sequences' :class:`BlockTable`.
 
-    An engine without a visible pool answers :meth:`empty` (an empty mapping, falsy).
+    An engine without a visible pool answers :meth:`empty` (every field ``None``;
+    :attr:`visible` False).
     """
 
     block_size: int | None = None
@@ -160,17 +128,18 @@ class BlockPoolSnapshot(_FieldMapping):
         """No pool to show."""
         return cls()
 
-    @classmethod
-    def of(cls, snapshot: Mapping | None) -> "BlockPoolSnapshot":
-        """``snapshot`` (a dict with the same keys, or ``None``) as :class:`BlockPoolSnapshot`."""
-        if isinstance(snapshot, BlockPoolSnapshot):
-            return snapshot
-        d = dict(snapshot or {})
-        if not d:
-            return cls.empty()
-        tables = [t if isinstance(t, BlockTable) else BlockTable(**t) for t in d.get("tables", [])]
-        return cls(block_size=d.get("block_size"), num_blocks=d.get("num_blocks"),
-                   state=d.get("state"), blocks_per_cell=d.get("blocks_per_cell"), tables=tables)
+    @property
+    def visible(self) -> bool:
+        """Whether there is a pool to draw (``False`` for :meth:`empty`)."""
+        return bool(_present_fields(self))
+
+    def as_dict(self) -> dict:
+        """The fields as a plain dict for JSON (tables as dicts), ``None`` fields left out:
+        ``{}`` for :meth:`empty`."""
+        out = _present_fields(self)
+        if self.tables is not None:
+            out["tables"] = [dataclasses.asdict(t) for t in self.tables]
+        return out
 
 
 @dataclass(frozen=True)

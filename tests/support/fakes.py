@@ -4,16 +4,22 @@
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 
 from engine.output.events import Candidate, RequestOutput, StepEvent
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.model.model_spec import ModelSpec
-from engine.protocol import BlockPoolSnapshot, CompileStatus, EngineCapabilities, EngineStats
+from engine.protocol import (BlockPoolSnapshot, BlockTable, CompileStatus, EngineCapabilities,
+                             EngineStats)
 
 BPT = 46_080  # KV bytes per token of the embedded model in fp32: 2 × 30 × 3 × 64 × 4
 SECRET_PATH = "/srv/secret/weights.bin"  # named by the "crash" script's exception; must never reach a client
+
+
+def pool_snapshot(tables=(), **fields) -> BlockPoolSnapshot:
+    """A :class:`BlockPoolSnapshot` with ``fields``, its ``tables`` given as dicts of
+    :class:`BlockTable`'s fields (``request_id``, ``blocks``, ``tokens``)."""
+    return BlockPoolSnapshot(tables=[BlockTable(**t) for t in tables], **fields)
 
 
 @dataclass
