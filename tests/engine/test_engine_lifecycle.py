@@ -151,7 +151,7 @@ def test_abort_mid_decode_frees_cache(engine):
     assert out.finish_reason == "abort"
     assert seen <= 7  # stops within one or two decode steps of the abort
     assert out.kv_cache_bytes > 0  # it had a cache, now released
-    assert wait_idle(engine)["kv_bytes_live"] == 0
+    assert wait_idle(engine).kv_bytes_live == 0
     assert engine.abort(h.request_id) is False
 
 
@@ -212,7 +212,7 @@ def test_injected_exception_fails_one_request_others_in_batch_unharmed(engine, m
     out_ok = other.result(60)
     assert out_ok.finish_reason in ("stop", "length")
     assert out_ok.token_ids == expected.token_ids
-    assert wait_idle(engine)["kv_bytes_live"] == 0
+    assert wait_idle(engine).kv_bytes_live == 0
     assert engine.stats().blocks_used == 0
 
 
@@ -249,7 +249,7 @@ def test_one_at_a_time_mode_failures(loaded, monkeypatch):
         out_bad = bad.result(60)
         assert out_bad.finish_reason == "error" and "out of memory" in out_bad.error
         assert queued.result(60).finish_reason in ("stop", "length")
-        assert wait_idle(eng)["kv_bytes_live"] == 0
+        assert wait_idle(eng).kv_bytes_live == 0
         assert not eng.stats().batching
     finally:
         eng.shutdown()
