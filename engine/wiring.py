@@ -49,7 +49,7 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
     Args:
         exempt_ids: token ids the sampler's penalties never touch.
         runner: a runner to use instead of building one (anything with ``execute``,
-            ``info``, ``kv_bytes``, ``kv_cache_bytes``, ``release`` and ``device``).
+            ``info``, ``kv_bytes``, ``kv_cache_bytes``, ``release``, ``close`` and ``device``).
     """
     model_type = getattr(loaded.model.config, "model_type", "")
     paged, note = config.batching, ""
