@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:  # only for the annotations: these modules import torch or are heavy
+    from engine.model.model_spec import ModelSpec
     from engine.output.events import RequestOutput
     from engine.output.handle import RequestHandle
     from engine.params import SamplingParams
@@ -143,6 +144,64 @@ class BlockPoolSnapshot:
 
 
 @dataclass(frozen=True)
+class ModelInfo:
+    """What the page, the API and the CLI show about the served model (sizes in bytes), one type
+    for every engine: the loader fills it for a local model
+    (:func:`engine.model.loader.load_model`), a remote engine for another server's model
+    (``app.remote.RemoteEngine``: ``"remote"`` where it cannot know), the tests' fake for none.
+
+    Attributes:
+        name: the model as asked for (a Hub id, a folder, ``embedded``, the server's model id).
+        source: where it came from (``embedded``, ``local``, ``hub``, ``remote``).
+        architecture: the transformers class (``LlamaForCausalLM``).
+        device: ``cpu``, ``cuda``, ``mps`` (``remote`` for a server's).
+        dtype, dtype_bytes: the compute dtype (activations, norms, float weights) and its size.
+        num_params: parameters; weights_bytes: the weights as stored, measured (packed codes,
+            scales and zeros of quantized matrices included).
+        context_len: longest sequence the model takes, in tokens.
+        spec: the model's shape (:class:`engine.model.model_spec.ModelSpec`: layers, heads, KV
+            heads, head_dim); ``None`` when unknown (a remote server).
+        load_seconds: seconds the load took.
+        eos_tokens: ``(id, token text)`` of every token that ends generation.
+        weights: how the matrices are stored (``fp32``, ``bf16``, ``fp16``, ``int8``, ``int4``;
+            see :mod:`engine.model.quant.options`); weights_note: how they got there (e.g. the
+            GGUF's Q4_1 blocks), with any fallback.
+        kv_dtype, kv_dtype_bytes: the KV cache's storage (the compute dtype as loaded; an
+            engine's own ``info`` carries its ``kv_cache_dtype``).
+        step_weights_bytes: the part of ``weights_bytes`` a decode step streams, without a table
+            kept only for the embedding lookup (0: all of it; read :attr:`weights_read_bytes`).
+        served_by: the engine serving a remote model (``vLLM``, ``SGLang``; ``""`` in process).
+        base_url: a remote server's OpenAI-compatible address (``""`` in process).
+    """
+
+    name: str
+    source: str = ""
+    architecture: str = ""
+    device: str = ""
+    dtype: str = ""
+    dtype_bytes: int = 0
+    num_params: int = 0
+    weights_bytes: int = 0
+    context_len: int = 0
+    spec: "ModelSpec | None" = None
+    load_seconds: float = 0.0
+    eos_tokens: tuple[tuple[int, str], ...] = ()
+    weights: str = ""
+    weights_note: str = ""
+    kv_dtype: str = ""
+    kv_dtype_bytes: int = 0
+    step_weights_bytes: int = 0
+    served_by: str = ""
+    base_url: str = ""
+
+    @property
+    def weights_read_bytes(self) -> int:
+        """Bytes of the weights a decode step reads: ``weights_bytes`` less a table kept only
+        for the embedding lookup (:func:`engine.model.accounting.lookup_only_bytes`)."""
+        return self.step_weights_bytes or self.weights_bytes
+
+
+@dataclass(frozen=True)
 class CompileStatus:
     """Which decode step an engine runs (:mod:`engine.worker.compiled`), for the page's line
     under the badge, the lessons and the benches.
@@ -210,20 +269,23 @@ class EngineClient(Protocol):
     """What the page (``app``) calls on an engine; see the module docstring.
 
     Attributes:
-        info: the model's description (``engine.model.model_info.ModelInfo`` or a remote's).
+        info: the model's description, :class:`ModelInfo`.
         spec: the model's shape (``engine.model.model_spec.ModelSpec``), ``None`` when unknown.
         capabilities: :class:`EngineCapabilities`.
         max_seq_tokens: longest prompt + output one request may reach, in tokens.
         gpu: an NVML reader (``engine.telemetry.nvml``) for the device panel, or ``None``.
+        remote_view: what a remote engine draws instead of the model badge, the KV line and
+            the memory panel (``app.remote.view.RemoteView``); ``None`` for a local engine.
         pool_bytes: bytes of the paged KV pool, ``None`` when there is none.
         recent_steps: the last engine steps (``BatchInfo``), oldest first.
         rolling_version: changes whenever the recent-requests summary changes.
     """
 
-    info: Any
+    info: ModelInfo
     spec: Any
     capabilities: EngineCapabilities
     gpu: Any
+    remote_view: Any
     recent_steps: Sequence
 
     @property

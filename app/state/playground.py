@@ -78,7 +78,7 @@ class Playground:
         stats = engine.stats()
         self.pool_blocks = (int(stats.blocks_total or 0), int(stats.block_size or 0))
         # what a remote engine draws instead of its KV and memory panels (None for a local one)
-        self.remote_view = self.info.remote if self.capabilities.remote else None
+        self.remote_view = engine.remote_view
         self.device = DeviceMonitor(engine.gpu, self.info.device)
         if monitor:
             self.device.start()

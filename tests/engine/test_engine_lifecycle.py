@@ -1,5 +1,6 @@
 """Engine behaviour around a request's life: stopping, refusing, aborting, failing, releasing."""
 
+import dataclasses
 import threading
 import time
 
@@ -127,7 +128,7 @@ def test_context_limit_refused_before_prefill(engine):
 
 def test_generation_reaching_context_limit_ends_with_length(loaded):
     eng = LLMEngine(loaded, telemetry=False)
-    eng.info.context_len, saved = 40, eng.info.context_len
+    eng.info, saved = dataclasses.replace(eng.info, context_len=40), eng.info
     try:
         h = eng.submit("Tell me a long story.", SamplingParams(temperature=0, max_tokens=None,
                                                                  ignore_eos=True))
@@ -135,7 +136,7 @@ def test_generation_reaching_context_limit_ends_with_length(loaded):
         assert out.finish_reason == "length"
         assert len(out.prompt_token_ids) + len(out.token_ids) == 40
     finally:
-        eng.info.context_len = saved
+        eng.info = saved
         eng.shutdown()
 
 

@@ -1,11 +1,12 @@
-"""The engine's typed snapshots: read by attribute, dicts only through ``as_dict`` (for JSON)."""
+"""The engine's typed contract: snapshots read by attribute (dicts only through ``as_dict``, for
+JSON) and one ``ModelInfo`` for every engine."""
 
 import json
 from collections.abc import Mapping
 
 import pytest
 
-from engine.protocol import BlockPoolSnapshot, BlockTable, EngineStats
+from engine.protocol import BlockPoolSnapshot, BlockTable, EngineStats, ModelInfo
 
 
 def test_stats_are_a_dataclass_not_a_mapping():
@@ -34,3 +35,21 @@ def test_block_snapshot_visible_and_as_dict():
     assert plain["tables"] == [{"request_id": "r", "blocks": [0], "tokens": 5, "index": 0,
                                 "ref_counts": []}]
     json.dumps(plain)
+
+
+def test_model_info_is_one_frozen_type_for_every_engine():
+    import dataclasses
+
+    from app.remote.engine import remote_info
+    from engine.model import model_info
+    from tests.support.fakes import FakeEngine
+
+    assert model_info.ModelInfo is ModelInfo  # the loader's type is the protocol's
+    fake, remote = FakeEngine().info, remote_info("m", "vLLM", "http://h/v1", 4096)
+    assert isinstance(fake, ModelInfo) and isinstance(remote, ModelInfo)
+    assert (remote.served_by, remote.base_url, remote.spec, remote.weights_bytes) == (
+        "vLLM", "http://h/v1", None, 0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fake.context_len = 40
+    assert fake.weights_read_bytes == fake.weights_bytes  # no lookup-only table counted apart
+    assert dataclasses.replace(fake, step_weights_bytes=10).weights_read_bytes == 10
