@@ -37,8 +37,8 @@ class EngineConfig:
         block_size: tokens per KV block of the paged cache.
         kv_cache_bytes: bytes of the KV block pool; ``None`` = 512 MiB on CPU, half the free
             memory on a GPU.
-        batching: continuous batching over the paged KV cache (Llama, Qwen2, Mistral
-            families); False, or another architecture, serves one request at a time with a
+        batching: continuous batching over the paged KV cache (the families of
+            :data:`engine.model.families.PAGED_FAMILIES`); False, or another architecture, serves one request at a time with a
             contiguous cache per request.
         enable_prefix_caching: reuse full KV blocks of a shared prompt prefix.
         telemetry: memory breakdown on every step, rolling latency percentiles, NVML readings.

@@ -291,9 +291,7 @@ class LLMEngine(EngineViews):
             self._aborts.update(s.request_id for s in self.scheduler.all_sequences())
             self._wake.notify()
         self._thread.join(timeout)
-        close = getattr(self.runner, "close", None)  # a stand-in runner may have none
-        if close is not None:
-            close()
+        self.runner.close()
         if self.gpu is not None:
             self.gpu.close()
         thaw()

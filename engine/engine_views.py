@@ -17,6 +17,8 @@ class EngineViews:
     ``_lock``, ``scheduler``, ``block_manager``, ``runner``, ``output_processor``, ``probe``,
     ``drafter``, ``rolling``, ``pool``, ``loaded``, ``paged`` and ``batching_note``)."""
 
+    remote_view = None  # the model runs here: the page draws its own badge and panels
+
     @property
     def capabilities(self) -> EngineCapabilities:
         """A local engine: traces, lessons and per-session prefix caches; the block pool

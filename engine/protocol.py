@@ -8,11 +8,9 @@ OpenAI-compatible server) and the tests' fake engine. A client reads
 :attr:`EngineClient.capabilities` instead of probing attributes: an engine says once what it can
 show (a block pool, traces, the lessons) and the page draws only that.
 
-The snapshots are plain frozen dataclasses. :class:`EngineStats` and :class:`BlockPoolSnapshot`
-are also read-only mappings (``stats["running"]``, ``stats.get("blocks_used")``,
-``dict(stats)``), so JSON endpoints and older callers read them as the dicts they were; a field
-that does not apply to the engine (the block pool of an engine without paging) is ``None`` and
-left out of the mapping.
+The snapshots are plain frozen dataclasses, read by attribute (``stats.running``,
+``snapshot.tables``). A field that does not apply to the engine (the block pool of an engine
+without paging) is ``None``; ``as_dict()`` leaves such fields out, for the JSON endpoints only.
 
 No torch here: the page imports this module.
 """
@@ -20,43 +18,24 @@ No torch here: the page imports this module.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:  # only for the annotations: these modules import torch or are heavy
+    from engine.model.model_spec import ModelSpec
     from engine.output.events import RequestOutput
     from engine.output.handle import RequestHandle
     from engine.params import SamplingParams
 
 
-class _FieldMapping(Mapping):
-    """Read-only mapping view of a dataclass's fields; ``None`` fields are absent."""
-
-    _ALWAYS: frozenset = frozenset()
-
-    def _present(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self)
-                if f.name in self._ALWAYS or getattr(self, f.name) is not None]
-
-    def __getitem__(self, key: str) -> Any:
-        if not isinstance(key, str) or key not in self._present():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._present())
-
-    def __len__(self) -> int:
-        return len(self._present())
-
-    def as_dict(self) -> dict:
-        """The present fields as a plain dict (for JSON)."""
-        return {k: self[k] for k in self}
+def _present_fields(obj, always: frozenset = frozenset()) -> dict:
+    """``obj``'s dataclass fields as a plain dict, ``None`` fields left out unless in ``always``."""
+    return {f.name: v for f in dataclasses.fields(obj)
+            if (v := getattr(obj, f.name)) is not None or f.name in always}
 
 
-@dataclass(frozen=True, eq=False)
-class EngineStats(_FieldMapping):
+@dataclass(frozen=True)
+class EngineStats:
     """An engine's counts at one moment.
 
     Attributes:
@@ -95,16 +74,15 @@ class EngineStats(_FieldMapping):
     kv_tokens_physical: int | None = None
     kv_blocks_shared: int | None = None
 
-    _ALWAYS = frozenset({"waiting", "running", "queue_max", "finished", "aborted", "failed",
-                         "kv_bytes_live", "batching", "batching_note", "preemptions"})
+    def as_dict(self) -> dict:
+        """The fields as a plain dict for JSON: the counts always, the block pool's and
+        sharing's fields only where not ``None`` (an engine without paging has none)."""
+        return _present_fields(self, _ALWAYS_STATS)
 
-    @classmethod
-    def of(cls, stats: Mapping | None) -> "EngineStats":
-        """``stats`` as :class:`EngineStats` (a mapping's unknown keys are dropped)."""
-        if isinstance(stats, EngineStats):
-            return stats
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dict(stats or {}).items() if k in names})
+
+_ALWAYS_STATS = frozenset({"waiting", "running", "queue_max", "finished", "aborted", "failed",
+                           "kv_bytes_live", "batching", "batching_note", "preemptions"})
+"""The :class:`EngineStats` fields :meth:`EngineStats.as_dict` keeps even when ``None``."""
 
 
 @dataclass(frozen=True)
@@ -125,19 +103,9 @@ class BlockTable:
     index: int = 0
     ref_counts: list[int] = field(default_factory=list)
 
-    def get(self, key: str, default=None):
-        """Dict-style read (the page's pure drawing functions take tables as dicts too)."""
-        return getattr(self, key, default)
 
-    def __getitem__(self, key: str):
-        try:
-            return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-
-@dataclass(frozen=True, eq=False)
-class BlockPoolSnapshot(_FieldMapping):
+@dataclass(frozen=True)
+class BlockPoolSnapshot:
     """The paged KV block pool at one moment, for drawing PagedAttention's picture.
 
     Attributes:
@@ -146,7 +114,8 @@ class BlockPoolSnapshot(_FieldMapping):
             blocks (1 unless the pool has more than 4,096).
         tables: the running sequences' :class:`BlockTable`.
 
-    An engine without a visible pool answers :meth:`empty` (an empty mapping, falsy).
+    An engine without a visible pool answers :meth:`empty` (every field ``None``;
+    :attr:`visible` False).
     """
 
     block_size: int | None = None
@@ -160,17 +129,76 @@ class BlockPoolSnapshot(_FieldMapping):
         """No pool to show."""
         return cls()
 
-    @classmethod
-    def of(cls, snapshot: Mapping | None) -> "BlockPoolSnapshot":
-        """``snapshot`` (a dict with the same keys, or ``None``) as :class:`BlockPoolSnapshot`."""
-        if isinstance(snapshot, BlockPoolSnapshot):
-            return snapshot
-        d = dict(snapshot or {})
-        if not d:
-            return cls.empty()
-        tables = [t if isinstance(t, BlockTable) else BlockTable(**t) for t in d.get("tables", [])]
-        return cls(block_size=d.get("block_size"), num_blocks=d.get("num_blocks"),
-                   state=d.get("state"), blocks_per_cell=d.get("blocks_per_cell"), tables=tables)
+    @property
+    def visible(self) -> bool:
+        """Whether there is a pool to draw (``False`` for :meth:`empty`)."""
+        return bool(_present_fields(self))
+
+    def as_dict(self) -> dict:
+        """The fields as a plain dict for JSON (tables as dicts), ``None`` fields left out:
+        ``{}`` for :meth:`empty`."""
+        out = _present_fields(self)
+        if self.tables is not None:
+            out["tables"] = [dataclasses.asdict(t) for t in self.tables]
+        return out
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the page, the API and the CLI show about the served model (sizes in bytes), one type
+    for every engine: the loader fills it for a local model
+    (:func:`engine.model.loader.load_model`), a remote engine for another server's model
+    (``app.remote.RemoteEngine``: ``"remote"`` where it cannot know), the tests' fake for none.
+
+    Attributes:
+        name: the model as asked for (a Hub id, a folder, ``embedded``, the server's model id).
+        source: where it came from (``embedded``, ``local``, ``hub``, ``remote``).
+        architecture: the transformers class (``LlamaForCausalLM``).
+        device: ``cpu``, ``cuda``, ``mps`` (``remote`` for a server's).
+        dtype, dtype_bytes: the compute dtype (activations, norms, float weights) and its size.
+        num_params: parameters; weights_bytes: the weights as stored, measured (packed codes,
+            scales and zeros of quantized matrices included).
+        context_len: longest sequence the model takes, in tokens.
+        spec: the model's shape (:class:`engine.model.model_spec.ModelSpec`: layers, heads, KV
+            heads, head_dim); ``None`` when unknown (a remote server).
+        load_seconds: seconds the load took.
+        eos_tokens: ``(id, token text)`` of every token that ends generation.
+        weights: how the matrices are stored (``fp32``, ``bf16``, ``fp16``, ``int8``, ``int4``;
+            see :mod:`engine.model.quant.options`); weights_note: how they got there (e.g. the
+            GGUF's Q4_1 blocks), with any fallback.
+        kv_dtype, kv_dtype_bytes: the KV cache's storage (the compute dtype as loaded; an
+            engine's own ``info`` carries its ``kv_cache_dtype``).
+        step_weights_bytes: the part of ``weights_bytes`` a decode step streams, without a table
+            kept only for the embedding lookup (0: all of it; read :attr:`weights_read_bytes`).
+        served_by: the engine serving a remote model (``vLLM``, ``SGLang``; ``""`` in process).
+        base_url: a remote server's OpenAI-compatible address (``""`` in process).
+    """
+
+    name: str
+    source: str = ""
+    architecture: str = ""
+    device: str = ""
+    dtype: str = ""
+    dtype_bytes: int = 0
+    num_params: int = 0
+    weights_bytes: int = 0
+    context_len: int = 0
+    spec: "ModelSpec | None" = None
+    load_seconds: float = 0.0
+    eos_tokens: tuple[tuple[int, str], ...] = ()
+    weights: str = ""
+    weights_note: str = ""
+    kv_dtype: str = ""
+    kv_dtype_bytes: int = 0
+    step_weights_bytes: int = 0
+    served_by: str = ""
+    base_url: str = ""
+
+    @property
+    def weights_read_bytes(self) -> int:
+        """Bytes of the weights a decode step reads: ``weights_bytes`` less a table kept only
+        for the embedding lookup (:func:`engine.model.accounting.lookup_only_bytes`)."""
+        return self.step_weights_bytes or self.weights_bytes
 
 
 @dataclass(frozen=True)
@@ -244,20 +272,23 @@ class EngineClient(Protocol):
     """What the page (``app``) calls on an engine; see the module docstring.
 
     Attributes:
-        info: the model's description (``engine.model.model_info.ModelInfo`` or a remote's).
+        info: the model's description, :class:`ModelInfo`.
         spec: the model's shape (``engine.model.model_spec.ModelSpec``), ``None`` when unknown.
         capabilities: :class:`EngineCapabilities`.
         max_seq_tokens: longest prompt + output one request may reach, in tokens.
         gpu: an NVML reader (``engine.telemetry.nvml``) for the device panel, or ``None``.
+        remote_view: what a remote engine draws instead of the model badge, the KV line and
+            the memory panel (``app.remote.view.RemoteView``); ``None`` for a local engine.
         pool_bytes: bytes of the paged KV pool, ``None`` when there is none.
         recent_steps: the last engine steps (``BatchInfo``), oldest first.
         rolling_version: changes whenever the recent-requests summary changes.
     """
 
-    info: Any
+    info: ModelInfo
     spec: Any
     capabilities: EngineCapabilities
     gpu: Any
+    remote_view: Any
     recent_steps: Sequence
 
     @property

@@ -10,6 +10,7 @@ from engine.config import DEFAULT_KV_BUDGET_CPU, EngineConfig, prefill_chunk_cap
 from engine.core.block_manager import BlockManager
 from engine.core.contiguous_cache_manager import ContiguousCacheManager
 from engine.core.scheduler import Scheduler
+from engine.model.families import PAGED_FAMILIES, kv_dtype_needs_paged, paged_unsupported_note
 from engine.model.loader import LoadedModel
 from engine.worker.kv_calibration import calibrate_kv_scales
 from engine.worker.kv_pool import KVPool, resolve_kv_dtype
@@ -18,11 +19,6 @@ from engine.worker.input_builder import InputBuilder
 from engine.worker.model_runner import ModelRunner
 from engine.worker.sampler import Sampler
 from engine.worker.threads import FEW_ROWS, FEW_ROWS_FLOAT, FEW_ROWS_FLOAT_NATIVE, StepThreads
-
-PAGED_FAMILIES = {"llama", "mistral", "qwen2", "qwen3"}
-"""Model families whose attention goes through transformers' attention interface with the
-Llama layout (rotary from position_ids, one attention call per layer): paged attention works."""
-
 
 @dataclass
 class EngineParts:
@@ -53,21 +49,19 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
     Args:
         exempt_ids: token ids the sampler's penalties never touch.
         runner: a runner to use instead of building one (anything with ``execute``,
-            ``info``, ``kv_bytes``, ``kv_cache_bytes``, ``release`` and ``device``).
+            ``info``, ``kv_bytes``, ``kv_cache_bytes``, ``release``, ``close`` and ``device``).
     """
     model_type = getattr(loaded.model.config, "model_type", "")
     paged, note = config.batching, ""
     if paged and model_type not in PAGED_FAMILIES:
-        note = (f"{model_type or 'this'} architecture is served one request at a time: paged "
-                "attention supports Llama, Qwen2 and Mistral")
+        note = paged_unsupported_note(model_type)
         paged = False
     sampler = Sampler(exempt_ids=exempt_ids)
     info, spec = loaded.info, loaded.spec
     pool = None
     model_dtype = next(loaded.model.parameters()).dtype
     if config.kv_cache_dtype != "auto" and not paged:
-        raise ValueError(f"kv_cache_dtype={config.kv_cache_dtype} needs the paged KV cache "
-                         f"(batching on a Llama, Qwen2 or Mistral model); use auto here")
+        raise ValueError(kv_dtype_needs_paged(config.kv_cache_dtype))
     kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, model_dtype)
     if paged:
         budget = config.kv_cache_bytes or default_kv_budget(info.device)

@@ -7,18 +7,18 @@ import itertools
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 import httpx
 import numpy as np
 
 from engine.core.finish_reason import FinishReason
 from engine.errors import QueueFullError
-from engine.output.events import RequestOutput, StepEvent
+from engine.output.events import RequestOutput
 from engine.output.handle import RequestHandle
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.params import SamplingParams
-from engine.protocol import BlockPoolSnapshot, CompileStatus, EngineCapabilities, EngineStats
+from engine.protocol import (BlockPoolSnapshot, CompileStatus, EngineCapabilities, EngineStats,
+                             ModelInfo)
 
 from app.render.structured import remote_fields
 from .metrics import MetricsPoller
@@ -32,29 +32,13 @@ DEFAULT_CONTEXT = 4096
 """Context assumed when the server's ``/v1/models`` does not say (``max_model_len``)."""
 
 
-@dataclass
-class RemoteInfo:
+def remote_info(name: str, served_by: str, base_url: str, context_len: int) -> ModelInfo:
     """The model as the page's badge and cards read it, for a remote server: no shape (``spec``
-    is ``None``), no local weights; ``remote`` draws what the page shows instead."""
-
-    name: str
-    engine: str
-    base_url: str
-    context_len: int = DEFAULT_CONTEXT
-    source: str = "remote"
-    architecture: str = "remote"
-    device: str = "remote"
-    dtype: str = "remote"
-    dtype_bytes: int = 0
-    num_params: int = 0
-    weights_bytes: int = 0
-    weights: str = "remote"
-    weights_note: str = ""
-    kv_dtype: str = "remote"
-    kv_dtype_bytes: int = 0
-    eos_tokens: list = field(default_factory=list)
-    spec: object = None
-    remote: object = None
+    is ``None``), no local weights (0 bytes), ``"remote"`` for what only the server knows; the
+    engine's ``remote_view`` draws what the page shows instead."""
+    return ModelInfo(name=name, source="remote", architecture="remote", device="remote",
+                     dtype="remote", weights="remote", kv_dtype="remote", context_len=context_len,
+                     served_by=served_by, base_url=base_url)
 
 
 class RemoteHandle(RequestHandle):
@@ -194,10 +178,9 @@ class RemoteEngine:
         engine_name = KNOWN_ENGINES.get(owner.lower(), owner or "OpenAI-compatible server")
         root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
         self.poller = MetricsPoller(metrics_url or root + "/metrics", self.headers, poll_s).start()
-        self.view = RemoteView(self)
-        self.info = RemoteInfo(name=model, engine=engine_name, base_url=self.base_url,
-                               context_len=int(entry.get("max_model_len") or DEFAULT_CONTEXT),
-                               remote=self.view)
+        self.remote_view = RemoteView(self)
+        self.info = remote_info(model, engine_name, self.base_url,
+                                int(entry.get("max_model_len") or DEFAULT_CONTEXT))
         self.max_seq_tokens = self.info.context_len
         self.rolling = ClientRolling()
         self.counts = {"finished": 0, "aborted": 0, "failed": 0}
@@ -318,7 +301,7 @@ class RemoteEngine:
             counts = dict(self.counts)
         out = {"waiting": int(m.get("waiting", 0)), "running": int(m.get("running", 0)),
                "queue_max": 0, **counts, "kv_bytes_live": 0, "batching": False,
-               "batching_note": self.view.batching_note(),
+               "batching_note": self.remote_view.batching_note(),
                "preemptions": int(m.get("preemptions", 0)),
                "blocks_used": round(1000 * m.get("kv_usage", 0.0))}  # changes redraw the note
         if m.get("prefix_queries"):

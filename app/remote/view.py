@@ -35,7 +35,7 @@ class RemoteView:
         info = self.engine.info
         return ("<div class='model-badge'>"
                 f"<div class='model-name'>{html.escape(info.name)}</div>"
-                f"<div>served by <b>{html.escape(info.engine)}</b> at "
+                f"<div>served by <b>{html.escape(info.served_by)}</b> at "
                 f"<code>{html.escape(info.base_url)}</code> (remote engine)</div>"
                 f"<div>context {info.context_len:,} tokens</div>"
                 f"<div class='remote-note'>{html.escape(CLIENT_SIDE)}.</div></div>")
@@ -46,7 +46,7 @@ class RemoteView:
         m, reason = self._metrics()
         if reason is not None:
             return (f"<div class='kv-formula' id='remote-kv'>No KV cache figures from "
-                    f"{html.escape(self.engine.info.engine)}: {html.escape(reason)}.</div>")
+                    f"{html.escape(self.engine.info.served_by)}: {html.escape(reason)}.</div>")
         parts = []
         if "kv_usage" in m:
             parts.append(f"<b>{100 * m['kv_usage']:.1f}%</b> of its KV cache in use")
@@ -61,7 +61,7 @@ class RemoteView:
     def batching_note(self) -> str:
         """The batching section's one line: what the server's metrics say, or why nothing."""
         m, reason = self._metrics()
-        name = self.engine.info.engine
+        name = self.engine.info.served_by
         if reason is not None:
             return f"{name}'s block pool and steps are not visible here: {reason}."
         hit = (f", prefix-cache hit rate {m.get('prefix_hits', 0) / m['prefix_queries']:.0%}"

@@ -1,7 +1,8 @@
 """The continuous-batching section: the live block pool, block tables, recent steps and numbers.
 
-Pure functions of plain data (``engine.block_snapshot()``, ``engine.recent_steps`` as dicts,
-``engine.stats()``) and of ``mine``, the request ids of the viewer's own session, so every
+Pure functions of plain data (``engine.block_snapshot()``, a
+:class:`engine.protocol.BlockPoolSnapshot`; ``engine.recent_steps`` as dicts; ``engine.stats()``,
+an :class:`engine.protocol.EngineStats`) and of ``mine``, the request ids of the viewer's own session, so every
 student sees their own requests marked. No Gradio, no engine, no torch.
 """
 
@@ -10,10 +11,12 @@ from __future__ import annotations
 import html
 import json
 import math
+from typing import NamedTuple
 
 from app.render.figures import DECODE, HEIGHT, PREFILL
 from app.render.fmt import fmt_int, fmt_seconds
 from app.render.plainfig import PlainFigure, add_hint, base_layout
+from engine.protocol import BlockPoolSnapshot, EngineStats
 
 OTHER_DECODE = "#A9CCE3"   # light blue: other users' decode
 OTHER_PREFILL = "#F5B7A5"  # light orange: other users' prefill
@@ -151,12 +154,12 @@ def strip_figure(steps: list[dict], mine: set[str], idle: bool = False) -> Plain
     return StripPicture(steps, idle).figure(mine)
 
 
-def _owners(snapshot: dict, mine: set[str] | None = None) -> dict[int, list[tuple[str, int]]]:
+def _owners(snapshot: BlockPoolSnapshot) -> dict[int, list[tuple[str, int]]]:
     """Physical block -> [(request id, logical index)] over the running requests."""
     owners: dict[int, list[tuple[str, int]]] = {}
-    for t in snapshot.get("tables") or []:
-        for logical, block in enumerate(t.get("blocks") or []):
-            owners.setdefault(int(block), []).append((str(t["request_id"]), logical))
+    for t in snapshot.tables or []:
+        for logical, block in enumerate(t.blocks or []):
+            owners.setdefault(int(block), []).append((str(t.request_id), logical))
     return owners
 
 
@@ -173,14 +176,14 @@ class PoolPicture:
         max_cells: most squares drawn (a larger pool puts several blocks in one square).
     """
 
-    def __init__(self, snapshot: dict, max_cells: int = MAX_CELLS) -> None:
-        self.state = state = snapshot.get("state") or []
-        self.block_size = snapshot.get("block_size", "?")
+    def __init__(self, snapshot: BlockPoolSnapshot, max_cells: int = MAX_CELLS) -> None:
+        self.state = state = snapshot.state or []
+        self.block_size = snapshot.block_size if snapshot.block_size is not None else "?"
         self.owners = owners = _owners(snapshot)
         # a pool of more than 4,096 blocks comes from the engine already in cells of several
         # blocks; ``per`` groups those cells again into at most ``max_cells`` squares
-        self.cell_blocks = max(1, int(snapshot.get("blocks_per_cell") or 1))
-        self.num_blocks = int(snapshot.get("num_blocks") or len(state) * self.cell_blocks)
+        self.cell_blocks = max(1, int(snapshot.blocks_per_cell or 1))
+        self.num_blocks = int(snapshot.num_blocks or len(state) * self.cell_blocks)
         self.per = per = max(1, math.ceil(len(state) / max_cells))
         self.span = span = per * self.cell_blocks  # blocks per square
         self.base: list[str] = []  # each square's class for a viewer with no running request
@@ -266,7 +269,7 @@ square's place in the grid (``data-span`` blocks a square, ``data-n`` blocks in 
 timer's 700-square frame carries no 700 titles."""
 
 
-def pool_cells(snapshot: dict, mine: set[str], max_cells: int = MAX_CELLS) -> tuple[list[str], int]:
+def pool_cells(snapshot: BlockPoolSnapshot, mine: set[str], max_cells: int = MAX_CELLS) -> tuple[list[str], int]:
     """Each cell's class (``free``, ``cached``, ``other``, ``mine``) and blocks per cell.
 
     A cell of several blocks takes the strongest class among them (mine > other > cached > free).
@@ -275,7 +278,7 @@ def pool_cells(snapshot: dict, mine: set[str], max_cells: int = MAX_CELLS) -> tu
     return pic.classes(mine), pic.per
 
 
-def pool_html(snapshot: dict, mine: set[str], max_cells: int = MAX_CELLS) -> str:
+def pool_html(snapshot: BlockPoolSnapshot, mine: set[str], max_cells: int = MAX_CELLS) -> str:
     """The block pool as a grid of squares, one per KV block, with a legend and per-block tooltips."""
     return PoolPicture(snapshot, max_cells).html(mine)
 
@@ -289,22 +292,22 @@ class TablesPicture:
         max_rows: most rows shown; max_chips: most chips per row.
     """
 
-    def __init__(self, snapshot: dict, max_rows: int = 8, max_chips: int = 24) -> None:
-        self.tables = list(snapshot.get("tables") or [])
-        self.size = int(snapshot.get("block_size") or 16)
+    def __init__(self, snapshot: BlockPoolSnapshot, max_rows: int = 8, max_chips: int = 24) -> None:
+        self.tables = list(snapshot.tables or [])
+        self.size = int(snapshot.block_size or 16)
         self.max_rows, self.max_chips = max_rows, max_chips
         self.users: dict[int, int] = {}
         for t in self.tables:
-            for b in t.get("blocks") or []:
+            for b in t.blocks or []:
                 self.users[int(b)] = self.users.get(int(b), 0) + 1
-        self.ids = frozenset(str(t["request_id"]) for t in self.tables)
+        self.ids = frozenset(str(t.request_id) for t in self.tables)
         self._chips: dict[str, str] = {}
         self._html: dict[frozenset, str] = {}
 
     def _row_chips(self, t: dict) -> str:
-        rid = str(t["request_id"])
+        rid = str(t.request_id)
         if rid not in self._chips:
-            blocks, tokens, size = list(t.get("blocks") or []), int(t.get("tokens") or 0), self.size
+            blocks, tokens, size = list(t.blocks or []), int(t.tokens or 0), self.size
             chips = []
             for lb, pb in enumerate(blocks[:self.max_chips]):
                 filled = max(0, min(size, tokens - lb * size))
@@ -331,10 +334,10 @@ class TablesPicture:
         return out
 
     def _draw(self, mine: frozenset) -> str:
-        tables = sorted(self.tables, key=lambda t: (str(t["request_id"]) not in mine, str(t["request_id"])))
+        tables = sorted(self.tables, key=lambda t: (str(t.request_id) not in mine, str(t.request_id)))
         rows = []
         for t in tables[:self.max_rows]:
-            rid, n_blocks, tokens = str(t["request_id"]), len(t.get("blocks") or []), int(t.get("tokens") or 0)
+            rid, n_blocks, tokens = str(t.request_id), len(t.blocks or []), int(t.tokens or 0)
             you = rid in mine
             who = "<b class='bt-you'>you</b>" if you else "<span class='bt-other'>other</span>"
             rows.append(f"<div class='bt-row{' bt-mine' if you else ''}'>{who}<span class='bt-id'>"
@@ -350,41 +353,50 @@ class TablesPicture:
                 f"request (stored once).</div>{''.join(rows)}{more}</div>")
 
 
-def tables_html(snapshot: dict, mine: set[str], max_rows: int = 8, max_chips: int = 24) -> str:
+def tables_html(snapshot: BlockPoolSnapshot, mine: set[str], max_rows: int = 8, max_chips: int = 24) -> str:
     """Each running request's block table: logical block → physical block, yours first and marked."""
     return TablesPicture(snapshot, max_rows, max_chips).html(mine)
 
 
-def kv_utilization(snapshot: dict) -> float | None:
+def kv_utilization(snapshot: BlockPoolSnapshot) -> float | None:
     """Token slots filled / token slots of the used blocks, from the snapshot's block tables.
 
     A prefix block shared by several requests counts once (summing each request's tokens would
     count it once per request and pass 100%). ``None`` when no block is in use.
     """
-    size = int(snapshot.get("block_size") or 16)
+    size = int(snapshot.block_size or 16)
     filled: dict[int, int] = {}  # every block in use belongs to a running request's table
-    for t in snapshot.get("tables") or []:
-        tokens = int(t.get("tokens") or 0)
-        for lb, pb in enumerate(t.get("blocks") or []):
+    for t in snapshot.tables or []:
+        tokens = int(t.tokens or 0)
+        for lb, pb in enumerate(t.blocks or []):
             filled[int(pb)] = max(filled.get(int(pb), 0), max(0, min(size, tokens - lb * size)))
     if not filled:
         return None
     return min(1.0, sum(filled.values()) / (len(filled) * size))
 
 
-def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None,
-               util: float | None = None) -> str:
+class Streaming(NamedTuple):
+    """The server's streaming pages for the teacher: ``pages`` receiving an answer now, and the
+    redraws each got per second over the frame budget's window (``fps``)."""
+
+    pages: int
+    fps: float
+
+
+def stats_html(stats: EngineStats, steps: list[dict], queue_time_s: float | None = None,
+               util: float | None = None, streaming: Streaming | None = None) -> str:
     """One line of numbers: running / waiting, blocks, KV utilization (``util``, else the last
-    step's), preemptions, prefix hits (only when ``stats`` has them: a server whose sessions
-    don't share the prefix cache leaves them out), and the viewer's queue time when known."""
-    running = int(stats.get("running") or 0)
+    step's), preemptions, prefix hits (only when ``stats.prefix_hit_rate`` is set: a server whose
+    sessions don't share the prefix cache leaves it ``None``), the streaming pages when
+    ``streaming`` is given, and the viewer's queue time when known."""
+    running = int(stats.running or 0)
     if util is None and steps and running:
         util = min(1.0, float(steps[-1].get("kv_utilization") or 0.0))
-    free, cached = int(stats.get("blocks_free") or 0), int(stats.get("blocks_cached") or 0)
+    free, cached = int(stats.blocks_free or 0), int(stats.blocks_cached or 0)
     items = [
         ("running", fmt_int(running), "requests in the batch now"),
-        ("waiting", fmt_int(stats.get("waiting", 0)), "requests queued for a free slot or KV blocks"),
-        ("blocks used", f"{fmt_int(stats.get('blocks_used', 0))} / {fmt_int(stats.get('blocks_total', 0))}",
+        ("waiting", fmt_int(stats.waiting), "requests queued for a free slot or KV blocks"),
+        ("blocks used", f"{fmt_int(stats.blocks_used or 0)} / {fmt_int(stats.blocks_total or 0)}",
          "KV blocks held by running requests / blocks the scheduler hands out (with the compiled "
          "decode step on, the pool keeps one block more aside: the padding rows of a batch "
          "bucket write there, so the total is one below the pool's)"),
@@ -393,17 +405,17 @@ def stats_html(stats: dict, steps: list[dict], queue_time_s: float | None = None
         ("KV utilization", f"{util:.0%}" if util is not None else "–",
          "token slots filled / token slots of the used blocks: paging wastes at most one partly "
          "filled block per request"),
-        ("preemptions", fmt_int(stats.get("preemptions", 0)),
+        ("preemptions", fmt_int(stats.preemptions),
          "requests evicted to free blocks and recomputed later"),
     ]
-    if "prefix_hit_rate" in stats:
-        items.append(("prefix-cache hits", f"{float(stats.get('prefix_hit_rate') or 0):.0%}",
+    if stats.prefix_hit_rate is not None:
+        items.append(("prefix-cache hits", f"{float(stats.prefix_hit_rate):.0%}",
                       "prompt tokens found in cached blocks / prompt tokens looked up (every user's "
                       "requests: this server shares its prefix cache)"))
-    if "pages_streaming" in stats:
-        items.append(("pages streaming", fmt_int(stats["pages_streaming"]),
+    if streaming is not None:
+        items.append(("pages streaming", fmt_int(streaming.pages),
                       "pages of this server receiving an answer now"))
-        items.append(("frames/s per page", f"{float(stats.get('page_fps') or 0):.1f}",
+        items.append(("frames/s per page", f"{float(streaming.fps):.1f}",
                       "redraws each streaming page got over the last 5 s: the pages share one frame "
                       "budget, so a bigger class gets fewer frames, each with every token since the last"))
     if queue_time_s is not None:
@@ -420,34 +432,35 @@ class BatchSection:
 
     Args:
         stats: ``engine.stats()``; snapshot: ``engine.block_snapshot()``;
-        steps: ``engine.recent_steps`` (``BatchInfo`` objects or dicts), oldest first.
+        steps: ``engine.recent_steps`` (``BatchInfo`` objects or dicts), oldest first;
+        streaming: the server's streaming pages, shown to the teacher (``None``: not shown).
     """
 
-    def __init__(self, stats: dict, snapshot: dict, steps) -> None:
-        self.stats = stats
+    def __init__(self, stats: EngineStats, snapshot: BlockPoolSnapshot, steps,
+                 streaming: Streaming | None = None) -> None:
+        self.stats, self.streaming = stats, streaming
         self.steps = plain_steps(steps)
-        self.batching = bool(stats.get("batching", False))
-        snapshot = snapshot or {}
+        self.batching = bool(stats.batching)
         if self.batching:
             self.pool = PoolPicture(snapshot)
             self.tables = TablesPicture(snapshot)
-            self.strip = StripPicture(self.steps, idle=not stats.get("running") and not stats.get("waiting"))
-            self.util = kv_utilization(snapshot) if stats.get("running") else None
-            self.stats_line = stats_html(stats, self.steps, None, self.util)
+            self.strip = StripPicture(self.steps, idle=not stats.running and not stats.waiting)
+            self.util = kv_utilization(snapshot) if stats.running else None
+            self.stats_line = stats_html(stats, self.steps, None, self.util, streaming)
         else:
-            note = stats.get("batching_note") or "This engine serves one request at a time (no continuous batching)."
+            note = stats.batching_note or "This engine serves one request at a time (no continuous batching)."
             self.note = f"<div class='status status-warn'>{html.escape(note)}</div>"
             self.strip = StripPicture([])
         last = self.steps[-1].get("step_id") if self.steps else None
-        self.key = (last, stats.get("running"), stats.get("waiting"), stats.get("blocks_used"),
-                    stats.get("blocks_cached"))
+        self.key = (last, stats.running, stats.waiting, stats.blocks_used, stats.blocks_cached)
 
     def frame(self, mine, queue_time_s: float | None = None) -> dict:
         """The section's four outputs for a viewer whose own request ids are ``mine``."""
         mine = mine or ()
         if not self.batching:
             return {"batch_stats": self.note, "pool": "", "tables": "", "strip": self.strip.figure(set())}
-        line = self.stats_line if queue_time_s is None else stats_html(self.stats, self.steps, queue_time_s, self.util)
+        line = self.stats_line if queue_time_s is None else stats_html(self.stats, self.steps, queue_time_s, self.util,
+                                                                     self.streaming)
         return {"batch_stats": line, "pool": self.pool.html(mine), "tables": self.tables.html(mine),
                 "strip": self.strip.figure(mine)}
 
@@ -456,18 +469,19 @@ class BatchSection:
         return self.key + (tuple(sorted(mine or ())),)
 
 
-def batch_frame(stats: dict, snapshot: dict, steps, mine: set[str], queue_time_s: float | None = None) -> dict:
+def batch_frame(stats: EngineStats, snapshot: BlockPoolSnapshot, steps, mine: set[str],
+                queue_time_s: float | None = None) -> dict:
     """The section's four outputs: ``batch_stats`` and ``pool`` / ``tables`` HTML, ``strip`` figure.
 
-    Without continuous batching (``stats["batching"]`` false) the numbers give way to the
+    Without continuous batching (``stats.batching`` false) the numbers give way to the
     engine's ``batching_note`` and the picture stays empty.
     """
     return BatchSection(stats, snapshot, steps).frame(set(mine or ()), queue_time_s)
 
 
-def signature(stats: dict, steps, mine: set[str]) -> tuple:
+def signature(stats: EngineStats, steps, mine: set[str]) -> tuple:
     """What the section shows, cheaply: unchanged signature = nothing to redraw."""
     last = steps[-1] if steps else None
     sid = (last.get("step_id") if isinstance(last, dict) else getattr(last, "step_id", None)) if last else None
-    return (sid, stats.get("running"), stats.get("waiting"), stats.get("blocks_used"),
-            stats.get("blocks_cached"), tuple(sorted(mine)))
+    return (sid, stats.running, stats.waiting, stats.blocks_used, stats.blocks_cached,
+            tuple(sorted(mine)))

@@ -154,7 +154,7 @@ def _serve_remote(args: argparse.Namespace) -> int:
     except RemoteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"Remote engine: {engine.info.engine} at {engine.info.base_url}, model "
+    print(f"Remote engine: {engine.info.served_by} at {engine.info.base_url}, model "
           f"{engine.info.name}", flush=True)
     args.no_api = True  # no engine of our own to serve
     return serve(engine, args)
@@ -222,7 +222,7 @@ def _compare_peer(args: argparse.Namespace, engine):
     except RemoteError as exc:
         print(f"Compare: no remote server ({exc})", flush=True)
         return None
-    print(f"Compare: remote server {peer.info.engine} at {peer.info.base_url}", flush=True)
+    print(f"Compare: remote server {peer.info.served_by} at {peer.info.base_url}", flush=True)
     return peer
 
 

@@ -16,6 +16,7 @@ when the session ends and, with the whole trace folder, at shutdown.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -75,9 +76,9 @@ class Playground:
         # the blocks the scheduler hands out and their size (the pool may keep one more as the
         # compiled step's scratch), for the KV formula line; (0, 0) without a block pool
         stats = engine.stats()
-        self.pool_blocks = (int(getattr(stats, "blocks_total", 0) or 0), int(getattr(stats, "block_size", 0) or 0))
+        self.pool_blocks = (int(stats.blocks_total or 0), int(stats.block_size or 0))
         # what a remote engine draws instead of its KV and memory panels (None for a local one)
-        self.remote_view = self.info.remote if self.capabilities.remote else None
+        self.remote_view = engine.remote_view
         self.device = DeviceMonitor(engine.gpu, self.info.device)
         if monitor:
             self.device.start()
@@ -286,13 +287,14 @@ class Playground:
         if self.capabilities.supports_rolling_reset:
             self.engine.reset_rolling()
 
-    def batch_data(self) -> tuple[dict, BlockPoolSnapshot, list]:
+    def batch_data(self) -> tuple[EngineStats, BlockPoolSnapshot, list]:
         """The engine's batching state for the page: ``(stats, block snapshot, recent steps)``.
 
-        Engines without continuous batching give ``batching`` False, an empty snapshot and ``[]``.
+        ``stats`` is :meth:`visible_stats`. Engines without continuous batching give ``batching``
+        False, an empty snapshot and ``[]``.
         """
         stats = self.visible_stats()
-        snapshot = BlockPoolSnapshot.of(self.engine.block_snapshot())
+        snapshot = self.engine.block_snapshot()
         recent = self.engine.recent_steps or ()
         for _ in range(3):  # the engine thread appends while we copy
             try:
@@ -303,21 +305,24 @@ class Playground:
         return stats, snapshot, steps
 
     def stats(self) -> dict:
-        """Engine counts (waiting, running, finished, aborted, failed, queue_max) plus the
-        playground's followed requests, whether the prefix cache is shared, and a timestamp."""
-        return {**self.visible_stats(), "followed": self.active_count(),
+        """For the ``/stats`` JSON endpoint: :meth:`visible_stats` as a dict
+        (:meth:`engine.protocol.EngineStats.as_dict`) plus the playground's followed requests,
+        whether the prefix cache is shared, and a timestamp."""
+        return {**self.visible_stats().as_dict(), "followed": self.active_count(),
                 "prefix_cache_shared": self.prefix_cache_shared, "time_s": time.time()}
 
     def engine_stats(self) -> EngineStats:
         """The engine's :class:`engine.protocol.EngineStats` now."""
-        return EngineStats.of(self.engine.stats())
+        return self.engine.stats()
 
-    def visible_stats(self) -> dict:
-        """The engine's stats as clients may see them (a plain dict): without the engine-wide
-        prefix-cache figures (``prefix_*``) unless the cache is shared, since they count other
+    def visible_stats(self) -> EngineStats:
+        """The engine's stats as clients may see them: the engine-wide prefix-cache hit rate
+        (``prefix_hit_rate``) is ``None`` unless the cache is shared, since it counts other
         users' hits."""
-        return {k: v for k, v in self.engine_stats().as_dict().items()
-                if self.prefix_cache_shared or not str(k).startswith("prefix_")}
+        stats = self.engine_stats()
+        if self.prefix_cache_shared or stats.prefix_hit_rate is None:
+            return stats
+        return dataclasses.replace(stats, prefix_hit_rate=None)
 
     def close(self) -> None:
         """Stop the device sampler and delete every trace (the whole trace folder when the

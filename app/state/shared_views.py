@@ -15,7 +15,7 @@ import time
 import weakref
 
 from app.render import cards, figures
-from app.render.batch import BatchSection
+from app.render.batch import BatchSection, Streaming
 from app.state.frame_budget import FrameBudget
 
 DEVICE_EVERY_S = 1.0  # the device sampler's own interval: a newer figure would show the same readings
@@ -56,13 +56,13 @@ class SharedViews:
                 return section
             stats = self.pg.visible_stats()  # no other users' prefix hits unless shared
             pages, fps = self.frames.summary()  # for the teacher: the class and its frame rate
-            stats["pages_streaming"], stats["page_fps"] = pages, round(fps, 1)
+            streaming = Streaming(pages, round(fps, 1))
             last = _last_step_id(self.pg.engine.recent_steps)
-            key = (last, stats.get("running"), stats.get("waiting"), stats.get("blocks_used"),
-                   stats.get("blocks_cached"), pages, stats["page_fps"])
+            key = (last, stats.running, stats.waiting, stats.blocks_used, stats.blocks_cached,
+                   streaming)
             if section is None or section.key != key:
                 _, snapshot, steps = self.pg.batch_data()
-                section = self._section = BatchSection(stats, snapshot, steps)
+                section = self._section = BatchSection(stats, snapshot, steps, streaming)
                 section.key = key
             self._section_at = now
             return section

@@ -19,7 +19,8 @@ from engine.model.device import cuda_report, resolve_device, resolve_dtype
 from engine.model.accounting import lookup_only_bytes, parameter_count, weight_bytes
 from engine.model.embedded import _embedded_for, _embedded_meta, _gguf_path, _say
 from engine.model.locate import _locate
-from engine.model.model_info import LoadedModel, ModelInfo
+from engine.model.model_info import LoadedModel
+from engine.protocol import ModelInfo
 from engine.model.model_spec import ModelSpec
 from engine.model.special_tokens import eos_token_ids
 
@@ -133,18 +134,20 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
         gen_cfg = model.generation_config
     spec = ModelSpec.from_config(model.config, name=name, source=source)
     eos = eos_token_ids(tokenizer, gen_cfg, model.config)
+    dtype = str(torch_dtype).replace("torch.", "")
+    dtype_bytes = torch.empty(0, dtype=torch_dtype).element_size()
+    stored = weight_bytes(model)
     info = ModelInfo(
         name=name, source=source, architecture=type(model).__name__, device=dev,
-        dtype=str(torch_dtype).replace("torch.", ""),
-        dtype_bytes=torch.empty(0, dtype=torch_dtype).element_size(),
-        num_params=parameter_count(model), weights_bytes=weight_bytes(model),
+        dtype=dtype, dtype_bytes=dtype_bytes,
+        num_params=parameter_count(model), weights_bytes=stored,
         context_len=_context_len(model.config, tokenizer), spec=spec,
         load_seconds=time.perf_counter() - t0,
         eos_tokens=tuple((i, tokenizer.convert_ids_to_tokens(i)) for i in sorted(eos)),
         weights=choice.weights, weights_note=note,
+        kv_dtype=dtype, kv_dtype_bytes=dtype_bytes,   # the KV cache as loaded: the compute dtype
+        step_weights_bytes=stored - lookup_only_bytes(model),
     )
-    info.step_weights_bytes = info.weights_bytes - lookup_only_bytes(model)
-    info.kv_dtype, info.kv_dtype_bytes = info.dtype, info.dtype_bytes
     _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "
                    f"{info.weights_bytes / 1e6:.1f} MB of {info.weights} weights, "
                    f"in {info.load_seconds:.1f} s")

@@ -134,13 +134,13 @@ class _Live:
             c.add_metric(label, float(value))
             return c
 
-        yield gauge("num_requests_running", "Requests in the running queue", stats["running"])
-        yield gauge("num_requests_waiting", "Requests in the waiting queue", stats["waiting"])
-        total = stats.get("blocks_total") or 0
+        yield gauge("num_requests_running", "Requests in the running queue", stats.running)
+        yield gauge("num_requests_waiting", "Requests in the waiting queue", stats.waiting)
+        total = stats.blocks_total or 0
         yield gauge("kv_cache_usage_perc", "Fraction of KV cache blocks held by requests (0-1)",
-                    stats.get("blocks_used", 0) / total if total else 0.0)
+                    (stats.blocks_used or 0) / total if total else 0.0)
         yield counter("num_preemptions", "Requests preempted (their KV blocks freed, to be "
-                      "recomputed)", stats.get("preemptions", 0))
+                      "recomputed)", stats.preemptions)
         bm = getattr(o.engine, "block_manager", None) if getattr(o.engine, "paged", False) else None
         if o.include_prefix and bm is not None:
             b = bm.stats()

@@ -1,11 +1,13 @@
-"""What the engine's views may read of a runner: :class:`RunnerInfo` from ``runner.info()``."""
+"""What the engine's views may read of a runner: :class:`RunnerInfo` from ``runner.info()``, the
+one declared way to see its pool and compile state (the views never probe the runner's
+attributes)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunnerInfo:
     """Which forward a runner uses and the parts the page and ``stats()`` show.
 

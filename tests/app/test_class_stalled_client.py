@@ -102,10 +102,10 @@ def test_a_stalled_page_holds_up_neither_the_engine_nor_the_other_pages(page):
         seen["steps_at_stall"] = len(engine.recent_steps)
         end = time.monotonic() + STALL_S
         # not reading: at least STALL_S, and until the engine has finished every request
-        while time.monotonic() < end or engine.stats()["running"] or engine.stats()["waiting"]:
+        while time.monotonic() < end or engine.stats().running or engine.stats().waiting:
             assert time.monotonic() < end + 240, "the engine did not finish while a page stalled"
             time.sleep(0.05)
-        done_in_engine.update(engine.stats())
+        done_in_engine["stats"] = engine.stats()
         done_in_engine["steps"] = [(b.step_id, list(b.request_ids)) for b in engine.recent_steps
                                    if b.step_id > start_step]
         seen["stall_end"] = time.monotonic()
@@ -124,8 +124,8 @@ def test_a_stalled_page_holds_up_neither_the_engine_nor_the_other_pages(page):
     assert all(o["done_s"] < seen["stall_end"] for o in others), (outs, seen)
     # the engine finished every request, the stalled one too, and freed all their blocks, while
     # the stalled page still had not read past its first frame
-    assert done_in_engine["running"] == 0 and done_in_engine["waiting"] == 0
-    assert done_in_engine["blocks_used"] == 0
+    idle = done_in_engine["stats"]
+    assert idle.running == 0 and idle.waiting == 0 and idle.blocks_used == 0
     # no request, the stalled one included, ever sat out a step: each one's tokens came from
     # consecutive engine steps, one token a step, from its prefill to its last token (so the
     # others' inter-token latency is that of the same batch as with four reading pages)
@@ -152,7 +152,7 @@ def test_the_engine_hands_a_stalled_reader_its_events_without_waiting(engine):
     out = idle.result(timeout=240)
     assert len(got) == TOKENS and out.metrics.output_tokens == TOKENS
     assert len(idle.events) == TOKENS and len(list(idle)) == TOKENS  # queued, none lost
-    assert engine.stats()["blocks_used"] == 0
+    assert engine.stats().blocks_used == 0
     shared_steps = {e.batch.step_id for e in got if e.phase == "decode"} & \
                    {e.batch.step_id for e in idle.events if e.phase == "decode"}
     assert len(shared_steps) >= TOKENS - 3
@@ -247,12 +247,12 @@ def test_the_batching_section_shows_the_teacher_the_open_streams_and_their_frame
             for _ in range(5):
                 views.frames.frame(tok)
         section = views.batch_section()
-        assert section.stats["pages_streaming"] == 3
-        assert section.stats["page_fps"] == pytest.approx(5 / 5.0)  # 5 frames each in the 5 s window
-        line = batch_view.stats_html(section.stats, [])
+        assert section.streaming.pages == 3
+        assert section.streaming.fps == pytest.approx(5 / 5.0)  # 5 frames each in the 5 s window
+        line = batch_view.stats_html(section.stats, [], streaming=section.streaming)
         assert "pages streaming</span> <b>3</b>" in line and "frames/s per page</span> <b>1.0</b>" in line
         views.frames.close(streams[0])
-        assert views.batch_section().stats["pages_streaming"] == 2  # redrawn: the class changed
+        assert views.batch_section().streaming.pages == 2  # redrawn: the class changed
     finally:
         pg.close()
 

@@ -10,8 +10,8 @@ millisecond.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-import time
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -25,7 +25,7 @@ from app.state.run_state import RunState, TokenView
 from app.state.shared_views import SharedViews, shared
 from app.render.tokens import TokenChips, tokens_html
 from engine.core.batch_info import BatchInfo
-from tests.support.fakes import FakeEngine, make_events
+from tests.support.fakes import FakeEngine, make_events, pool_snapshot
 
 MEM = {"device": "cpu", "total_bytes": 2_000_000_000, "total_label": "process RSS", "notes": [], "parts": [
     {"name": "weights", "bytes": 538_060_288, "measured": True, "note": ""},
@@ -86,14 +86,14 @@ class CountingEngine(FakeEngine):
         self.recent_steps = _steps(3)
 
     def stats(self):
-        return {**super().stats(), "batching": True, "running": 2, "waiting": 0, "blocks_total": 40,
-                "blocks_used": 3, "blocks_free": 37, "blocks_cached": 0}
+        return dataclasses.replace(super().stats(), batching=True, running=2, waiting=0,
+                                   blocks_total=40, blocks_used=3, blocks_free=37, blocks_cached=0)
 
     def block_snapshot(self):
         self.snapshots += 1
-        return {"block_size": 16, "num_blocks": 40, "state": ["used"] * 3 + ["free"] * 37,
-                "tables": [{"request_id": "req-0", "blocks": [0, 1], "tokens": 20},
-                           {"request_id": "req-1", "blocks": [2], "tokens": 9}]}
+        return pool_snapshot(block_size=16, num_blocks=40, state=["used"] * 3 + ["free"] * 37,
+                             tables=[{"request_id": "req-0", "blocks": [0, 1], "tokens": 20},
+                                     {"request_id": "req-1", "blocks": [2], "tokens": 9}])
 
 
 def test_one_engine_snapshot_serves_every_streaming_page(tmp_path):

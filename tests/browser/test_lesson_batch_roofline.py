@@ -43,7 +43,7 @@ def set_number(page, elem_id: str, value) -> None:
 def test_batch_lesson_sweeps_five_sizes_through_the_engine(page, engine):
     page.get_by_role("tab", name="Batch size").click()
     set_number(page, "lesson-batch-tokens", 8)
-    finished = engine.stats()["finished"]
+    finished = engine.stats().finished
     page.locator("#lesson-batch-run").click()
     done = wait_until(lambda: "knee" in page.locator("#lesson-batch-status").inner_text(), 600, every=0.5)
     assert done, page.locator("#lesson-batch-status").inner_text()
@@ -56,7 +56,7 @@ def test_batch_lesson_sweeps_five_sizes_through_the_engine(page, engine):
     assert decode["y"] == pytest.approx([b * 1000 / ms for b, ms in zip(latency["x"], latency["y"])],
                                         rel=0.02)
     # 1 + 2 + 4 + 8 + 16 measured sequences and two warm-ups went through the page's engine
-    assert engine.stats()["finished"] - finished >= 33
+    assert engine.stats().finished - finished >= 33
     assert "8 new tokens per sequence" in page.locator("#lesson-batch-status").inner_text()
 
 

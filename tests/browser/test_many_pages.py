@@ -103,7 +103,7 @@ def test_three_pages_at_once_each_see_their_own_answer_and_are_decoded_in_one_ba
               f"{_total_decode_rate(traces) / one:.2f}")
         assert min(together) >= TOKENS // 2, \
             f"of {TOKENS - 1} decode steps, only {together} per page ran with all 3 pages in the batch"
-        assert engine.stats()["running"] == 0
+        assert engine.stats().running == 0
     finally:
         for ctx in contexts:
             ctx.close()

@@ -38,7 +38,7 @@ def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, 
     # greedy counting runs long: 2048 tokens outlast the checks below even on a loaded machine
     raw_greedy(page, page_url, "1, 2, 3, 4, 5,", max_tokens=2048)
     assert "smollm2" in page.content().lower()
-    aborted_before = engine.stats()["aborted"]
+    aborted_before = engine.stats().aborted
     page.locator("#generate-btn").click()
 
     # text streams: token chips and the completion box fill in while the status says "Decoding"
@@ -66,7 +66,7 @@ def test_generate_streams_with_live_panels_then_stop(page_url, browser, engine, 
     # Stop ends the engine's request, not only the display
     page.locator("#stop-btn").click()
     assert wait_until(lambda: "stopped by you" in page.locator("#status").inner_text(), 30)
-    assert engine.stats()["aborted"] == aborted_before + 1
+    assert engine.stats().aborted == aborted_before + 1
     n = page.locator("#tokens .tok").count()
     assert n < 2048
     time.sleep(1.0)
@@ -98,12 +98,12 @@ def test_empty_prompt_shows_a_message_and_the_page_recovers(page_url, browser):
 def test_closing_the_tab_aborts_its_request(page_url, browser, engine):
     page = browser.new_page()
     raw_greedy(page, page_url, "1, 2, 3, 4, 5,")
-    before = engine.stats()["aborted"]
+    before = engine.stats().aborted
     page.locator("#generate-btn").click()
     assert wait_until(lambda: page.locator("#tokens .tok").count() >= 3, 120, every=0.02)
     page.close()
-    assert wait_until(lambda: engine.stats()["aborted"] == before + 1, 40), "closing the tab did not abort"
-    assert engine.stats()["running"] == 0
+    assert wait_until(lambda: engine.stats().aborted == before + 1, 40), "closing the tab did not abort"
+    assert engine.stats().running == 0
 
 
 def test_two_tabs_each_see_their_own_answer(page_url, browser):
@@ -172,7 +172,7 @@ def test_two_browsers_share_decode_steps_and_each_sees_its_own_marked(page_url, 
                 pass
     for page in pages:
         assert wait_until(lambda: page.locator("#generate-btn").is_enabled(), 60)
-    assert wait_until(lambda: engine.stats()["running"] == 0, 30)
+    assert wait_until(lambda: engine.stats().running == 0, 30)
     for ctx in contexts:
         ctx.close()
 

@@ -2,7 +2,6 @@
 request follow from the runner's results alone."""
 
 import threading
-import time
 
 import pytest
 
@@ -54,7 +53,7 @@ def test_one_request_events_and_metrics_with_a_fake_runner(fake, loaded):
     assert m.prefill_tokens_per_s == pytest.approx(n_prompt / m.prefill_time_s)
     # the runner was told to drop the finished request's state; the pool is empty again
     assert runner.released == [out.request_id]
-    assert eng.stats()["blocks_used"] == 0 and eng.stats()["finished"] == 1
+    assert eng.stats().blocks_used == 0 and eng.stats().finished == 1
 
 
 def test_stop_string_ends_the_request_and_frees_its_blocks(fake):
@@ -62,7 +61,7 @@ def test_stop_string_ends_the_request_and_frees_its_blocks(fake):
     out = eng.generate("Say hello.", SamplingParams(temperature=0, max_tokens=50, stop=["world"]))
     assert out.finish_reason is FinishReason.STOP and out.stop_reason == "world"
     assert out.text == " Hello "
-    assert eng.stats()["blocks_used"] == 0 and eng.stats()["running"] == 0
+    assert eng.stats().blocks_used == 0 and eng.stats().running == 0
 
 
 def test_batched_requests_share_steps(fake):

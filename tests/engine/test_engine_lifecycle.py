@@ -1,5 +1,6 @@
 """Engine behaviour around a request's life: stopping, refusing, aborting, failing, releasing."""
 
+import dataclasses
 import threading
 import time
 
@@ -17,7 +18,7 @@ def wait_idle(engine, timeout=30):
     end = time.time() + timeout
     while time.time() < end:
         s = engine.stats()
-        if s["running"] == 0 and s["waiting"] == 0:
+        if s.running == 0 and s.waiting == 0:
             return s
         time.sleep(0.02)
     raise AssertionError(f"engine still busy: {engine.stats()}")
@@ -122,12 +123,12 @@ def test_context_limit_refused_before_prefill(engine):
     assert str(ctx) in msg and "8" in msg
     with pytest.raises(ValueError, match="prompt is empty"):
         engine.submit("   ", GREEDY)
-    assert engine.stats()["waiting"] == 0
+    assert engine.stats().waiting == 0
 
 
 def test_generation_reaching_context_limit_ends_with_length(loaded):
     eng = LLMEngine(loaded, telemetry=False)
-    eng.info.context_len, saved = 40, eng.info.context_len
+    eng.info, saved = dataclasses.replace(eng.info, context_len=40), eng.info
     try:
         h = eng.submit("Tell me a long story.", SamplingParams(temperature=0, max_tokens=None,
                                                                  ignore_eos=True))
@@ -135,7 +136,7 @@ def test_generation_reaching_context_limit_ends_with_length(loaded):
         assert out.finish_reason == "length"
         assert len(out.prompt_token_ids) + len(out.token_ids) == 40
     finally:
-        eng.info.context_len = saved
+        eng.info = saved
         eng.shutdown()
 
 
@@ -151,7 +152,7 @@ def test_abort_mid_decode_frees_cache(engine):
     assert out.finish_reason == "abort"
     assert seen <= 7  # stops within one or two decode steps of the abort
     assert out.kv_cache_bytes > 0  # it had a cache, now released
-    assert wait_idle(engine)["kv_bytes_live"] == 0
+    assert wait_idle(engine).kv_bytes_live == 0
     assert engine.abort(h.request_id) is False
 
 
@@ -212,8 +213,8 @@ def test_injected_exception_fails_one_request_others_in_batch_unharmed(engine, m
     out_ok = other.result(60)
     assert out_ok.finish_reason in ("stop", "length")
     assert out_ok.token_ids == expected.token_ids
-    assert wait_idle(engine)["kv_bytes_live"] == 0
-    assert engine.stats()["blocks_used"] == 0
+    assert wait_idle(engine).kv_bytes_live == 0
+    assert engine.stats().blocks_used == 0
 
 
 def test_nan_logits_error_and_engine_keeps_serving(engine, monkeypatch):
@@ -249,8 +250,8 @@ def test_one_at_a_time_mode_failures(loaded, monkeypatch):
         out_bad = bad.result(60)
         assert out_bad.finish_reason == "error" and "out of memory" in out_bad.error
         assert queued.result(60).finish_reason in ("stop", "length")
-        assert wait_idle(eng)["kv_bytes_live"] == 0
-        assert not eng.stats()["batching"]
+        assert wait_idle(eng).kv_bytes_live == 0
+        assert not eng.stats().batching
     finally:
         eng.shutdown()
 
@@ -261,7 +262,7 @@ def test_queue_full_gives_clear_error(loaded):
     try:
         a = eng.submit("a long one", SamplingParams(max_tokens=200, ignore_eos=True))
         deadline = time.time() + 10
-        while eng.stats()["running"] == 0 and time.time() < deadline:
+        while eng.stats().running == 0 and time.time() < deadline:
             time.sleep(0.01)
         b = eng.submit("waits", GREEDY)
         with pytest.raises(QueueFullError, match="queue is full"):
@@ -315,7 +316,7 @@ def test_out_of_memory_frees_cache(engine, monkeypatch):
                           request_id="oom-1")
     assert out.finish_reason == "error" and "out of memory" in out.error
     s = wait_idle(engine)
-    assert s["kv_bytes_live"] == 0 and s["blocks_used"] == 0
+    assert s.kv_bytes_live == 0 and s.blocks_used == 0
 
 
 def test_pool_is_one_figure_before_and_after_a_request(engine):

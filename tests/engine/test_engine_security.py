@@ -171,4 +171,4 @@ def test_unexpected_exception_reaches_client_without_traceback(engine, caplog, m
     logged = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert out.request_id in logged
     assert any(r.exc_info for r in caplog.records)
-    assert engine.stats()["running"] == 0
+    assert engine.stats().running == 0

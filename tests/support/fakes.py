@@ -4,39 +4,35 @@
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass, field
 
 from engine.output.events import Candidate, RequestOutput, StepEvent
 from engine.output.metrics import RequestMetrics, RequestTimes
 from engine.model.model_spec import ModelSpec
-from engine.protocol import BlockPoolSnapshot, CompileStatus, EngineCapabilities, EngineStats
+from engine.protocol import (BlockPoolSnapshot, BlockTable, CompileStatus, EngineCapabilities,
+                             EngineStats, ModelInfo)
 
 BPT = 46_080  # KV bytes per token of the embedded model in fp32: 2 × 30 × 3 × 64 × 4
 SECRET_PATH = "/srv/secret/weights.bin"  # named by the "crash" script's exception; must never reach a client
 
 
-@dataclass
-class FakeInfo:
-    name: str = "smollm2-135m"
-    source: str = "test"
-    architecture: str = "LlamaForCausalLM"
-    device: str = "cpu"
-    dtype: str = "float32"
-    dtype_bytes: int = 4
-    num_params: int = 134_515_008
-    weights_bytes: int = 538_060_288
-    context_len: int = 8192
-    weights: str = "fp32"
-    weights_note: str = ""
-    kv_dtype: str = "float32"
-    kv_dtype_bytes: int = 4
-    eos_tokens: tuple = ()
-    spec: ModelSpec = field(default_factory=lambda: ModelSpec(
+def pool_snapshot(tables=(), **fields) -> BlockPoolSnapshot:
+    """A :class:`BlockPoolSnapshot` with ``fields``, its ``tables`` given as dicts of
+    :class:`BlockTable`'s fields (``request_id``, ``blocks``, ``tokens``)."""
+    return BlockPoolSnapshot(tables=[BlockTable(**t) for t in tables], **fields)
+
+
+def fake_info(**overrides) -> ModelInfo:
+    """The embedded model's :class:`engine.protocol.ModelInfo` in fp32, with ``overrides``."""
+    spec = ModelSpec(
         name="smollm2-135m", architecture="LlamaForCausalLM", layers=30, heads=9, kv_heads=3,
         head_dim=64, hidden_size=576, intermediate_size=1536, vocab_size=49152,
         max_positions=8192, tie_word_embeddings=True, sliding_window=None, sliding_layers=0,
-        num_params=134_515_008, source="test"))
+        num_params=134_515_008, source="test")
+    fields = dict(name="smollm2-135m", source="test", architecture="LlamaForCausalLM",
+                  device="cpu", dtype="float32", dtype_bytes=4, num_params=134_515_008,
+                  weights_bytes=538_060_288, context_len=8192, spec=spec, weights="fp32",
+                  kv_dtype="float32", kv_dtype_bytes=4)
+    return ModelInfo(**{**fields, **overrides})
 
 
 def memory(kv: int, device: str = "cpu") -> dict:
@@ -161,9 +157,10 @@ class FakeEngine:
     capabilities = EngineCapabilities(supports_traces=True, supports_lessons=True,
                                       supports_cache_salt=True)
     pool_bytes = None
+    remote_view = None
 
     def __init__(self, script: str = "ok"):
-        self.info = FakeInfo()
+        self.info = fake_info()
         self.recent_steps = []
         self.spec = self.info.spec
         self.gpu = None

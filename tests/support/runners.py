@@ -46,5 +46,8 @@ class ScriptedRunner:
     def release(self, request_ids):
         self.released.extend(request_ids)
 
+    def close(self):
+        pass
+
     def recompute(self, ids):
         raise AssertionError("not used")

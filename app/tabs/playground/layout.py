@@ -125,7 +125,7 @@ def _batching(pg, head: str) -> dict:
     """The continuous-batching section: numbers, the live block pool and tables, recent steps."""
     stats, snapshot, steps = pg.batch_data()
     first = batch_view.batch_frame(stats, snapshot, steps, set())
-    show = bool(stats.get("batching"))
+    show = bool(stats.batching)
     gr.Markdown(BATCH_INTRO, elem_id="batching-intro")
     gr.Markdown(PREFIX_SHARED if pg.prefix_cache_shared else PREFIX_PER_SESSION, elem_id="prefix-cache-note")
     b = {"batch_stats": gr.HTML(first["batch_stats"], elem_id="batch-stats")}

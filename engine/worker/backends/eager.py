@@ -27,7 +27,7 @@ class EagerBackend:
 
     Args:
         model: a transformers ``*ForCausalLM`` whose attention goes through transformers'
-            attention interface (Llama, Qwen2, Mistral families); its attention implementation
+            attention interface (:data:`engine.model.families.PAGED_FAMILIES`); its attention implementation
             is switched to the paged function here.
         inputs: the runner's :class:`engine.worker.input_builder.InputBuilder` (its pool and
             device; the static backends build their buffers with it).

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engine.model.families import COMPILED_FAMILIES, compiled_unsupported_reason
 from engine.model.quant.fused import FusedMember
 import engine.worker.compiled.barrier_op  # noqa: F401 - registers the fusion barrier
 from engine.worker.compiled.attention_op import attention_for
 
-FAMILIES = ("llama", "mistral", "qwen2")
-"""``model_type`` values this forward computes (same block layout; Qwen2's q/k/v biases live in
-its linear modules)."""
+FAMILIES = COMPILED_FAMILIES
+"""``model_type`` values this forward computes (:data:`engine.model.families.COMPILED_FAMILIES`)."""
 
 
 def unsupported_reason(model) -> str | None:
@@ -39,7 +39,7 @@ def unsupported_reason(model) -> str | None:
     cfg = model.config
     kind = getattr(cfg, "model_type", "")
     if kind not in FAMILIES:
-        return f"the compiled decode step covers {', '.join(FAMILIES)}, not {kind or 'this model'}"
+        return compiled_unsupported_reason(kind)
     if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) \
             and cfg.sliding_window < getattr(cfg, "max_position_embeddings", 0):
         return "sliding-window attention runs on the eager path"

@@ -79,7 +79,7 @@ frames = list(handlers.generate(pg, "s", "raw", "The capital of France is", [], 
 last = frames[-1]
 print(json.dumps({"torch": "torch" in sys.modules, "text": last["completion"],
                   "status": last["status"], "kv": last["kv_formula"],
-                  "tokens": last["tokens"], "badge": eng.view.badge_html(),
+                  "tokens": last["tokens"], "badge": eng.remote_view.badge_html(),
                   "finished": pg.stats()["finished"]}))
 eng.shutdown()
 """

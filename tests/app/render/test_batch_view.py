@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from app.render import batch as batch_view
 from app.tabs.playground import frames as schema, handlers
 from app.state.playground import Playground
 from engine.core.batch_info import BatchInfo
-from tests.support.fakes import FakeEngine
+from engine.protocol import BlockPoolSnapshot, EngineStats
+from tests.support.fakes import FakeEngine, pool_snapshot
 
-SNAP = {"block_size": 16, "num_blocks": 8,
-        "state": ["used", "used", "used", "cached", "free", "used", "free", "used"],
-        "tables": [{"request_id": "req-1", "blocks": [0, 1, 5], "tokens": 37},   # yours
-                   {"request_id": "req-2", "blocks": [0, 2], "tokens": 20},      # shares block 0 (prefix)
-                   {"request_id": "req-3", "blocks": [7], "tokens": 3}]}
+SNAP = pool_snapshot(block_size=16, num_blocks=8,
+                     state=["used", "used", "used", "cached", "free", "used", "free", "used"],
+                     tables=[{"request_id": "req-1", "blocks": [0, 1, 5], "tokens": 37},   # yours
+                             {"request_id": "req-2", "blocks": [0, 2], "tokens": 20},      # shares block 0
+                             {"request_id": "req-3", "blocks": [7], "tokens": 3}])
 
 
 def step(i, ids, prefill=0, decode=None, **kw):
@@ -42,8 +44,8 @@ def test_pool_html_has_one_square_per_block_with_owner_tooltips():
 
 
 def test_large_pool_draws_several_blocks_per_cell():
-    snap = {"block_size": 16, "state": ["free"] * 5000, "tables": [{"request_id": "a", "blocks": [4999], "tokens": 1}]}
-    snap["state"][4999] = "used"
+    snap = pool_snapshot(block_size=16, state=["free"] * 4999 + ["used"],
+                         tables=[{"request_id": "a", "blocks": [4999], "tokens": 1}])
     cells, per = batch_view.pool_cells(snap, {"a"}, max_cells=1000)
     assert per == 5 and len(cells) == 1000 and cells[-1] == "mine" and cells.count("mine") == 1
     assert "each square is 5 blocks" in batch_view.pool_html(snap, {"a"}, max_cells=1000)
@@ -58,12 +60,12 @@ def test_block_tables_list_yours_first_with_logical_to_physical_chips():
     assert "<sub>0</sub>0</span>" in rows[0] and "<sub>1</sub>2</span>" in rows[0]
     assert "logical block 1 → physical block 2: 4/16 tokens" in rows[0]  # the last block is partial
     assert "bt-shared" in rows[0] and "shared with another request" in rows[0]  # block 0 has two users
-    assert "No request is running" in batch_view.tables_html({"block_size": 16, "state": [], "tables": []}, set())
+    assert "No request is running" in batch_view.tables_html(pool_snapshot(block_size=16, state=[]), set())
 
 
 def test_block_tables_cap_rows_and_chips():
-    snap = {"block_size": 16, "tables": [{"request_id": f"r{i}", "blocks": list(range(40)), "tokens": 640}
-                                         for i in range(12)]}
+    snap = pool_snapshot(block_size=16, tables=[{"request_id": f"r{i}", "blocks": list(range(40)),
+                                                 "tokens": 640} for i in range(12)])
     out = batch_view.tables_html(snap, set(), max_rows=8, max_chips=24)
     assert out.count("<div class='bt-row") == 8 and "4 more running requests" in out and "+16 blocks" in out
 
@@ -115,8 +117,8 @@ def test_strip_keeps_its_legend_with_a_single_kind_of_cell():
 
 
 # ---- numbers and the whole section -----------------------------------------------------------------
-STATS = {"batching": True, "batching_note": "", "running": 2, "waiting": 1, "blocks_total": 728,
-         "blocks_used": 5, "blocks_free": 720, "blocks_cached": 3, "preemptions": 0, "prefix_hit_rate": 0.25}
+STATS = EngineStats(batching=True, batching_note="", running=2, waiting=1, blocks_total=728,
+                    blocks_used=5, blocks_free=720, blocks_cached=3, preemptions=0, prefix_hit_rate=0.25)
 
 
 def test_stats_line_has_the_issue_numbers():
@@ -126,7 +128,7 @@ def test_stats_line_has_the_issue_numbers():
                  "empty</span> <b>717", "KV utilization</span> <b>88%", "preemptions</span> <b>0",
                  "prefix-cache hits</span> <b>25%", "your queue time</span> <b>17.0 ms"):
         assert text in out, text
-    idle = batch_view.stats_html({**STATS, "running": 0}, steps)
+    idle = batch_view.stats_html(dataclasses.replace(STATS, running=0), steps)
     assert "KV utilization</span> <b>–" in idle and "your queue time" not in idle
 
 
@@ -134,14 +136,15 @@ def test_kv_utilization_counts_a_shared_prefix_block_once():
     # req-1: 37 tokens in blocks 0, 1, 5 (16 + 16 + 5); req-2: 20 tokens in 0, 2 (block 0 shared, + 4);
     # req-3: 3 tokens in block 7; used blocks: 0, 1, 2, 5, 7 -> (16 + 16 + 4 + 5 + 3) / (5 * 16)
     assert batch_view.kv_utilization(SNAP) == (16 + 16 + 4 + 5 + 3) / 80
-    assert batch_view.kv_utilization({"block_size": 16, "state": ["free"], "tables": []}) is None
-    out = batch_view.batch_frame({**STATS, "running": 3}, SNAP, [step(1, ["req-1"], kv_utilization=1.04)], set())
+    assert batch_view.kv_utilization(pool_snapshot(block_size=16, state=["free"])) is None
+    out = batch_view.batch_frame(dataclasses.replace(STATS, running=3), SNAP, [step(1, ["req-1"], kv_utilization=1.04)], set())
     assert "KV utilization</span> <b>55%" in out["batch_stats"]  # not the engine's double-counted 104%
 
 
 def test_batch_frame_shows_the_note_when_the_model_cannot_batch():
-    frame = batch_view.batch_frame({"batching": False, "batching_note": "gpt2 architecture is served one "
-                                    "request at a time"}, {}, [], set())
+    frame = batch_view.batch_frame(EngineStats(batching=False, batching_note="gpt2 architecture is "
+                                               "served one request at a time"),
+                                   BlockPoolSnapshot.empty(), [], set())
     assert "gpt2 architecture" in frame["batch_stats"] and frame["pool"] == ""
     full = batch_view.batch_frame(STATS, SNAP, [step(1, ["req-1"])], {"req-1"})
     assert set(full) == set(schema.BATCH_KEYS) and "bp-mine" in full["pool"]
@@ -156,12 +159,12 @@ class BatchingFake(FakeEngine):
         self.recent_steps = [step(1, ["req-0", "other-7"])]
 
     def stats(self):
-        return {**super().stats(), **STATS}
+        return dataclasses.replace(STATS, finished=super().stats().finished, queue_max=32)
 
     def block_snapshot(self):
-        return {"block_size": 16, "num_blocks": 4, "state": ["used", "used", "free", "free"],
-                "tables": [{"request_id": "req-0", "blocks": [0], "tokens": 10},
-                           {"request_id": "other-7", "blocks": [1], "tokens": 5}]}
+        return pool_snapshot(block_size=16, num_blocks=4, state=["used", "used", "free", "free"],
+                             tables=[{"request_id": "req-0", "blocks": [0], "tokens": 10},
+                                     {"request_id": "other-7", "blocks": [1], "tokens": 5}])
 
 
 def test_session_request_ids_belong_to_their_session(tmp_path):
@@ -230,10 +233,10 @@ def test_pool_picture_of_an_engine_pool_drawn_in_cells():
     blocks, not cells, and a request's blocks land in the right square."""
     from app.render.batch import PoolPicture
 
-    snapshot = {"block_size": 16, "num_blocks": 200_000, "blocks_per_cell": 49,
-                "state": ["used"] + ["free"] * 4081,
-                "tables": [{"request_id": "r1", "blocks": [0, 1, 2], "tokens": 40},
-                           {"request_id": "r2", "blocks": [199_999], "tokens": 3}]}
+    snapshot = pool_snapshot(block_size=16, num_blocks=200_000, blocks_per_cell=49,
+                             state=["used"] + ["free"] * 4081,
+                             tables=[{"request_id": "r1", "blocks": [0, 1, 2], "tokens": 40},
+                                     {"request_id": "r2", "blocks": [199_999], "tokens": 3}])
     pic = PoolPicture(snapshot, max_cells=4096)
     html = pic.html({"r2"})
     assert "200,000 blocks" in html and "each square is 49 blocks" in html

@@ -1,7 +1,7 @@
 """The formulas under the stat cards and in the KV panel, written out with a run's own numbers."""
 
 from app.render import cards
-from tests.support.fakes import FakeInfo
+from tests.support.fakes import fake_info
 
 FINAL = {"ttft_s": 0.2, "tpot_s": 0.04, "decode_tokens_per_s": 25.0, "prefill_tokens_per_s": 85.0,
          "e2e_s": 8.17, "queue_time_s": 0.0, "prompt_tokens": 640, "output_tokens": 200,
@@ -29,10 +29,10 @@ def test_cards_show_computed_and_cached_prompt_tokens_apart():
 
 
 def test_kv_panel_says_why_the_cache_holds_n_minus_one_output_tokens():
-    html = cards.kv_formula_html(FakeInfo(), tokens=12 + 5 - 1, prompt_tokens=12, output_tokens=5)
+    html = cards.kv_formula_html(fake_info(), tokens=12 + 5 - 1, prompt_tokens=12, output_tokens=5)
     assert "16 tokens = 12 prompt + (N − 1) = 4 output tokens, not N = 5" in html
     assert "next step takes it as input" in html
-    assert "kv-why" not in cards.kv_formula_html(FakeInfo(), tokens=20, prompt_tokens=12, output_tokens=5)
+    assert "kv-why" not in cards.kv_formula_html(fake_info(), tokens=20, prompt_tokens=12, output_tokens=5)
 
 
 def test_latency_is_checked_against_the_sum_of_the_step_times(engine):

@@ -71,26 +71,26 @@ def test_two_clients_get_their_own_answers(served, engine):
 
 def test_cancel_aborts_the_engine_request(served, engine):
     pg, url = served
-    before = engine.stats()["aborted"]
+    before = engine.stats().aborted
     job = Client(url, verbose=False).submit(prompt="1, 2, 3, 4, 5,", raw=True, temperature=0,
                                             max_tokens=300, api_name="/generate")
     assert wait_for(lambda: len(job.outputs()) >= 2, 120), "no streamed output"
     job.cancel()
-    assert wait_for(lambda: engine.stats()["aborted"] == before + 1, 30), engine.stats()
+    assert wait_for(lambda: engine.stats().aborted == before + 1, 30), engine.stats()
     assert wait_for(lambda: pg.active_count() == 0, 10)
     stats = engine.stats()
-    assert stats["running"] == 0 and stats.get("kv_bytes_live", 0) == 0
+    assert stats.running == 0 and stats.kv_bytes_live == 0
 
 
 def test_stop_endpoint_ends_the_request_early(served, engine):
     _, url = served
     client = Client(url, verbose=False)
-    before = engine.stats()["aborted"]
+    before = engine.stats().aborted
     job = client.submit(prompt="1, 2, 3, 4, 5,", raw=True, temperature=0, max_tokens=300, api_name="/generate")
     assert wait_for(lambda: len(job.outputs()) >= 2, 120)
     assert client.predict(api_name="/stop") is True
     text = job.result(timeout=60)
-    assert engine.stats()["aborted"] == before + 1
+    assert engine.stats().aborted == before + 1
     assert 0 < len(text) < 600  # far fewer than 300 tokens of counting
     stats = client.predict(api_name="/stats")
     assert stats["rolling"]["aborted"] >= 1 and stats["model"]["name"] == engine.info.name
@@ -163,7 +163,6 @@ def test_python_m_app_prints_progress_and_url_then_serves(tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     from tests.support.servers import free_port
 

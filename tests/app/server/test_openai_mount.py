@@ -31,14 +31,14 @@ def test_v1_routes_share_the_pages_engine(page, engine):
     assert mount_api(demo.server_app, engine, host="127.0.0.1") is None
     assert httpx.get(url).status_code == 200  # the page still answers at /
     client = openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key="x", max_retries=0)
-    finished = engine.stats()["finished"]
+    finished = engine.stats().finished
     r = client.chat.completions.create(model="smollm2-135m", max_tokens=5, temperature=0,
                                        messages=[{"role": "user", "content": "Say hi."}])
     ref = engine.generate([{"role": "user", "content": "Say hi."}],
                           SamplingParams(temperature=0, max_tokens=5))
     assert r.choices[0].message.content == ref.text
     assert r.usage.completion_tokens == len(ref.token_ids)
-    assert engine.stats()["finished"] >= finished + 2  # the API's request ran in the page's engine
+    assert engine.stats().finished >= finished + 2  # the API's request ran in the page's engine
     text = httpx.get(url.rstrip("/") + "/metrics").text
     assert "playground_generation_tokens_total" in text
     assert "playground_prefix_cache_hits_total" not in text  # per-session prefix caches: hidden

@@ -6,6 +6,7 @@ so these tests need no model.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 
@@ -22,8 +23,9 @@ from tests.support.servers import launch
 # ---- 2. prefix cache: a secret salt per session unless shared ----------------------------------
 class PrefixFake(FakeEngine):
     def stats(self):
-        return {**super().stats(), "batching": True, "blocks_total": 64, "blocks_used": 0, "blocks_free": 64,
-                "blocks_cached": 8, "block_size": 16, "preemptions": 0, "prefix_hit_rate": 0.42}
+        return dataclasses.replace(super().stats(), batching=True, blocks_total=64, blocks_used=0,
+                                   blocks_free=64, blocks_cached=8, block_size=16, preemptions=0,
+                                   prefix_hit_rate=0.42)
 
 
 def test_each_session_gets_its_own_secret_salt(tmp_path):

@@ -83,7 +83,7 @@ def test_the_handler_streams_beams_and_refuses_bad_values(engine):
     assert html.count("class='decoding-col'") == 2 and "Finished" in status
     (_, status), = list(run(pg, "s1", "beam", "hi", 0, 0.8, 8, 1.0, "false", -1))
     assert "width must be in [1, 8]" in status
-    assert engine.stats()["blocks_used"] == 0 and not pg.session_busy("s1")
+    assert engine.stats().blocks_used == 0 and not pg.session_busy("s1")
 
 
 def test_the_tab_builds():

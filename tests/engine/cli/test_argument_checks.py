@@ -65,7 +65,7 @@ def test_generate_endpoint_refuses_raw_with_a_system_prompt(generate, engine):
     with pytest.raises(gr.Error, match="system_prompt"):
         next(generate("Continue: 1, 2, 3,", temperature=0, max_tokens=4, raw=True,
                       system_prompt="Answer in French."))
-    assert engine.stats()["finished"] == before["finished"]  # nothing reached the engine
+    assert engine.stats().finished == before.finished  # nothing reached the engine
     # either alone is served
     assert list(generate("Continue: 1, 2, 3,", temperature=0, max_tokens=4, raw=True))[-1]
     assert list(generate("Say hi.", temperature=0, max_tokens=4,

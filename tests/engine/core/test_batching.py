@@ -51,8 +51,8 @@ def test_prefix_cache_hits_give_the_same_tokens(loaded):
         want = [plain.generate(c, GREEDY).token_ids for c in chats]
         got = [cached.generate(c, GREEDY) for c in chats]
         stats = cached.stats()
-        assert plain.stats()["prefix_hit_rate"] == 0
-        assert stats["prefix_hit_rate"] > 0.3
+        assert plain.stats().prefix_hit_rate == 0
+        assert stats.prefix_hit_rate > 0.3
         # the second and third requests skipped the shared system prompt's full blocks
         n_prompt = len(got[1].prompt_token_ids)
         assert cached_tokens(got[1]) >= 64 and cached_tokens(got[1]) < n_prompt
@@ -89,8 +89,8 @@ def test_preemption_when_blocks_run_out(loaded, solo):
         hs = [eng.submit(p, GREEDY) for p in ps]
         outs = [h.result(300) for h in hs]
         st = eng.stats()
-        assert st["preemptions"] >= 1
-        assert st["blocks_used"] == 0 and st["blocks_free"] == 12
+        assert st.preemptions >= 1
+        assert st.blocks_used == 0 and st.blocks_free == 12
         for p, want, got in zip(ps, solo[:4], outs):
             assert got.finish_reason in ("stop", "length")
             assert_same_or_tie(loaded, p, want.token_ids, got.token_ids)
@@ -124,8 +124,8 @@ def test_reserved_but_unused_kv_is_under_one_block_per_sequence(engine):
     def watch():
         while not stop.is_set():
             snap = engine.block_snapshot()
-            for t in snap["tables"]:
-                seen.append(len(t["blocks"]) * snap["block_size"] - t["tokens"])
+            for t in snap.tables:
+                seen.append(len(t.blocks) * snap.block_size - t.tokens)
             time.sleep(0.01)
 
     w = threading.Thread(target=watch)
@@ -135,14 +135,14 @@ def test_reserved_but_unused_kv_is_under_one_block_per_sequence(engine):
     stop.set()
     w.join()
     assert seen and max(seen) < 16  # blocks are taken on demand, one at a time
-    assert engine.stats()["blocks_used"] == 0
+    assert engine.stats().blocks_used == 0
 
 
 def test_architecture_without_paged_support_runs_one_at_a_time(loaded, monkeypatch):
     monkeypatch.setattr(loaded.model.config, "model_type", "gpt2")
     eng = LLMEngine(loaded, telemetry=False)
     try:
-        assert not eng.paged and "one request at" in eng.stats()["batching_note"]
+        assert not eng.paged and "one request at" in eng.stats().batching_note
         a = eng.submit("one", SamplingParams(temperature=0, max_tokens=6))
         b = eng.submit("two", SamplingParams(temperature=0, max_tokens=6))
         assert a.result(60).finish_reason in ("stop", "length")

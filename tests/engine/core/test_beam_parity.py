@@ -73,7 +73,7 @@ def test_best_beam_equals_hf_beam_search(engine, loaded, prompt_ids, name, k):
         assert got.finish_reason == "stop" and len(got.token_ids) < NEW_TOKENS
         assert got.token_ids[-1] in loaded.eos_token_ids
     st = engine.stats()
-    assert st["running"] == 0 and st["blocks_used"] == 0
+    assert st.running == 0 and st.blocks_used == 0
 
 
 @pytest.mark.slow
@@ -122,4 +122,4 @@ def test_beams_stream_a_view_with_shared_blocks(engine):
     assert mid["logical_tokens"] == 4 * (len(out.prompt_token_ids) + lengths.pop())
     assert any(v["pruned"] for v in views)  # some beam died along the way
     assert events[-1].finish_reason == out.finish_reason
-    assert engine.stats()["blocks_used"] == 0
+    assert engine.stats().blocks_used == 0

@@ -44,7 +44,7 @@ def small_beside(engine, heavy) -> float:
     """Seconds the small request took while ``heavy`` ran. Checks that it finished first and
     that every step it was in also fed the heavy request at most one capped chunk."""
     end = time.monotonic() + 60
-    while engine.stats()["running"] < 1 and time.monotonic() < end:
+    while engine.stats().running < 1 and time.monotonic() < end:
         time.sleep(0.01)  # the heavy request's first step is under way
     time.sleep(0.1)
     t = time.perf_counter()

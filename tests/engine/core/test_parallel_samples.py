@@ -43,7 +43,7 @@ def test_each_seeded_sample_equals_its_one_sequence_run(engine, loaded):
         assert deltas == o.text
     assert out.text == out.outputs[0].text and out.token_ids == out.outputs[0].token_ids
     assert len({tuple(o.token_ids) for o in out.outputs}) == 3
-    assert engine.stats()["blocks_used"] == 0
+    assert engine.stats().blocks_used == 0
 
 
 def test_best_of_keeps_the_n_most_likely(engine):
@@ -70,8 +70,8 @@ def test_abort_and_preemption_return_every_block(loaded):
         assert all(len(o.outputs) == 4 for o in outs)
         assert all(o.finish_reason in ("stop", "length") for o in outs)
         st = eng.stats()
-        assert st["preemptions"] >= 1
-        assert st["blocks_used"] == 0 and st["blocks_free"] == 24
+        assert st.preemptions >= 1
+        assert st.blocks_used == 0 and st.blocks_free == 24
         assert sum(b.ref_count for b in eng.block_manager.blocks) == 0
         # after preemption each sample still equals its one-sequence run
         want = eng.generate(f"{PROMPT} Number 1.", SamplingParams(
@@ -133,7 +133,7 @@ def test_parallel_samples_case_of_the_batch_experiment(engine):
     assert g["peak_blocks_used"] < x["peak_blocks_used"]
     assert res["blocks_ratio"] == g["peak_blocks_used"] / x["peak_blocks_used"]
     assert res["throughput_ratio"] == g["throughput_tokens_per_s"] / x["throughput_tokens_per_s"]
-    assert engine.stats()["blocks_used"] == 0
+    assert engine.stats().blocks_used == 0
 
 
 def test_a_stop_string_ends_each_sample_on_its_own(engine):
@@ -149,4 +149,4 @@ def test_a_stop_string_ends_each_sample_on_its_own(engine):
         assert len(ended) == 1 and ended[0].finish_reason == o.finish_reason
     assert any(o.finish_reason == "stop" for o in out.outputs)
     assert out.deltas and "".join(out.deltas) == out.text
-    assert engine.stats()["blocks_used"] == 0
+    assert engine.stats().blocks_used == 0

@@ -64,6 +64,6 @@ def test_batched_tokens_equal_hf_generate(family_model):
         assert max(e.batch_size for h in handles for e in h.events) > 1
         for out in outs:
             assert out.token_ids == hf_greedy(lm, out.prompt_token_ids), family
-        assert eng.stats()["blocks_used"] == 0
+        assert eng.stats().blocks_used == 0
     finally:
         eng.shutdown()

@@ -58,7 +58,7 @@ def test_32_clients_5_requests_each(engine, tmp_path):
 
         def watch() -> None:
             while not stop.is_set():
-                peak["running"] = max(peak["running"], engine.stats()["running"])
+                peak["running"] = max(peak["running"], engine.stats().running)
                 time.sleep(0.02)
 
         watcher = threading.Thread(target=watch)
@@ -77,11 +77,11 @@ def test_32_clients_5_requests_each(engine, tmp_path):
         assert not wrong, f"{len(wrong)} answers differ from their own request's solo answer"
         assert peak["running"] >= 8  # the requests really ran together
         deadline = time.time() + 30
-        while engine.stats()["running"] and time.time() < deadline:
+        while engine.stats().running and time.time() < deadline:
             time.sleep(0.05)
         st = engine.stats()
-        assert st["blocks_used"] == 0 and st["blocks_free"] == st["blocks_total"]
-        assert st["running"] == 0 and st["waiting"] == 0 and pg.active_count() == 0
+        assert st.blocks_used == 0 and st.blocks_free == st.blocks_total
+        assert st.running == 0 and st.waiting == 0 and pg.active_count() == 0
         time.sleep(1.0)  # the engine trims freed memory when it goes idle
         gc.collect()
         rss_after = proc.memory_info().rss

@@ -68,12 +68,12 @@ def test_queue_full_is_429_and_frees_the_choices_already_queued(loaded):
             assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
             eng_idle = eng.stats()
             for _ in range(100):  # the choices submitted before the refusal are aborted
-                if eng_idle["running"] == eng_idle["waiting"] == 0:
+                if eng_idle.running == eng_idle.waiting == 0:
                     break
                 time.sleep(0.05)
                 eng_idle = eng.stats()
-            assert eng_idle["running"] == eng_idle["waiting"] == 0
-            assert eng_idle["blocks_used"] == 0
+            assert eng_idle.running == eng_idle.waiting == 0
+            assert eng_idle.blocks_used == 0
             app.state.serve.closing = True
             r = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=60)
             assert r.status_code == 503 and r.json()["error"]["code"] == "shutting_down"

@@ -106,7 +106,7 @@ def test_bucket_padding_never_reaches_outputs_or_kv_accounting(int4, no_compiler
             assert o.kv_cache_bytes == r.kv_cache_bytes
             tokens = len(encode_prompt(int4.tokenizer, p)) + len(o.token_ids) - 1
             assert o.kv_cache_bytes == per_token * tokens
-        assert eng.stats()["blocks_used"] == 0            # everything returned to the pool
+        assert eng.stats().blocks_used == 0            # everything returned to the pool
     finally:
         eng.shutdown()
         ref.shutdown()

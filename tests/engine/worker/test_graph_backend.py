@@ -70,7 +70,7 @@ def test_graph_backend_static_buffers_give_the_same_tokens(graph_engine, engine)
     before = dict(buffers)
     assert run(graph_engine) == want
     assert buffers and len(buffers) > len(before)
-    assert graph_engine.stats()["blocks_used"] == 0
+    assert graph_engine.stats().blocks_used == 0
 
 
 @pytest.mark.gpu

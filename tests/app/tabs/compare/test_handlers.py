@@ -1,5 +1,6 @@
 """The Compare tab's handler, engines and API on fake engines: frames, salts, variants, refusals."""
 
+import dataclasses
 import json
 
 import gradio as gr
@@ -74,8 +75,9 @@ def test_the_live_log_names_the_tabs_own_panels_and_carries_changes(tmp_path):
 class _Variant(FakeEngine):
     def __init__(self, weights, kv):
         super().__init__()
-        self.info.weights, self.info.kv_dtype = weights, kv if kv != "auto" else "bfloat16"
-        self.info.weights_bytes = {"int4": 94_835_584, "bf16": 325_653_376}.get(weights, 1)
+        self.info = dataclasses.replace(
+            self.info, weights=weights, kv_dtype=kv if kv != "auto" else "bfloat16",
+            weights_bytes={"int4": 94_835_584, "bf16": 325_653_376}.get(weights, 1))
         self.shut = False
 
     def shutdown(self):

@@ -19,10 +19,6 @@ from tests.support.fakes import FakeEngine
 class RemoteFake(FakeEngine):
     capabilities = EngineCapabilities(remote=True)
 
-    def __init__(self):
-        super().__init__()
-        self.info.remote = None  # what a remote engine's info names for its panels
-
     def submit(self, prompt, params, raw=False, use_kv_cache=True, *, request_id=None):
         return super().submit(prompt, params, raw, use_kv_cache, request_id=request_id)
 
