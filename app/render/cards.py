@@ -215,7 +215,7 @@ def decode_step_html(status) -> str:
             top = max(ready)
             padded = (f"; batch 1 runs padded to {min(ready)} rows until its own graph is ready"
                       if 1 not in ready else "")
-            above = f", <b>eager</b> above meanwhile" if top < max(buckets) else ""
+            above = ", <b>eager</b> above meanwhile" if top < max(buckets) else ""
             text = (f"decode step: <b>compiled</b> for batches up to {top}{above}{padded} ({progress})")
         else:
             text = (f"decode step: <b>eager</b> meanwhile, a few times slower per token ({progress})")
