@@ -150,7 +150,7 @@ class LLMEngine(EngineViews):
             prompt, params, raw=raw, use_kv_cache=use_kv_cache, request_id=request_id,
             cache_salt=cache_salt, source=source, speculative=speculative,
             num_speculative_tokens=num_speculative_tokens)
-        rid = seq.group_id
+        rid = seq.request_id
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
         with self._lock:
@@ -173,7 +173,7 @@ class LLMEngine(EngineViews):
             True if the request was waiting or running, False if unknown or already finished.
         """
         with self._lock:
-            if not any(s.group_id == request_id for s in self.scheduler.all_sequences()):
+            if not any(s.request_id == request_id for s in self.scheduler.all_sequences()):
                 return False
             self._loop.abort([request_id])
             return True
@@ -245,14 +245,14 @@ class LLMEngine(EngineViews):
             finished = self.scheduler.update_from_output(scheduler_output, runner_output)
             stopped = self.output_processor.process(scheduler_output, runner_output, batch,
                                                     memory)
-            finished += self.scheduler.finish_requests(stopped, FinishReason.STOP)
+            finished += self.scheduler.finish_sequences(stopped, FinishReason.STOP)
             self._finish(finished)
             self.recent_steps.append(batch)
         return True
 
     def _finish(self, seqs: list[Sequence]) -> None:
         """Free the caches of finished sequences and hand their outputs to their callers."""
-        self.runner.release([s.request_id for s in seqs])
+        self.runner.release([s.seq_id for s in seqs])
         self.structured.release(seqs)
         if self.drafter is not None:
             for s in seqs:

@@ -98,7 +98,7 @@ class InputProcessor:
                 gen = torch.Generator(device=self.device).manual_seed(params.seed)
             spec = spec_state_for(self.config, params, speculative, num_speculative_tokens,
                                   self.paged and use_kv_cache, self.drafter, rid)
-            seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
+            seq = Sequence(seq_id=rid, prompt_ids=prompt_ids, params=params,
                            use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
                            cache_salt=cache_salt, source=source, spec=spec)
         self.structured.attach(seq, structured)

@@ -90,7 +90,7 @@ class Scheduler:
         Returns 0 when it runs, has finished, or is unknown.
         """
         for i, seq in enumerate(self.waiting):
-            if request_id in (seq.request_id, seq.group_id):
+            if seq.request_id == request_id:
                 return i + len(self.running)
         return 0
 
@@ -294,7 +294,7 @@ class Scheduler:
             seq.num_scheduled = 0
             if seq.is_finished:  # aborted while the step ran
                 continue
-            error = model_runner_output.errors.get(seq.request_id)
+            error = model_runner_output.errors.get(seq.seq_id)
             if error is not None:
                 seq.error = error
                 for s in self._unit(seq):  # a sample or beam fails its whole request
@@ -315,7 +315,7 @@ class Scheduler:
             if seq.group is not None:  # forks, beam ranking: once per group, below
                 groups.setdefault(id(seq.group), (seq.group, []))[1].append(seq)
                 continue
-            sample = model_runner_output.sampled.get(seq.request_id)
+            sample = model_runner_output.sampled.get(seq.seq_id)
             if sample is None:
                 continue
             if seq.spec is not None and e.phase == "decode":
@@ -368,8 +368,8 @@ class Scheduler:
         """Bookkeeping of a step that verified drafts: append the accepted drafts and the
         model's token (stops checked after each), roll back the rejected drafts' KV blocks,
         key the newly full blocks."""
-        _, reason = accept_tokens(seq, e, runner_output.spec_accepted.get(seq.request_id, []),
-                                  runner_output.sampled[seq.request_id], self._check_stop)
+        _, reason = accept_tokens(seq, e, runner_output.spec_accepted.get(seq.seq_id, []),
+                                  runner_output.sampled[seq.seq_id], self._check_stop)
         if reason is not None:
             self._finish(seq, reason)
             finished.append(seq)
@@ -389,13 +389,28 @@ class Scheduler:
         return None
 
     def finish_requests(self, request_ids, reason: FinishReason) -> list[Sequence]:
-        """End these requests now (abort, a stop string, shutdown) and free their blocks.
+        """End these requests now, every sequence of each (abort, shutdown), and free their
+        blocks.
 
         Returns:
             The sequences that were waiting or running (unknown or finished ids are skipped).
         """
         ids = set(request_ids)
-        done = [s for s in self.all_sequences() if s.request_id in ids or s.group_id in ids]
+        return self._finish_now([s for s in self.all_sequences() if s.request_id in ids],
+                                reason)
+
+    def finish_sequences(self, seq_ids, reason: FinishReason) -> list[Sequence]:
+        """End these sequences now and free their blocks: a stop string ends one sample of a
+        group, not its request (a one-sequence request's ``seq_id`` is its request id).
+
+        Returns:
+            The sequences that were waiting or running (unknown or finished ids are skipped).
+        """
+        ids = set(seq_ids)
+        return self._finish_now([s for s in self.all_sequences() if s.seq_id in ids], reason)
+
+    def _finish_now(self, done: list[Sequence], reason: FinishReason) -> list[Sequence]:
+        """Finish ``done`` with ``reason``; a failure or an abort marks their groups too."""
         for seq in done:
             if seq.group is not None and not FinishReason(reason).ok:
                 seq.group.aborted = seq.group.aborted or FinishReason(reason)
@@ -447,7 +462,7 @@ class Scheduler:
         b = self.bm.stats()
         return BatchInfo(
             step_id=step_id, start_s=start_s,
-            request_ids=[e.seq.request_id for e in entries],
+            request_ids=[e.seq.seq_id for e in entries],
             new_tokens=[e.num_new for e in entries],
             phases=[e.phase for e in entries],
             prefill_tokens=sum(e.num_new for e in entries if e.phase == "prefill"),

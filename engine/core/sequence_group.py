@@ -37,7 +37,7 @@ class SequenceGroup:
         seqs: every sequence the group has had, in creation order (finished ones stay).
         forked: the prompt's sequence has forked (samples) or the first beam step ran.
         beam: the ranking state with beam search, else ``None``.
-        pending: candidates of beams that reached their last token, kept until every live
+        pending: candidates of beams that reached their last token (by sequence id), kept until every live
             beam of the group has its own (a step's token budget may split them).
         pruned: beams that died, newest last: ``{"index", "token_ids", "logprob", "step"}``.
         steps: beam steps ranked so far.
@@ -99,7 +99,7 @@ def new_group(request_id: str, prompt_ids: list[int], params: SamplingParams, ge
         eos = () if params.ignore_eos else set(eos_ids) | set(params.stop_token_ids)
         group.beam = BeamSearch(params.num_beams, params.length_penalty, params.early_stopping,
                                 max_new, eos)
-    seq = Sequence(request_id=f"{request_id}#0", prompt_ids=prompt_ids, params=params,
+    seq = Sequence(seq_id=f"{request_id}#0", prompt_ids=prompt_ids, params=params,
                    context_len=context_len, generator=group.generators[0] if generators else None,
                    group=group, index=0, **seq_options)
     group.seqs.append(seq)
@@ -109,7 +109,7 @@ def new_group(request_id: str, prompt_ids: list[int], params: SamplingParams, ge
 def fork(bm, parent: Sequence, index: int, generator=None) -> Sequence:
     """A new sequence of ``parent``'s group with the same tokens, sharing all its blocks."""
     g = parent.group
-    child = Sequence(request_id=f"{g.request_id}#{index}", prompt_ids=parent.prompt_ids,
+    child = Sequence(seq_id=f"{g.request_id}#{index}", prompt_ids=parent.prompt_ids,
                      params=parent.params, use_kv_cache=parent.use_kv_cache,
                      context_len=parent.context_len, generator=generator,
                      cache_salt=parent.cache_salt, source=parent.source, status=SequenceStatus.RUNNING,
@@ -212,14 +212,14 @@ def group_step(group: SequenceGroup, stepped: list[Sequence], running: list[Sequ
         return _beam_step(group, stepped, running, runner_output, bm)
     out = GroupStep()
     for seq in stepped:
-        draws = runner_output.group_samples.get(seq.request_id)
+        draws = runner_output.group_samples.get(seq.seq_id)
         if draws is not None:  # the prompt's sequence: fork into best_of samples
             group.forked = True
             seqs = [seq] + [fork(bm, seq, k, group.generators[k]) for k in range(1, len(draws))]
             out.forked += seqs[1:]
             out.samples += zip(seqs, draws)
         else:
-            sample = runner_output.sampled.get(seq.request_id)
+            sample = runner_output.sampled.get(seq.seq_id)
             if sample is not None:
                 out.samples.append((seq, sample))
     return out
@@ -229,16 +229,16 @@ def _beam_step(group: SequenceGroup, stepped, running, runner_output, bm) -> Gro
     """Rank a beam step once every live beam has its candidates: fork the continued beams,
     give each beam its token, and name the beams that end."""
     for seq in stepped:
-        cands = runner_output.beam_candidates.get(seq.request_id)
+        cands = runner_output.beam_candidates.get(seq.seq_id)
         if cands is not None:
-            group.pending[seq.request_id] = cands
+            group.pending[seq.seq_id] = cands
     out = GroupStep()
     live = [s for s in running if s.group is group]
-    if not live or any(s.request_id not in group.pending for s in live):
+    if not live or any(s.seq_id not in group.pending for s in live):
         return out
     live.sort(key=lambda s: -s.cumulative_logprob)
     step = group.beam.step([(s.output_ids, s.cumulative_logprob) for s in live],
-                           [group.pending[s.request_id] for s in live])
+                           [group.pending[s.seq_id] for s in live])
     group.pending.clear()
     group.forked = True
     group.steps += 1
