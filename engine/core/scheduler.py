@@ -28,8 +28,8 @@ from engine.core.batch_info import BatchInfo
 from engine.core.finish_reason import FinishReason
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.core.sequence import Sequence, SequenceStatus
-from engine.core.sequence_group import (GroupStep, beam_view, group_admission, group_step,
-                                         preemption_unit, seats)
+from engine.core.sequence_group import (GroupStep, SequenceGroup, beam_view, group_admission,
+                                         group_step, preemption_unit, seats)
 from engine.errors import QueueFullError
 from engine.worker.runner_output import ModelRunnerOutput
 from engine.spec_decode.scheduling import accept_tokens, draft_tokens
@@ -276,7 +276,7 @@ class Scheduler:
         (:func:`engine.spec_decode.scheduling.accept_tokens`), a grammar's forced tokens
         (:func:`engine.structured.bookkeeping.append_forced`), and a group's forks, samples and
         beam ranking (:func:`engine.core.sequence_group.group_step`). Stop *strings* need the
-        text, so the output processor checks them and the engine calls :meth:`finish_requests`.
+        text, so the output processor checks them and the engine calls :meth:`finish_sequences`.
 
         Args:
             scheduler_output: what :meth:`schedule` returned for the step.
@@ -342,7 +342,8 @@ class Scheduler:
             self._finish(seq, reason)
             finished.append(seq)
 
-    def _apply_group_step(self, group, step: GroupStep, finished: list[Sequence]) -> None:
+    def _apply_group_step(self, group: SequenceGroup, step: GroupStep,
+                          finished: list[Sequence]) -> None:
         """Apply a group's :class:`engine.core.sequence_group.GroupStep`: forks join the running
         set, sampled tokens are appended (stops checked), ended beams finish; a ranked beam
         step then refreshes the group's beam view (with the ended beams' blocks freed)."""
