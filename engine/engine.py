@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import logging
 import threading
 import time
 from collections import deque
@@ -15,28 +14,23 @@ from concurrent.futures import Future
 import torch
 
 from engine.config import EngineConfig
+from engine.engine_loop import EngineLoop
 from engine.engine_views import EngineViews
 from engine.core.batch_info import BatchInfo
 from engine.core.finish_reason import FinishReason
-from engine.core.sequence import SOURCES, Sequence
-from engine.errors import EngineShutdownError
-from engine.heap import freeze_long_lived, thaw
+from engine.core.sequence import Sequence
+from engine.heap import thaw
+from engine.input_processor import InputProcessor
 from engine.model.model_info import LoadedModel
 from engine.model.special_tokens import special_token_ids
-from engine.model.prompt import check_fits, encode_prompt
-from engine.model.prompt_bytes import (check_prompt_bytes, check_prompt_prefix,
-                                       longest_token_bytes)
+from engine.model.prompt_bytes import longest_token_bytes
 from engine.output.events import RequestOutput
 from engine.output.handle import RequestHandle
 from engine.output.output_processor import OutputProcessor
-from engine.core.sequence_group import new_group
-from engine.params import SamplingParams, sample_seed
-from engine.spec_decode.spec_state import spec_state_for
+from engine.params import SamplingParams
 from engine.structured.engine_part import StructuredOutputs
-from engine.wiring import build_parts, note_pool, release_free_memory
+from engine.wiring import build_parts, note_pool
 from engine.worker.kv_pool import kv_dtype_name
-
-log = logging.getLogger("engine")
 
 
 class LLMEngine(EngineViews):
@@ -46,6 +40,9 @@ class LLMEngine(EngineViews):
     :meth:`step`: ``scheduler.schedule()`` -> ``runner.execute()`` (forward pass and sampling)
     -> ``scheduler.update_from_output()`` (all bookkeeping) -> ``output_processor.process()``
     (text, stop strings, events, outputs). Data flows one way; only this class calls them.
+    Around the step: :class:`engine.input_processor.InputProcessor` checks and builds a
+    submitted request on the caller's thread, and :class:`engine.engine_loop.EngineLoop` runs
+    the thread and takes aborts, calls, holds and the stop from other threads.
 
     Args:
         loaded: a :class:`engine.model.model_info.LoadedModel`.
@@ -84,24 +81,21 @@ class LLMEngine(EngineViews):
         self.output_processor = OutputProcessor(loaded.tokenizer, self.rolling)
         self.structured = StructuredOutputs(loaded.tokenizer, loaded.model.config)
         self.recent_steps: deque[BatchInfo] = deque(maxlen=64)
-        self._ids, self._steps = itertools.count(), itertools.count()
+        self.input_processor = InputProcessor(
+            tokenizer=self.tokenizer, longest_token_bytes=self.longest_token_bytes,
+            info=self.info, config=self.config, paged=self.paged,
+            block_manager=self.block_manager, scheduler=self.scheduler,
+            structured=self.structured, drafter=self.drafter, device=self.runner.device)
+        self._steps = itertools.count()
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._aborts: set[str] = set()
-        self._calls: deque[tuple[Future, object]] = deque()
-        self._stopped = False
-        self._held = 0  # hold(): no new step starts while above 0 (until _hold_until)
-        self._hold_until = 0.0
-        self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
-        self._thread.start()
+        self._loop = EngineLoop(self._lock, self.step, self.scheduler.has_work, self.runner,
+                                self.info.device, self.config.warmup)
+        self._loop.start()
 
     @property
     def max_seq_tokens(self) -> int:
         """Longest sequence (prompt + output) one request may reach, in tokens."""
-        ctx = self.info.context_len
-        if self.paged:
-            ctx = min(ctx, len(self.block_manager.blocks) * self.block_manager.block_size)
-        return ctx
+        return self.input_processor.max_seq_tokens
 
     @property
     def max_prompt_bytes(self) -> int | None:
@@ -152,79 +146,21 @@ class LLMEngine(EngineViews):
             QueueFullError: the waiting queue is full.
             EngineShutdownError: the engine was shut down.
         """
-        params = params or SamplingParams()
-        if not isinstance(params, SamplingParams):
-            raise ValueError("params must be a SamplingParams")
-        if cache_salt is not None and not isinstance(cache_salt, str):
-            raise ValueError(f"cache_salt must be a string, got {type(cache_salt).__name__}")
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-        ctx = self.max_seq_tokens
-        what = "the context window" if ctx == self.info.context_len else "the KV cache pool"
-        check_prompt_bytes(prompt, ctx, self.longest_token_bytes, what)  # before tokenizing
-        check_prompt_prefix(self.tokenizer, prompt, ctx, what)  # a long one by its beginning
-        prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
-        check_fits(len(prompt_ids), params.max_tokens, ctx, what)
-        rid = request_id or f"req-{next(self._ids)}"
-        # the grammar compiles here, on the caller's thread, not between the engine's steps
-        structured = self.structured.state_for(params, self.paged and use_kv_cache)
-        if params.group_width > 1 or params.use_beam_search:
-            if speculative not in (None, False, "off"):
-                raise ValueError("speculative decoding works on one-sequence requests: use it "
-                                 "without n, best_of or num_beams above 1")
-            seq = self._new_group(rid, prompt_ids, params, use_kv_cache, ctx, cache_salt, source)
-        else:
-            gen = None
-            if params.seed is not None:
-                gen = torch.Generator(device=self.runner.device).manual_seed(params.seed)
-            spec = spec_state_for(self.config, params, speculative, num_speculative_tokens,
-                                  self.paged and use_kv_cache, self.drafter, rid)
-            seq = Sequence(request_id=rid, prompt_ids=prompt_ids, params=params,
-                           use_kv_cache=use_kv_cache, context_len=ctx, generator=gen,
-                           cache_salt=cache_salt, source=source, spec=spec)
-        self.structured.attach(seq, structured)
+        seq = self.input_processor.process_inputs(
+            prompt, params, raw=raw, use_kv_cache=use_kv_cache, request_id=request_id,
+            cache_salt=cache_salt, source=source, speculative=speculative,
+            num_speculative_tokens=num_speculative_tokens)
+        rid = seq.request_id
         handle = RequestHandle(rid, self.abort, self.scheduler_position)
         arrival = time.perf_counter()
-        with self._wake:
-            if self._stopped:
-                raise EngineShutdownError("the engine has been shut down")
+        with self._lock:
+            self._loop.check_open()
             if rid in self.output_processor.states:
                 raise ValueError(f"request id {rid!r} is already in use")
             self.scheduler.add(seq)
             self.output_processor.add_request(seq, handle, arrival)
-            self._wake.notify()
+            self._loop.wake.notify()
         return handle
-
-    def _new_group(self, rid: str, prompt_ids: list[int], params: SamplingParams,
-                   use_kv_cache: bool, ctx: int, cache_salt: str | None,
-                   source: str = "user") -> Sequence:
-        """The first sequence of a request with several samples or beams.
-
-        Raises:
-            ValueError: without the paged KV cache, wider than ``max_num_seqs``, or when its
-                sequences, unshared, could not all fit the pool at full length.
-        """
-        if not (self.paged and use_kv_cache):
-            raise ValueError("n, best_of and num_beams above 1 need the paged KV cache "
-                             "(batching on, use_kv_cache on)")
-        if params.group_width > self.scheduler.max_num_seqs:
-            raise ValueError(f"{'num_beams' if params.use_beam_search else 'best_of'} must be at "
-                             f"most max_num_seqs ({self.scheduler.max_num_seqs}), got "
-                             f"{params.group_width}")
-        bm = self.block_manager
-        longest = len(prompt_ids) + (params.max_tokens or ctx - len(prompt_ids))
-        if params.group_width * bm.blocks_needed(min(longest, ctx)) > len(bm.blocks):
-            # after a preemption every sequence is recomputed on its own blocks: all must fit
-            raise ValueError(
-                f"{'num_beams' if params.use_beam_search else 'best_of'} = {params.group_width} "
-                f"sequences of up to {min(longest, ctx)} tokens do not fit the KV cache pool "
-                f"({len(bm.blocks) * bm.block_size} tokens); lower it or max_tokens")
-        gens = [None] * params.group_width
-        if params.seed is not None:
-            gens = [torch.Generator(device=self.runner.device).manual_seed(sample_seed(params.seed, k))
-                    for k in range(params.group_width)]
-        return new_group(rid, prompt_ids, params, gens, self.scheduler.eos_token_ids, ctx,
-                         use_kv_cache=use_kv_cache, cache_salt=cache_salt, source=source)
 
     def generate(self, prompt, params: SamplingParams | None = None, **kwargs) -> RequestOutput:
         """Submit and wait: the blocking convenience form of :meth:`submit`."""
@@ -236,11 +172,10 @@ class LLMEngine(EngineViews):
         Returns:
             True if the request was waiting or running, False if unknown or already finished.
         """
-        with self._wake:
-            if not any(s.group_id == request_id for s in self.scheduler.all_sequences()):
+        with self._lock:
+            if not any(s.request_id == request_id for s in self.scheduler.all_sequences()):
                 return False
-            self._aborts.add(request_id)
-            self._wake.notify()
+            self._loop.abort([request_id])
             return True
 
     @contextlib.contextmanager
@@ -254,15 +189,8 @@ class LLMEngine(EngineViews):
             timeout_s: the engine steps again after this many seconds even if the block has
                 not ended (a caller that hangs never stalls other users for longer).
         """
-        with self._wake:
-            self._held += 1
-        self._hold_until = time.perf_counter() + timeout_s
-        try:
+        with self._loop.hold(timeout_s):
             yield self
-        finally:
-            with self._wake:
-                self._held -= 1
-                self._wake.notify()
 
     def call(self, fn) -> Future:
         """Run ``fn(runner)`` on the engine thread between two steps (the thread that owns the
@@ -270,14 +198,11 @@ class LLMEngine(EngineViews):
 
         Returns:
             A ``Future`` with ``fn``'s result or exception.
+
+        Raises:
+            EngineShutdownError: the engine was shut down.
         """
-        future: Future = Future()
-        with self._wake:
-            if self._stopped:
-                raise EngineShutdownError("the engine has been shut down")
-            self._calls.append((future, fn))
-            self._wake.notify()
-        return future
+        return self._loop.call(fn)
 
     def scheduler_position(self, request_id: str) -> int:
         """Requests ahead of ``request_id`` (0 once it runs)."""
@@ -286,56 +211,21 @@ class LLMEngine(EngineViews):
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Abort everything, stop the thread and release every cache."""
-        with self._wake:
-            self._stopped = True
-            self._aborts.update(s.request_id for s in self.scheduler.all_sequences())
-            self._wake.notify()
-        self._thread.join(timeout)
+        with self._lock:
+            self._loop.stop([s.request_id for s in self.scheduler.all_sequences()])
+        self._loop.join(timeout)
         self.runner.close()
         if self.gpu is not None:
             self.gpu.close()
         thaw()
 
-    # ---- the engine thread -------------------------------------------------------------------
-    def _loop(self) -> None:
-        if self.config.warmup and str(self.runner.device).startswith("cuda"):
-            try:
-                self.runner.warm_up()
-            except Exception:  # noqa: BLE001 - a failed warm-up only costs the first TTFT
-                log.exception("warm-up failed")
-        freeze_long_lived("engine built")
-        busy = False
-        while True:
-            with self._wake:
-                self._run_calls()
-                if self._stopped and not self.scheduler.has_work() and not self._aborts:
-                    return
-                if self._held and time.perf_counter() < self._hold_until:  # see hold()
-                    self._wake.wait(0.01)
-                    continue
-                if not self._aborts and not self.scheduler.has_work():
-                    if busy:  # just went idle: hand freed memory back to the system
-                        busy = False
-                        release_free_memory(self.info.device)
-                    self._wake.wait(0.5)
-                    continue
-            busy = self.step() or busy
-
-    def _run_calls(self) -> None:
-        while self._calls:
-            future, fn = self._calls.popleft()
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(self.runner))
-                except Exception as exc:  # noqa: BLE001 - handed to the caller
-                    future.set_exception(exc)
-
+    # ---- the engine thread (engine.engine_loop runs it) ------------------------------------
     def step(self) -> bool:
         """One engine step. Returns False when there was nothing to run."""
         with self._lock:
-            if self._aborts:
-                self._finish(self.scheduler.finish_requests(self._aborts, FinishReason.ABORT))
-                self._aborts.clear()
+            aborts = self._loop.take_aborts()
+            if aborts:
+                self._finish(self.scheduler.finish_requests(aborts, FinishReason.ABORT))
             scheduler_output = self.scheduler.schedule()
         if scheduler_output is None:
             return False
@@ -353,14 +243,14 @@ class LLMEngine(EngineViews):
             finished = self.scheduler.update_from_output(scheduler_output, runner_output)
             stopped = self.output_processor.process(scheduler_output, runner_output, batch,
                                                     memory)
-            finished += self.scheduler.finish_requests(stopped, FinishReason.STOP)
+            finished += self.scheduler.finish_sequences(stopped, FinishReason.STOP)
             self._finish(finished)
             self.recent_steps.append(batch)
         return True
 
     def _finish(self, seqs: list[Sequence]) -> None:
         """Free the caches of finished sequences and hand their outputs to their callers."""
-        self.runner.release([s.request_id for s in seqs])
+        self.runner.release([s.seq_id for s in seqs])
         self.structured.release(seqs)
         if self.drafter is not None:
             for s in seqs:
@@ -368,5 +258,3 @@ class LLMEngine(EngineViews):
         now = time.perf_counter()
         for seq in seqs:
             self.output_processor.finish(seq, now)
-
-    # ---- snapshots for the page --------------------------------------------------------------

@@ -68,7 +68,7 @@ class EngineViews:
             running = list(self.scheduler.running)
             out = {"waiting": len(self.scheduler.waiting), "running": len(running),
                    "queue_max": self.scheduler.max_queue, **self.output_processor.counts,
-                   "kv_bytes_live": sum(self.runner.kv_bytes(s.request_id, s.num_computed)
+                   "kv_bytes_live": sum(self.runner.kv_bytes(s.seq_id, s.num_computed)
                                         for s in running if s.use_kv_cache),
                    "batching": self.paged, "batching_note": self.batching_note,
                    "preemptions": self.scheduler.num_preemptions}
@@ -144,7 +144,7 @@ class EngineViews:
             return BlockPoolSnapshot.empty()
         with self._lock:
             bm = self.block_manager
-            tables = [BlockTable(request_id=s.group_id, blocks=list(s.block_table),
+            tables = [BlockTable(request_id=s.request_id, blocks=list(s.block_table),
                                  tokens=s.num_computed + s.num_scheduled, index=s.index,
                                  ref_counts=[bm.blocks[b].ref_count for b in s.block_table])
                       for s in self.scheduler.running if s.block_table]

@@ -12,7 +12,9 @@ class BatchInfo:
     Attributes:
         step_id: the engine's step counter.
         start_s: ``time.perf_counter()`` seconds when the step began.
-        request_ids: the requests whose tokens were in this step's forward pass.
+        request_ids: the sequence ids (:attr:`engine.core.sequence.Sequence.seq_id`) whose
+            tokens were in this step's forward pass: a request's id, or a sample's or beam's
+            ``"<request id>#<index>"``.
         new_tokens: tokens each of those requests fed (same order): 1 for a decode token, more
             for a prefill chunk.
         phases: ``"prefill"`` or ``"decode"`` for each of those requests.

@@ -13,7 +13,11 @@ out, the newest running sequence is preempted: its blocks are freed and it is re
 
 After the model ran, :meth:`Scheduler.update_from_output` does every piece of bookkeeping in one
 place (computed tokens, prefix-cache keys, the sampled token, EOS / stop-token / length stops,
-failed rows), as vLLM v1's ``Scheduler.update_from_output`` does.
+failed rows, forks and ended beams), as vLLM v1's ``Scheduler.update_from_output`` does. The
+scheduler owns its queues: the helpers of samples and beams
+(:mod:`engine.core.sequence_group`), speculative decoding (:mod:`engine.spec_decode.scheduling`)
+and structured output (:mod:`engine.structured.bookkeeping`) decide, and only the scheduler
+moves sequences between ``waiting`` and ``running`` or finishes them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from engine.core.batch_info import BatchInfo
 from engine.core.finish_reason import FinishReason
 from engine.core.scheduler_output import ScheduledSeq, SchedulerOutput
 from engine.core.sequence import Sequence, SequenceStatus
-from engine.core.sequence_group import admit_group, preemption_unit, seats, update_group
+from engine.core.sequence_group import (GroupStep, SequenceGroup, beam_view, group_admission,
+                                         group_step, preemption_unit, seats)
 from engine.errors import QueueFullError
 from engine.worker.runner_output import ModelRunnerOutput
 from engine.spec_decode.scheduling import accept_tokens, draft_tokens
@@ -85,7 +90,7 @@ class Scheduler:
         Returns 0 when it runs, has finished, or is unknown.
         """
         for i, seq in enumerate(self.waiting):
-            if request_id in (seq.request_id, seq.group_id):
+            if seq.request_id == request_id:
                 return i + len(self.running)
         return 0
 
@@ -189,7 +194,7 @@ class Scheduler:
         while self.waiting and seats(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             if seq.group is not None:  # several samples or beams: all of them or none
-                if not admit_group(self, seq, self._cap(budget), out):
+                if not self._admit_group(seq, self._cap(budget), out):
                     break
                 budget = self._left(out)
                 continue
@@ -213,6 +218,26 @@ class Scheduler:
             out.entries.append(self._schedule(seq, n))
             budget = self._left(out)
         return budget
+
+    def _admit_group(self, head: Sequence, budget: int, out: SchedulerOutput) -> bool:
+        """Admit every waiting sequence of ``head``'s group at once, or none
+        (:func:`engine.core.sequence_group.group_admission` decides). Returns True when
+        admitted (their entries added to ``out``), False to wait."""
+        members = group_admission(head, self.waiting, self.running, budget, self.max_num_seqs,
+                                  self.bm)
+        if members is None:
+            return False
+        for s in members:
+            self.waiting.remove(s)
+            s.status = SequenceStatus.RUNNING
+            self.running.append(s)
+            s.block_table, s.num_computed, n = self.bm.allocate(s.all_ids, max(budget, 0),
+                                                                s.cache_salt)
+            s.first_unkeyed = s.num_computed // self.bm.block_size
+            if n > 0:
+                out.entries.append(self._schedule(s, n))
+                budget -= n
+        return True
 
     def _make_room(self, seq: Sequence, n: int, out: SchedulerOutput) -> bool:
         """Blocks for ``n`` more tokens of ``seq``: its own copy of a block it shares with a
@@ -238,14 +263,26 @@ class Scheduler:
         return entry
 
     def update_from_output(self, scheduler_output: SchedulerOutput,
-                           runner_output: ModelRunnerOutput) -> list[Sequence]:
-        """All bookkeeping after the model ran a step.
+                           model_runner_output: ModelRunnerOutput) -> list[Sequence]:
+        """All bookkeeping after the model ran a step (vLLM v1's name): the one place a step's
+        results change the queues.
 
-        For each scheduled sequence: a failed row ends with ``error``; otherwise its computed
-        tokens move on, its newly full blocks get prefix-cache keys, and where a token was
-        sampled it is appended and the token-level stops are checked: EOS and stop token ids
-        (``stop``), ``max_tokens`` and the context window (``length``). Stop *strings* need
-        the text, so the output processor checks them and calls :meth:`finish_requests`.
+        For each scheduled sequence: a failed row ends with ``error`` (a sample or beam ends its
+        whole request); otherwise its computed tokens move on, its newly full blocks get
+        prefix-cache keys, and where a token was sampled it is appended and the token-level
+        stops are checked: EOS and stop token ids (``stop``), ``max_tokens`` and the context
+        window (``length``). Helpers work out the parts that are not the queues' own and this
+        method applies them: a verified speculative step's accepted tokens
+        (:func:`engine.spec_decode.scheduling.accept_tokens`), a grammar's forced tokens
+        (:func:`engine.structured.bookkeeping.append_forced`), and a group's forks, samples and
+        beam ranking (:func:`engine.core.sequence_group.group_step`). Stop *strings* need the
+        text, so the output processor checks them and the engine calls :meth:`finish_sequences`.
+
+        Args:
+            scheduler_output: what :meth:`schedule` returned for the step.
+            model_runner_output: the runner's
+                :class:`engine.worker.runner_output.ModelRunnerOutput` of it (rows keyed by
+                sequence id).
 
         Returns:
             The sequences that finished in this step (their blocks are already freed).
@@ -257,7 +294,7 @@ class Scheduler:
             seq.num_scheduled = 0
             if seq.is_finished:  # aborted while the step ran
                 continue
-            error = runner_output.errors.get(seq.request_id)
+            error = model_runner_output.errors.get(seq.seq_id)
             if error is not None:
                 seq.error = error
                 for s in self._unit(seq):  # a sample or beam fails its whole request
@@ -266,7 +303,7 @@ class Scheduler:
                     finished.append(s)
                 continue
             if e.draft_ids:
-                self._update_verified(seq, e, runner_output, finished)
+                self._update_verified(seq, e, model_runner_output, finished)
                 continue
             seq.num_computed = e.num_computed + e.num_new
             if not seq.use_kv_cache and e.samples:  # the recompute is over; the next starts anew
@@ -278,23 +315,46 @@ class Scheduler:
             if seq.group is not None:  # forks, beam ranking: once per group, below
                 groups.setdefault(id(seq.group), (seq.group, []))[1].append(seq)
                 continue
-            sample = runner_output.sampled.get(seq.request_id)
+            sample = model_runner_output.sampled.get(seq.seq_id)
             if sample is None:
                 continue
-            seq.output_ids.append(sample.token_id)
-            seq.cumulative_logprob += sample.logprob
             if seq.spec is not None and e.phase == "decode":
                 seq.spec.record(0, 0, 1)
-            reason = self._check_stop(seq, sample.token_id)
-            if reason is None and seq.structured is not None:  # tokens the grammar forces next
-                reason = append_forced(seq, self._check_stop)
-            if reason is not None:
-                self._finish(seq, reason)
-                finished.append(seq)
+            self._append_sample(seq, sample, finished, forced=True)
         for group, stepped in groups.values():
-            finished += update_group(self, group, [s for s in stepped if not s.is_finished],
-                                     runner_output)
+            live = [s for s in stepped if not s.is_finished]
+            self._apply_group_step(group, group_step(group, live, self.running,
+                                                     model_runner_output, self.bm), finished)
         return finished
+
+    def _append_sample(self, seq: Sequence, sample, finished: list[Sequence],
+                       forced: bool = False) -> None:
+        """Append a sampled token (a :class:`engine.worker.runner_output.SampleResult`) and
+        check the token-level stops; with ``forced``, then the tokens a grammar forces next
+        (:func:`engine.structured.bookkeeping.append_forced`). A stop finishes ``seq`` and
+        adds it to ``finished``."""
+        seq.output_ids.append(sample.token_id)
+        seq.cumulative_logprob += sample.logprob
+        reason = self._check_stop(seq, sample.token_id)
+        if forced and reason is None and seq.structured is not None:
+            reason = append_forced(seq, self._check_stop)
+        if reason is not None:
+            self._finish(seq, reason)
+            finished.append(seq)
+
+    def _apply_group_step(self, group: SequenceGroup, step: GroupStep,
+                          finished: list[Sequence]) -> None:
+        """Apply a group's :class:`engine.core.sequence_group.GroupStep`: forks join the running
+        set, sampled tokens are appended (stops checked), ended beams finish; a ranked beam
+        step then refreshes the group's beam view (with the ended beams' blocks freed)."""
+        self.running.extend(step.forked)
+        for seq, sample in step.samples:
+            self._append_sample(seq, sample, finished)
+        for seq, reason in step.ended:
+            self._finish(seq, reason)
+            finished.append(seq)
+        if step.ranked:
+            group.view = beam_view(group, self.bm)
 
     def _unit(self, seq: Sequence) -> list[Sequence]:
         """``seq`` and, for a sample or beam, every unfinished sequence of its request."""
@@ -309,8 +369,8 @@ class Scheduler:
         """Bookkeeping of a step that verified drafts: append the accepted drafts and the
         model's token (stops checked after each), roll back the rejected drafts' KV blocks,
         key the newly full blocks."""
-        _, reason = accept_tokens(seq, e, runner_output.spec_accepted.get(seq.request_id, []),
-                                  runner_output.sampled[seq.request_id], self._check_stop)
+        _, reason = accept_tokens(seq, e, runner_output.spec_accepted.get(seq.seq_id, []),
+                                  runner_output.sampled[seq.seq_id], self._check_stop)
         if reason is not None:
             self._finish(seq, reason)
             finished.append(seq)
@@ -330,13 +390,28 @@ class Scheduler:
         return None
 
     def finish_requests(self, request_ids, reason: FinishReason) -> list[Sequence]:
-        """End these requests now (abort, a stop string, shutdown) and free their blocks.
+        """End these requests now, every sequence of each (abort, shutdown), and free their
+        blocks.
 
         Returns:
             The sequences that were waiting or running (unknown or finished ids are skipped).
         """
         ids = set(request_ids)
-        done = [s for s in self.all_sequences() if s.request_id in ids or s.group_id in ids]
+        return self._finish_now([s for s in self.all_sequences() if s.request_id in ids],
+                                reason)
+
+    def finish_sequences(self, seq_ids, reason: FinishReason) -> list[Sequence]:
+        """End these sequences now and free their blocks: a stop string ends one sample of a
+        group, not its request (a one-sequence request's ``seq_id`` is its request id).
+
+        Returns:
+            The sequences that were waiting or running (unknown or finished ids are skipped).
+        """
+        ids = set(seq_ids)
+        return self._finish_now([s for s in self.all_sequences() if s.seq_id in ids], reason)
+
+    def _finish_now(self, done: list[Sequence], reason: FinishReason) -> list[Sequence]:
+        """Finish ``done`` with ``reason``; a failure or an abort marks their groups too."""
         for seq in done:
             if seq.group is not None and not FinishReason(reason).ok:
                 seq.group.aborted = seq.group.aborted or FinishReason(reason)
@@ -388,7 +463,7 @@ class Scheduler:
         b = self.bm.stats()
         return BatchInfo(
             step_id=step_id, start_s=start_s,
-            request_ids=[e.seq.request_id for e in entries],
+            request_ids=[e.seq.seq_id for e in entries],
             new_tokens=[e.num_new for e in entries],
             phases=[e.phase for e in entries],
             prefill_tokens=sum(e.num_new for e in entries if e.phase == "prefill"),

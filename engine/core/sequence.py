@@ -27,7 +27,8 @@ class Sequence:
     """A request as the scheduler and the model runner see it.
 
     Attributes:
-        request_id: unique id.
+        seq_id: the sequence's unique id: its request's id, or ``"<request id>#<index>"`` for
+            a sample or beam of a group. The runner's outputs and caches are keyed by it.
         prompt_ids: prompt token ids, ``[prompt_len]``.
         params: sampling settings.
         use_kv_cache: decode with a KV cache (True) or recompute the whole sequence each step.
@@ -47,8 +48,8 @@ class Sequence:
         stop_reason: the EOS / stop token id or stop string that ended it.
         error: the exception that ended it with ``error``.
         group: the :class:`engine.core.sequence_group.SequenceGroup` of a request with several
-            samples or beams (``None`` for a one-sequence request); ``request_id`` is then the
-            sequence's own id and :attr:`group_id` the request's.
+            samples or beams (``None`` for a one-sequence request); :attr:`request_id` is
+            then the group's.
         index: the sample's index in its group (a beam's running number).
         cumulative_logprob: sum of the natural logs of its tokens' probabilities, as the
             sampler chose them (a beam: the sum of log-softmax values beam search ranks by).
@@ -57,7 +58,7 @@ class Sequence:
             must follow a structure (``params.structured_outputs``).
     """
 
-    request_id: str
+    seq_id: str
     prompt_ids: list[int]
     params: SamplingParams
     use_kv_cache: bool = True
@@ -79,13 +80,14 @@ class Sequence:
     group: object = None
     index: int = 0
     cumulative_logprob: float = 0.0
-
-    @property
-    def group_id(self) -> str:
-        """The request id the caller knows (its group's, for a sample or a beam)."""
-        return self.group.request_id if self.group is not None else self.request_id
     spec: object = None
     structured: object = None
+
+    @property
+    def request_id(self) -> str:
+        """The id of the request the caller knows (its group's, for a sample or a beam;
+        :attr:`seq_id` for a one-sequence request)."""
+        return self.group.request_id if self.group is not None else self.seq_id
 
     @property
     def num_tokens(self) -> int:

@@ -8,10 +8,12 @@ into a block another one still holds (:meth:`BlockManager.copy_on_write`, decide
 scheduler, carried out by the runner before the forward pass). A beam that is not continued
 dies and frees its blocks; a beam continued by several tokens forks again.
 
-Everything here is bookkeeping called from :meth:`Scheduler.update_from_output` (forks, beam
-ranking through :class:`engine.core.beam_search.BeamSearch`, stops) and from
-:meth:`Scheduler.schedule` (admission and preemption as one unit). Sequence ids are
-``"<request id>#<index>"``; the caller only ever sees the request id.
+The scheduler owns its queues: the functions here decide and the scheduler applies.
+:func:`group_step` works out a step's forks, tokens and ended beams (ranking through
+:class:`engine.core.beam_search.BeamSearch`) for :meth:`Scheduler.update_from_output`, which
+moves the sequences between its queues and checks the stops; :func:`group_admission` and
+:func:`preemption_unit` tell :meth:`Scheduler.schedule` which sequences join or leave as one
+unit. Sequence ids are ``"<request id>#<index>"``; the caller only ever sees the request id.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class SequenceGroup:
         seqs: every sequence the group has had, in creation order (finished ones stay).
         forked: the prompt's sequence has forked (samples) or the first beam step ran.
         beam: the ranking state with beam search, else ``None``.
-        pending: candidates of beams that reached their last token, kept until every live
+        pending: candidates of beams that reached their last token (by sequence id), kept until every live
             beam of the group has its own (a step's token budget may split them).
         pruned: beams that died, newest last: ``{"index", "token_ids", "logprob", "step"}``.
         steps: beam steps ranked so far.
@@ -97,7 +99,7 @@ def new_group(request_id: str, prompt_ids: list[int], params: SamplingParams, ge
         eos = () if params.ignore_eos else set(eos_ids) | set(params.stop_token_ids)
         group.beam = BeamSearch(params.num_beams, params.length_penalty, params.early_stopping,
                                 max_new, eos)
-    seq = Sequence(request_id=f"{request_id}#0", prompt_ids=prompt_ids, params=params,
+    seq = Sequence(seq_id=f"{request_id}#0", prompt_ids=prompt_ids, params=params,
                    context_len=context_len, generator=group.generators[0] if generators else None,
                    group=group, index=0, **seq_options)
     group.seqs.append(seq)
@@ -107,7 +109,7 @@ def new_group(request_id: str, prompt_ids: list[int], params: SamplingParams, ge
 def fork(bm, parent: Sequence, index: int, generator=None) -> Sequence:
     """A new sequence of ``parent``'s group with the same tokens, sharing all its blocks."""
     g = parent.group
-    child = Sequence(request_id=f"{g.request_id}#{index}", prompt_ids=parent.prompt_ids,
+    child = Sequence(seq_id=f"{g.request_id}#{index}", prompt_ids=parent.prompt_ids,
                      params=parent.params, use_kv_cache=parent.use_kv_cache,
                      context_len=parent.context_len, generator=generator,
                      cache_salt=parent.cache_salt, source=parent.source, status=SequenceStatus.RUNNING,
@@ -120,7 +122,7 @@ def fork(bm, parent: Sequence, index: int, generator=None) -> Sequence:
     return child
 
 
-# ---- admission, seats and preemption (called by the scheduler) -------------------------------
+# ---- admission, seats and preemption (read by the scheduler, which moves its queues) ---------
 
 def seats(running: list[Sequence]) -> int:
     """Running sequences, counting a group that has not forked yet at its full width."""
@@ -135,38 +137,33 @@ def seats(running: list[Sequence]) -> int:
     return n
 
 
-def admit_group(sched, head: Sequence, budget: int, out) -> bool:
-    """Admit every waiting sequence of ``head``'s group at once, or none.
+def group_admission(head: Sequence, waiting, running: list[Sequence], budget: int,
+                    max_num_seqs: int, bm) -> list[Sequence] | None:
+    """The waiting sequences of ``head``'s group that may all join now, or ``None`` to wait.
 
     A fresh request needs its prompt's blocks plus one block for each further sample or beam
     (its own copy of the last prompt block, or its first new block): the prompt's blocks are
     counted once, as they will be shared. A preempted group needs the blocks of every one of its
-    sequences recomputed (shared only through the prefix cache, so counted in full).
+    sequences recomputed (shared only through the prefix cache, so counted in full). Reads
+    only: the scheduler moves the members between its queues and allocates their blocks.
 
-    Returns:
-        True when admitted (entries added to ``out``), False to wait.
+    Args:
+        waiting: the scheduler's waiting queue; running: its running sequences.
+        budget: tokens of the step's budget the group's first chunk may take.
+        max_num_seqs: most sequences running at once (:func:`seats` counts them).
+        bm: the block manager.
     """
     g = head.group
-    members = [s for s in sched.waiting if s.group is g]
-    bm = sched.bm
+    members = [s for s in waiting if s.group is g]
     width = len(members) if g.forked else g.width
-    if budget <= 0 or seats(sched.running) + width > sched.max_num_seqs:
-        return False
+    if budget <= 0 or seats(running) + width > max_num_seqs:
+        return None
     if not g.forked:
         if not bm.can_allocate(head.all_ids, budget, head.cache_salt, reserve=g.width - 1):
-            return False
+            return None
     elif sum(bm.blocks_needed(s.num_tokens) for s in members) > bm.num_free:
-        return False
-    for s in members:
-        sched.waiting.remove(s)
-        s.status = SequenceStatus.RUNNING
-        sched.running.append(s)
-        s.block_table, s.num_computed, n = bm.allocate(s.all_ids, max(budget, 0), s.cache_salt)
-        s.first_unkeyed = s.num_computed // bm.block_size
-        if n > 0:
-            out.entries.append(sched._schedule(s, n))
-            budget -= n
-    return True
+        return None
+    return members
 
 
 def preemption_unit(seq: Sequence, running: list[Sequence]) -> list[Sequence]:
@@ -177,69 +174,86 @@ def preemption_unit(seq: Sequence, running: list[Sequence]) -> list[Sequence]:
     return [s for s in running if s.group is seq.group]
 
 
-# ---- bookkeeping after a step (called by Scheduler.update_from_output) -----------------------
+# ---- bookkeeping after a step (the scheduler applies it in update_from_output) -------------
 
-def update_group(sched, group: SequenceGroup, stepped: list[Sequence], runner_output) -> list[Sequence]:
-    """Bookkeeping of one group after a step, once its sequences' computed tokens moved on.
+@dataclass
+class GroupStep:
+    """What one step did to a group, for the scheduler to apply to its queues.
+
+    Attributes:
+        forked: new sequences, already holding their parent's blocks and tokens, that join the
+            running set (in this order, before any finishes below).
+        samples: ``(sequence, SampleResult)`` pairs of sampled tokens still to append, each
+            followed by the scheduler's token-level stop checks (parallel samples).
+        ended: ``(sequence, FinishReason)`` of beams that end now (pruned, or the search done);
+            their tokens need no stop check (beam search ranked them).
+        ranked: a beam step was ranked (the group's beam view is refreshed after the ends).
+    """
+
+    forked: list[Sequence] = field(default_factory=list)
+    samples: list[tuple[Sequence, object]] = field(default_factory=list)
+    ended: list[tuple[Sequence, FinishReason]] = field(default_factory=list)
+    ranked: bool = False
+
+
+def group_step(group: SequenceGroup, stepped: list[Sequence], running: list[Sequence],
+               runner_output, bm) -> GroupStep:
+    """One group's outcome of a step, once its sequences' computed tokens moved on: forks and
+    the tokens to append (samples), or a ranked beam step. Touches only the group's own
+    sequences (and, for forks, ``bm``'s reference counts); the scheduler applies the result.
 
     Args:
-        sched: the :class:`engine.core.scheduler.Scheduler`.
         stepped: the group's sequences scheduled in this step (not failed, not finished).
+        running: the scheduler's running sequences (read: a beam step ranks its live beams).
         runner_output: the step's :class:`engine.worker.runner_output.ModelRunnerOutput`.
-
-    Returns:
-        Sequences that finished in this step (blocks freed).
+        bm: the block manager (forks share their parent's blocks).
     """
     if group.beam is not None:
-        return _beam_update(sched, group, stepped, runner_output)
-    finished = []
+        return _beam_step(group, stepped, running, runner_output, bm)
+    out = GroupStep()
     for seq in stepped:
-        draws = runner_output.group_samples.get(seq.request_id)
+        draws = runner_output.group_samples.get(seq.seq_id)
         if draws is not None:  # the prompt's sequence: fork into best_of samples
             group.forked = True
-            seqs = [seq] + [fork(sched.bm, seq, k, group.generators[k])
-                            for k in range(1, len(draws))]
-            sched.running.extend(seqs[1:])
-            pairs = list(zip(seqs, draws))
+            seqs = [seq] + [fork(bm, seq, k, group.generators[k]) for k in range(1, len(draws))]
+            out.forked += seqs[1:]
+            out.samples += zip(seqs, draws)
         else:
-            sample = runner_output.sampled.get(seq.request_id)
-            pairs = [] if sample is None else [(seq, sample)]
-        for s, sample in pairs:
-            s.output_ids.append(sample.token_id)
-            s.cumulative_logprob += sample.logprob
-            reason = sched._check_stop(s, sample.token_id)
-            if reason is not None:
-                sched._finish(s, reason)
-                finished.append(s)
-    return finished
+            sample = runner_output.sampled.get(seq.seq_id)
+            if sample is not None:
+                out.samples.append((seq, sample))
+    return out
 
 
-def _beam_update(sched, group: SequenceGroup, stepped, runner_output) -> list[Sequence]:
+def _beam_step(group: SequenceGroup, stepped, running, runner_output, bm) -> GroupStep:
+    """Rank a beam step once every live beam has its candidates: fork the continued beams,
+    give each beam its token, and name the beams that end."""
     for seq in stepped:
-        cands = runner_output.beam_candidates.get(seq.request_id)
+        cands = runner_output.beam_candidates.get(seq.seq_id)
         if cands is not None:
-            group.pending[seq.request_id] = cands
-    live = [s for s in sched.running if s.group is group]
-    if not live or any(s.request_id not in group.pending for s in live):
-        return []
+            group.pending[seq.seq_id] = cands
+    out = GroupStep()
+    live = [s for s in running if s.group is group]
+    if not live or any(s.seq_id not in group.pending for s in live):
+        return out
     live.sort(key=lambda s: -s.cumulative_logprob)
     step = group.beam.step([(s.output_ids, s.cumulative_logprob) for s in live],
-                           [group.pending[s.request_id] for s in live])
+                           [group.pending[s.seq_id] for s in live])
     group.pending.clear()
     group.forked = True
     group.steps += 1
     group.view_changed = True
+    out.ranked = True
     children: dict[int, list] = {}
     for c in step.running:
         children.setdefault(c.parent, []).append(c)
-    finished = []
     # forks first (they copy the parents' tables), then the parents take their first token
     next_index = max(s.index for s in group.seqs) + 1
     for b, parent in enumerate(live):
         for c in children.get(b, [])[1:]:
-            child = fork(sched.bm, parent, next_index)
+            child = fork(bm, parent, next_index)
             next_index += 1
-            sched.running.append(child)
+            out.forked.append(child)
             child.output_ids.append(c.token)
             child.cumulative_logprob = c.logprob
     for b, parent in enumerate(live):
@@ -251,10 +265,8 @@ def _beam_update(sched, group: SequenceGroup, stepped, runner_output) -> list[Se
             if not step.done:
                 group.pruned.append({"index": parent.index, "token_ids": list(parent.output_ids),
                                      "logprob": parent.cumulative_logprob, "step": group.steps})
-            sched._finish(parent, FinishReason.STOP if step.done else FinishReason.ABORT)
-            finished.append(parent)
-    group.view = beam_view(group, sched.bm)
-    return finished
+            out.ended.append((parent, FinishReason.STOP if step.done else FinishReason.ABORT))
+    return out
 
 
 def group_result(group: SequenceGroup) -> list[tuple[list[int], float, FinishReason, float | None, int]]:

@@ -46,7 +46,7 @@ def _replay_ms(compiler, schema: dict, instance, batch: int, vocab: int) -> tupl
 
     class Row:  # the two fields the masking reads off a sequence
         def __init__(self, k):
-            self.request_id, self.output_ids = f"r{k}", []
+            self.seq_id, self.output_ids = f"r{k}", []
             self.structured = StructuredState(compiler.matcher_for(so), "json",
                                               compiler.eos_token_id)
 

@@ -43,7 +43,7 @@ class GroupOutputs:
         self.samples: dict[str, dict[int, SampleText]] = {}
 
     def _sample(self, seq: Sequence) -> SampleText:
-        texts = self.samples.setdefault(seq.group_id, {})
+        texts = self.samples.setdefault(seq.request_id, {})
         if seq.index not in texts:
             texts[seq.index] = SampleText(IncrementalDetokenizer(self.tokenizer),
                                           StopStringMatcher(seq.params.stop))
@@ -61,12 +61,12 @@ class GroupOutputs:
             Sequence ids a stop string ended.
         """
         seq, g = e.seq, e.seq.group
-        rid = seq.request_id
-        if rid in runner_output.errors:
+        sid = seq.seq_id
+        if sid in runner_output.errors:
             return []
-        start, end = runner_output.spans.get(rid, (runner_output.start_s, runner_output.end_s))
+        start, end = runner_output.spans.get(sid, (runner_output.start_s, runner_output.end_s))
         common = dict(request_id=g.request_id, phase=e.phase, start_s=state.pending_start_s or start,
-                      end_s=end, num_tokens=e.num_new + state.pending_tokens, kv_tokens=runner_output.kv_tokens.get(rid, 0),
+                      end_s=end, num_tokens=e.num_new + state.pending_tokens, kv_tokens=runner_output.kv_tokens.get(sid, 0),
                       kv_bytes=state.last_kv_bytes,
                       batch_size=len(batch.request_ids) if batch is not None else 1,
                       memory=memory, batch=batch, block_table=list(seq.block_table))
@@ -86,11 +86,11 @@ class GroupOutputs:
                 finish_reason=self.finish_reason(g) if g.done else None, **common))
             state.pending_start_s, state.pending_tokens = None, 0
             return []
-        if runner_output.group_samples.get(rid) is not None:
+        if runner_output.group_samples.get(sid) is not None:
             seqs = [s for s in g.seqs if len(s.output_ids) == 1]
-            choices = runner_output.group_samples[rid]
-        elif rid in runner_output.sampled:
-            seqs, choices = [seq], [runner_output.sampled[rid]]
+            choices = runner_output.group_samples[sid]
+        elif sid in runner_output.sampled:
+            seqs, choices = [seq], [runner_output.sampled[sid]]
         else:  # an earlier chunk of the prompt: counted with the chunk that samples
             state.pending_tokens += e.num_new
             return []
@@ -100,7 +100,7 @@ class GroupOutputs:
             st = self._sample(s)
             delta = self._text_delta(st, s, choice.token_id)
             if st.stop_reason is not None and s.finish_reason is None:
-                stopped.append(s.request_id)
+                stopped.append(s.seq_id)
             st.deltas.append(delta)
             reason = _reason(s, st)
             state.handle._push(StepEvent(

@@ -79,7 +79,7 @@ class OutputProcessor:
 
     def add_request(self, seq: Sequence, handle: RequestHandle, arrival_s: float) -> None:
         """Start following a request accepted by the scheduler."""
-        self.states[seq.group_id] = RequestState(
+        self.states[seq.request_id] = RequestState(
             handle=handle, detok=IncrementalDetokenizer(self.tokenizer),
             stop_matcher=StopStringMatcher(seq.params.stop), times=RequestTimes(arrival=arrival_s))
 
@@ -95,34 +95,35 @@ class OutputProcessor:
             memory: the step's memory breakdown, or ``None``.
 
         Returns:
-            Ids of requests that a stop string ended (the caller tells the scheduler).
+            Sequence ids (:attr:`Sequence.seq_id`) that a stop string ended (the caller tells
+            the scheduler).
         """
         stopped = []
         text = self.token_text
         for e in scheduler_output.all_entries:
-            seq, rid = e.seq, e.seq.request_id
-            state = self.states.get(seq.group_id)
+            seq, sid = e.seq, e.seq.seq_id
+            state = self.states.get(seq.request_id)
             if state is None:
                 continue
-            start, end = runner_output.spans.get(rid, (runner_output.start_s, runner_output.end_s))
+            start, end = runner_output.spans.get(sid, (runner_output.start_s, runner_output.end_s))
             if state.times.scheduled is None:
                 state.times.scheduled = start
             if state.pending_start_s is None:
                 state.pending_start_s = start
             state.last_memory = memory
-            state.last_kv_bytes = runner_output.kv_bytes.get(rid, 0)
+            state.last_kv_bytes = runner_output.kv_bytes.get(sid, 0)
             if seq.group is not None:  # samples and beams
                 stopped += self.groups.process(self, e, state, runner_output, batch, memory)
                 continue
-            choice = runner_output.sampled.get(rid)
-            if rid in runner_output.errors:
+            choice = runner_output.sampled.get(sid)
+            if sid in runner_output.errors:
                 continue
             if choice is None:  # an earlier chunk of a prefill: counted with its last one
                 state.pending_tokens += e.num_new
                 continue
             choices, accepted = [choice], 0
             if e.draft_ids:  # accepted drafts, then the model's token, as far as appended
-                drafts = runner_output.spec_accepted.get(rid, [])
+                drafts = runner_output.spec_accepted.get(sid, [])
                 accepted = len(drafts)
                 new = len(seq.output_ids) - len(state.times.token_times)
                 choices = (drafts + [choice])[:max(1, new)]
@@ -135,18 +136,18 @@ class OutputProcessor:
                 delta = self._postprocess(state, seq, c.token_id, last)
                 cut = state.stop_reason is not None
                 if cut and seq.finish_reason is None:
-                    stopped.append(rid)
+                    stopped.append(sid)
                 if cut and not last:  # a stop string inside the step: later tokens are dropped
                     state.token_limit = len(state.times.token_times)
                 state.handle._push(StepEvent(
-                    request_id=rid, phase=e.phase, step=first_step + j,
+                    request_id=seq.request_id, phase=e.phase, step=first_step + j,
                     token_id=c.token_id, token_text=text(c.token_id), text_delta=delta,
                     token_prob=c.prob,
                     top_candidates=[Candidate(i, text(i), p, _log(p))
                                     for i, p in zip(c.top_ids, c.top_probs)],
                     start_s=state.pending_start_s, end_s=end,
                     num_tokens=e.num_new + state.pending_tokens,
-                    kv_tokens=runner_output.kv_tokens.get(rid, 0), kv_bytes=state.last_kv_bytes,
+                    kv_tokens=runner_output.kv_tokens.get(sid, 0), kv_bytes=state.last_kv_bytes,
                     cached_tokens=max(0, seq.num_cached_tokens) if e.phase == "prefill" else 0,
                     batch_size=len(batch.request_ids) if batch is not None else 1,
                     finish_reason=_reason(seq, state) if last or cut else None,

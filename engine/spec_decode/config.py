@@ -13,10 +13,9 @@ MAX_SPECULATIVE_TOKENS = 16
 """Most draft tokens verified in one step."""
 
 DEFAULT_SPECULATIVE_TOKENS = 3
-"""Default ``k``. Measured whole steps at batch 1 on the 2-core CPU with int4 weights (the
-``speculative`` bench): verifying 3 drafts (4 rows) cost 1.24x a one-token step, 4 drafts
-(5 rows) 2.13x, because PyTorch's int4 and int8 CPU kernels slow down sharply past 4 rows
-(210 int4 products: 8.6 ms for 1 row, 13.3 ms for 4, 20.2 ms for 5)."""
+"""Default ``k``: a verification step of ``1 + k`` rows must cost little more than a one-token
+step, and on CPU the int4 and int8 kernels slow down sharply past 4 rows, so 3 drafts is the
+most that stays cheap (docs/performance.md, "Measurements behind the constants")."""
 
 
 @dataclass(frozen=True)

@@ -103,14 +103,14 @@ def verify_drafts(entries, logits: torch.Tensor, out) -> torch.Tensor:
             plain.append(r)
             r += 1
             continue
-        rid = e.seq.request_id
+        sid = e.seq.seq_id
         try:
             res = verify_one(logits[r:r + k + 1], e.draft_ids, e.seq.params, e.seq.generator)
         except (RuntimeError, ValueError) as exc:
-            out.errors[rid] = exc
+            out.errors[sid] = exc
         else:
-            out.spec_accepted[rid] = res[:-1]
-            out.sampled[rid] = res[-1]
+            out.spec_accepted[sid] = res[:-1]
+            out.sampled[sid] = res[-1]
         r += k + 1
     if r != logits.shape[0]:
         raise RuntimeError(f"speculative step expected {r} logit rows, got {logits.shape[0]}")

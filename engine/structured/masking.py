@@ -59,7 +59,7 @@ def fill_bitmask(seqs, rows: list[int], vocab: int, errors: dict) -> torch.Tenso
             st.sync(seq.output_ids)
             fill_next_token_bitmask(st.matcher, bitmask, j)
         except ValueError as exc:
-            errors[seq.request_id] = exc
+            errors[seq.seq_id] = exc
             row = bitmask[j].numpy().view(np.uint8)  # little-endian bytes of the row's words
             row[:] = 0
             row[st.eos_token_id // 8] = 1 << (st.eos_token_id % 8)
@@ -162,9 +162,9 @@ def jump_forward(seqs, sampled: dict, errors: dict) -> None:
     within ``max_tokens`` and the context window."""
     for seq in seqs:
         st = seq.structured
-        if st is None or st.matcher is None or not st.jump_forward or seq.request_id in errors:
+        if st is None or st.matcher is None or not st.jump_forward or seq.seq_id in errors:
             continue
-        choice = sampled.get(seq.request_id)
+        choice = sampled.get(seq.seq_id)
         if choice is None:
             continue
         room = seq.context_len - seq.num_tokens - 1
@@ -177,9 +177,9 @@ def drop_masked_candidates(seqs, beam_candidates: dict) -> None:
     """Remove forbidden tokens from the beam candidates of structured beams (their
     log-softmax is about :func:`masked_value`)."""
     for seq in seqs:
-        cands = beam_candidates.get(seq.request_id)
+        cands = beam_candidates.get(seq.seq_id)
         if seq.structured is None or cands is None:
             continue
         ids, lps = cands
         keep = [(t, lp) for t, lp in zip(ids, lps) if lp > MASKED_LOGPROB_BELOW]
-        beam_candidates[seq.request_id] = ([t for t, _ in keep], [lp for _, lp in keep])
+        beam_candidates[seq.seq_id] = ([t for t, _ in keep], [lp for _, lp in keep])

@@ -45,11 +45,11 @@ def sample_group_rows(sampler, logits: torch.Tensor, seqs, out) -> None:
         top = torch.topk(logp, k, dim=-1)
         ids, vals = top.indices.tolist(), top.values.tolist()
         for j, i in enumerate(beams):
-            rid = seqs[i].request_id
+            sid = seqs[i].seq_id
             if not finite[j]:
-                out.errors[rid] = NonFiniteLogitsError("model produced non-finite logits (NaN or inf)")
+                out.errors[sid] = NonFiniteLogitsError("model produced non-finite logits (NaN or inf)")
             else:
-                out.beam_candidates[rid] = (ids[j], vals[j])
+                out.beam_candidates[sid] = (ids[j], vals[j])
     for i, seq in enumerate(seqs):
         g = seq.group
         if g.beam is not None:
@@ -60,6 +60,6 @@ def sample_group_rows(sampler, logits: torch.Tensor, seqs, out) -> None:
                                     lambda _: (seq.all_ids, seq.output_ids))
         bad = next((d for d in draws if isinstance(d, Exception)), None)
         if bad is not None:
-            out.errors[seq.request_id] = bad
+            out.errors[seq.seq_id] = bad
         else:
-            out.group_samples[seq.request_id] = draws
+            out.group_samples[seq.seq_id] = draws

@@ -100,7 +100,7 @@ class ModelRunner:
                         self.run_packed([e], out)
                     except Exception as exc:  # noqa: BLE001
                         after_error(exc)
-                        out.errors[e.seq.request_id] = exc
+                        out.errors[e.seq.seq_id] = exc
         out.end_s = time.perf_counter()
         return out
 
@@ -145,18 +145,18 @@ class ModelRunner:
         end = time.perf_counter()
         out.batch_size = max(out.batch_size, len(entries))
         for e in entries:
-            rid = e.seq.request_id
+            sid = e.seq.seq_id
             # a verification step keeps the accepted drafts' keys and values, not the rejected
-            rejected = len(e.draft_ids) - len(out.spec_accepted.get(rid, e.draft_ids))
-            out.kv_tokens[rid] = e.num_computed + e.num_new - rejected
-            out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
-            out.spans[rid] = (start, end)
+            rejected = len(e.draft_ids) - len(out.spec_accepted.get(sid, e.draft_ids))
+            out.kv_tokens[sid] = e.num_computed + e.num_new - rejected
+            out.kv_bytes[sid] = self.kv_bytes(sid, out.kv_tokens[sid])
+            out.spans[sid] = (start, end)
 
     def run_alone(self, e: ScheduledSeq, out: ModelRunnerOutput) -> None:
         """One sequence's forward pass on its own cache (prefill, decode or, without a cache,
         recompute) and its sampling, recorded in ``out`` with its own time span."""
         seq = e.seq
-        rid = seq.request_id
+        sid = seq.seq_id
         start = time.perf_counter()
         try:
             logits = self.alone.forward(e)
@@ -164,11 +164,11 @@ class ModelRunner:
                 self.sample_rows(logits[None], [e], out)
         except Exception as exc:  # noqa: BLE001 - one request's failure must not stop others
             after_error(exc)
-            out.errors[rid] = exc
+            out.errors[sid] = exc
         tokens = e.num_computed + e.num_new if seq.use_kv_cache else 0
-        out.kv_tokens[rid] = tokens
-        out.kv_bytes[rid] = self.kv_bytes(rid, tokens)
-        out.spans[rid] = (start, time.perf_counter())
+        out.kv_tokens[sid] = tokens
+        out.kv_bytes[sid] = self.kv_bytes(sid, tokens)
+        out.spans[sid] = (start, time.perf_counter())
 
     def sample_rows(self, logits: torch.Tensor, entries: list[ScheduledSeq],
                     out: ModelRunnerOutput) -> None:
@@ -203,9 +203,9 @@ class ModelRunner:
                 lambda i: (sampling[i].all_ids, sampling[i].output_ids))
             for seq, choice in zip(sampling, choices):
                 if isinstance(choice, Exception):  # e.g. NaN logits of this request only
-                    out.errors[seq.request_id] = choice
+                    out.errors[seq.seq_id] = choice
                 else:
-                    out.sampled[seq.request_id] = choice
+                    out.sampled[seq.seq_id] = choice
             jump_forward(sampling, out.sampled, out.errors)
 
     def recompute(self, all_ids: list[int]) -> torch.Tensor:
@@ -220,22 +220,22 @@ class ModelRunner:
             self.recompute([0] * 16)
 
     # ---- the KV cache it holds --------------------------------------------------------------
-    def kv_bytes(self, request_id: str, num_tokens: int) -> int:
-        """Bytes of ``num_tokens`` tokens of a request's keys and values: in the pool, its
-        bytes per token slot times ``num_tokens`` (a block shared by several requests counts
-        for each); without one, measured from the request's own cache tensors."""
+    def kv_bytes(self, seq_id: str, num_tokens: int) -> int:
+        """Bytes of ``num_tokens`` tokens of a sequence's keys and values: in the pool, its
+        bytes per token slot times ``num_tokens`` (a block shared by several sequences counts
+        for each); without one, measured from the sequence's own cache tensors."""
         if self.pool is not None:
             return self.pool.bytes_per_token * num_tokens
-        return self.alone.kv_bytes(request_id)
+        return self.alone.kv_bytes(seq_id)
 
     def kv_cache_bytes(self) -> int:
         """Bytes of every KV cache this runner holds now (the whole pool, allocated once)."""
         return self.pool.nbytes if self.pool is not None else self.alone.kv_cache_bytes()
 
-    def release(self, request_ids) -> None:
-        """Drop the own caches of finished requests (the pool's blocks are the block
+    def release(self, seq_ids) -> None:
+        """Drop the own caches of finished sequences (the pool's blocks are the block
         manager's)."""
-        self.alone.release(request_ids)
+        self.alone.release(seq_ids)
 
     def close(self) -> None:
         """Stop the backend's background work (the engine is shutting down)."""

@@ -31,7 +31,7 @@ class SampleResult:
 
 @dataclass
 class ModelRunnerOutput:
-    """One step's results, keyed by request id.
+    """One step's results, keyed by sequence id (:attr:`engine.core.sequence.Sequence.seq_id`).
 
     Attributes:
         start_s, end_s: ``time.perf_counter()`` seconds around the forward pass and sampling.

@@ -5,12 +5,10 @@ A decode step of ``B`` sequences multiplies a ``[B, in]`` activation by every we
 BLAS's path for that layout (a short, wide left operand) reads the weights at well under half
 the memory bandwidth the same product reaches as ``(W xᵀ)ᵀ``, where the weights are the large
 left operand streamed once. Both give the same matrix up to floating-point rounding order.
-Measured on the 2-core CPU this project is benchmarked on (fp32, ``W`` 1536 × 576, weights
-larger than the caches): ``x Wᵀ`` 301 µs at B = 2 and 304 µs at B = 4, ``(W xᵀ)ᵀ`` 81 µs and
-91 µs. On whole decode steps of the embedded model that made 2, 3 and 4 sequences 1.3×,
-1.5× and 1.3× faster; from 5 sequences on the gain was erratic (0.95× to 1.18×, the BLAS picks
-other kernels there), so the layout is used up to :data:`MAX_ROWS` rows only.
-``python -m engine bench batch`` shows the effect on whole steps.
+On whole decode steps of the embedded model that made 2 to 4 sequences faster and from 5 on
+the gain was erratic (the BLAS picks other kernels there), so the layout is used up to
+:data:`MAX_ROWS` rows only; the measurements are in docs/performance.md, "Measurements behind
+the constants". ``python -m engine bench batch`` shows the effect on whole steps.
 
 :class:`WeightStationaryLinear` applies that layout to every ``torch.nn.functional.linear``
 call made on the current thread while it is active (a ``TorchFunctionMode``), so the model
@@ -31,6 +29,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 MAX_ROWS = 4
+"""Most rows of a decode step that run the ``(W xᵀ)ᵀ`` layout: up to here it was faster on
+every step measured, above it the gain was erratic (docs/performance.md, "Measurements behind
+the constants")."""
 
 
 def use_weight_stationary(device: torch.device, rows: int, decode_only: bool) -> bool:

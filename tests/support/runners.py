@@ -23,28 +23,28 @@ class ScriptedRunner:
         time.sleep(self.step_s)
         end = time.perf_counter()
         out = ModelRunnerOutput(start_s=start, end_s=end, batch_size=len(so.all_entries))
-        self.steps.append([(e.seq.request_id, e.num_new, e.phase) for e in so.all_entries])
+        self.steps.append([(e.seq.seq_id, e.num_new, e.phase) for e in so.all_entries])
         for e in so.all_entries:
-            rid = e.seq.request_id
+            sid = e.seq.seq_id
             if e.samples:
                 tok = self.script[len(e.seq.output_ids)]
-                out.sampled[rid] = SampleResult(tok, 0.5, [tok, 1], [0.5, 0.25])
-            out.kv_tokens[rid] = e.num_computed + e.num_new
-            out.kv_bytes[rid] = self.kv_bytes(rid, out.kv_tokens[rid])
-            out.spans[rid] = (start, end)
+                out.sampled[sid] = SampleResult(tok, 0.5, [tok, 1], [0.5, 0.25])
+            out.kv_tokens[sid] = e.num_computed + e.num_new
+            out.kv_bytes[sid] = self.kv_bytes(sid, out.kv_tokens[sid])
+            out.spans[sid] = (start, end)
         return out
 
     def info(self):
         return RunnerInfo(backend="scripted")
 
-    def kv_bytes(self, request_id, num_tokens):
+    def kv_bytes(self, seq_id, num_tokens):
         return num_tokens * self.bytes_per_token
 
     def kv_cache_bytes(self):
         return 0
 
-    def release(self, request_ids):
-        self.released.extend(request_ids)
+    def release(self, seq_ids):
+        self.released.extend(seq_ids)
 
     def close(self):
         pass

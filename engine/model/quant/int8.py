@@ -25,8 +25,9 @@ _MM = torch.ops.aten._weight_int8pack_mm
 _MM_BF16DOT = int4_kernel.int8_mm
 DEQUANT_ROWS = 64
 """On CPU, products of at least this many rows dequantize the weight to bf16 (one conversion and
-one multiply) and use the bf16 GEMM: at 64 / 512 rows one SmolLM2 layer took 2.5 / 9 ms that
-way against 3.1 / 23 ms in the int8 kernel (1 core); below, the kernel wins (0.3 vs 1.4 ms at 4)."""
+one multiply) and use the bf16 GEMM: from about this many rows the conversion costs less than
+the int8 kernel's slower large products; below, the kernel wins (docs/performance.md,
+"Measurements behind the constants")."""
 
 
 class Int8Linear(nn.Module):

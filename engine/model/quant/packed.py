@@ -47,7 +47,7 @@ matrix-vector kernel) than for two or more, with another order of the sum: on th
 EPYC a 576 × 1,536 product's row differed in the last bit between 1 row and 2-512 rows, so a
 greedy answer alone (batch 1) could part from the same request beside others (4 of 8 did,
 2026-12-02). From two rows up the row's bits are the same at every count checked (2-512), and two
-rows cost what one does (the model's four products: 214 against 220 µs)."""
+rows cost what one does (docs/performance.md, "Measurements behind the constants")."""
 
 
 for _key in ("CPU", "MkldnnCPU"):
@@ -75,9 +75,9 @@ def packing_available() -> bool:
 
 PACK_TIED_HEAD = True
 """Pack an LM head tied to the input embedding as well, at the price of a second copy of the
-table (SmolLM2-135M: 56.6 MB more, bf16 weights 269 → 326 MB, shown in the memory panel). The
-49,152 × 576 head on one thread (AVX-512-bf16 EPYC): dense ``F.linear`` 4.02 / 4.39 / 7.69 ms at
-1 / 8 / 32 rows, packed 1.70 / 2.61 / 6.25 ms: about a tenth of a batch-1 bf16 decode step."""
+table (shown in the memory panel): the vocabulary-wide head is the largest product of a small
+model's step, and packed it runs markedly faster at every batch size, worth more than the
+memory (figures in docs/performance.md, "Measurements behind the constants")."""
 
 
 class PackedLinear(nn.Module):

@@ -52,9 +52,9 @@ class ContiguousBackend:
         if not seq.use_kv_cache:
             return self.recompute_piece(e)
         if e.num_computed == 0:
-            self.caches[seq.request_id] = cache = self.new_cache()
+            self.caches[seq.seq_id] = cache = self.new_cache()
             return self.prefill(seq.all_ids[:e.num_new], cache)
-        return self.decode(seq.all_ids[e.num_computed], self.caches[seq.request_id])
+        return self.decode(seq.all_ids[e.num_computed], self.caches[seq.seq_id])
 
     def _forward(self, ids: torch.Tensor, cache: KVCache | None) -> torch.Tensor:
         kwargs = {"input_ids": ids, "use_cache": cache is not None}
@@ -122,36 +122,36 @@ class ContiguousBackend:
         Returns:
             ``[V]`` logits of the piece's last position.
         """
-        rid, ids = e.seq.request_id, e.seq.all_ids
+        sid, ids = e.seq.seq_id, e.seq.all_ids
         if e.num_computed == 0:
-            self.drop_scratch(rid)
+            self.drop_scratch(sid)
             if e.samples:
                 return self.recompute(ids)
-            self.scratch[rid] = self.new_cache()
-        logits = self.prefill(ids[e.num_computed:e.num_computed + e.num_new], self.scratch[rid])
+            self.scratch[sid] = self.new_cache()
+        logits = self.prefill(ids[e.num_computed:e.num_computed + e.num_new], self.scratch[sid])
         if e.samples:
-            self.drop_scratch(rid)
+            self.drop_scratch(sid)
         return logits
 
-    def drop_scratch(self, request_id: str) -> None:
+    def drop_scratch(self, seq_id: str) -> None:
         """Free a no-cache recompute's scratch keys and values (none: nothing happens)."""
-        cache = self.scratch.pop(request_id, None)
+        cache = self.scratch.pop(seq_id, None)
         if cache is not None:
             cache.release()
 
-    def kv_bytes(self, request_id: str) -> int:
-        """Bytes of a request's keys and values: measured from its cache tensors (0 without)."""
-        cache = self.caches.get(request_id)
+    def kv_bytes(self, seq_id: str) -> int:
+        """Bytes of a sequence's keys and values: measured from its cache tensors (0 without)."""
+        cache = self.caches.get(seq_id)
         return cache.nbytes() if cache is not None else 0
 
     def kv_cache_bytes(self) -> int:
         """Bytes of every KV cache held now."""
         return sum(c.nbytes() for c in self.caches.values())
 
-    def release(self, request_ids) -> None:
-        """Drop the caches of finished requests (their memory returns to the allocator)."""
-        for rid in request_ids:
-            self.drop_scratch(rid)
-            cache = self.caches.pop(rid, None)
+    def release(self, seq_ids) -> None:
+        """Drop the caches of finished sequences (their memory returns to the allocator)."""
+        for sid in seq_ids:
+            self.drop_scratch(sid)
+            cache = self.caches.pop(sid, None)
             if cache is not None:
                 cache.release()

@@ -14,7 +14,7 @@ EOS = 2
 
 
 def seq(rid, n_prompt, max_tokens=8, first=100, **params):
-    return Sequence(request_id=rid, prompt_ids=list(range(first, first + n_prompt)),
+    return Sequence(seq_id=rid, prompt_ids=list(range(first, first + n_prompt)),
                     params=SamplingParams(temperature=0, max_tokens=max_tokens, **params))
 
 
@@ -29,7 +29,7 @@ def runner_output(so, tokens=None, errors=()):
     tokens = tokens or {}
     out = ModelRunnerOutput(start_s=0.0, end_s=0.0)
     for e in so.all_entries:
-        rid = e.seq.request_id
+        rid = e.seq.seq_id
         if rid in errors:
             out.errors[rid] = RuntimeError("made-up failure")
         elif e.samples:
@@ -51,14 +51,14 @@ def test_admission_under_the_token_budget():
         sched.add(s)
     so = sched.schedule()
     # a and b fit whole (16 tokens); c gets the 4 tokens left as a first chunk
-    assert [(e.seq.request_id, e.num_new) for e in so.entries] == [("a", 8), ("b", 8), ("c", 4)]
+    assert [(e.seq.seq_id, e.num_new) for e in so.entries] == [("a", 8), ("b", 8), ("c", 4)]
     assert [e.samples for e in so.entries] == [True, True, False]
     assert all(e.phase == "prefill" for e in so.entries)
     sched.update_from_output(so, runner_output(so))
     assert a.output_ids == [7] and b.output_ids == [7] and c.output_ids == []
     assert c.num_computed == 4 and a.num_computed == 8
     so = sched.schedule()
-    assert [(e.seq.request_id, e.num_new, e.phase) for e in so.entries] == [
+    assert [(e.seq.seq_id, e.num_new, e.phase) for e in so.entries] == [
         ("a", 1, "decode"), ("b", 1, "decode"), ("c", 4, "prefill")]
 
 
@@ -68,7 +68,7 @@ def test_admission_under_the_block_limit():
     sched.add(a)
     sched.add(b)
     so = sched.schedule()
-    assert [e.seq.request_id for e in so.entries] == ["a"]
+    assert [e.seq.seq_id for e in so.entries] == ["a"]
     assert b.status is SequenceStatus.WAITING and len(sched.waiting) == 1
     assert bm.num_free == 2
 
@@ -125,7 +125,7 @@ def test_finish_on_eos_length_and_stop_token():
     for s in (a, b, c):
         sched.add(s)
     so, finished = step(sched, tokens={"a": EOS, "c": 9})
-    assert {s.request_id for s in finished} == {"a", "c"}
+    assert {s.seq_id for s in finished} == {"a", "c"}
     assert a.finish_reason is FinishReason.STOP and a.stop_reason == EOS
     assert c.finish_reason is FinishReason.STOP and c.stop_reason == 9
     _, finished = step(sched)
@@ -210,7 +210,7 @@ def test_contiguous_cache_manager_runs_one_at_a_time_whole_prompts():
     sched.add(a)
     sched.add(b)
     so, _ = step(sched)
-    assert [(e.seq.request_id, e.num_new) for e in so.entries] == [("a", 600)]
+    assert [(e.seq.seq_id, e.num_new) for e in so.entries] == [("a", 600)]
     so, finished = step(sched)
     assert finished == [a]
     so = sched.schedule()

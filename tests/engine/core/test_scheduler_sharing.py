@@ -13,7 +13,7 @@ def sharing(budget=32, cap=8, **kw):
 
 
 def rows(so: SchedulerOutput):
-    return [(e.seq.request_id, e.num_new, e.phase) for e in so.all_entries]
+    return [(e.seq.seq_id, e.num_new, e.phase) for e in so.all_entries]
 
 
 def test_a_long_prefill_takes_capped_chunks_and_a_newcomer_joins_the_next_step():

@@ -34,7 +34,7 @@ def output(so, tokens=None, beams=None):
     proposes ``beams(seq)`` = (ids, logprobs)."""
     out = ModelRunnerOutput(start_s=0.0, end_s=0.0)
     for e in so.entries:
-        s, rid = e.seq, e.seq.request_id
+        s, rid = e.seq, e.seq.seq_id
         if not e.samples:
             continue
         if s.group is not None and s.group.beam is not None:
@@ -62,9 +62,9 @@ def test_samples_fork_after_one_prefill_and_copy_the_shared_last_block():
     head = group("r", 6, n=3)  # 6 tokens: one full block of 4 and half of the second
     sched.add(head)
     so, _ = step(sched)
-    assert [e.seq.request_id for e in so.entries] == ["r#0"]  # the prompt, once
+    assert [e.seq.seq_id for e in so.entries] == ["r#0"]  # the prompt, once
     seqs = head.group.seqs
-    assert [s.request_id for s in seqs] == ["r#0", "r#1", "r#2"]
+    assert [s.seq_id for s in seqs] == ["r#0", "r#1", "r#2"]
     assert [s.output_ids for s in seqs] == [[10], [11], [12]]
     assert all(s.block_table == head.block_table for s in seqs)  # forked: shared
     assert [bm.blocks[b].ref_count for b in head.block_table] == [3, 3]
@@ -89,7 +89,7 @@ def test_samples_fork_after_one_prefill_and_copy_the_shared_last_block():
 def test_a_fresh_group_waits_until_blocks_for_every_sequence_fit():
     sched, bm = make(num_blocks=5, block_size=4)
     from engine.core.sequence import Sequence
-    plain = Sequence(request_id="p", prompt_ids=list(range(300, 310)),
+    plain = Sequence(seq_id="p", prompt_ids=list(range(300, 310)),
                      params=SamplingParams(temperature=0, max_tokens=20))
     sched.add(plain)  # a one-sequence request holding 3 blocks
     step(sched)
@@ -108,7 +108,7 @@ def test_preemption_takes_the_whole_group_and_it_comes_back_together():
     # late request as well
     sched, bm = make(num_blocks=15, block_size=4, max_seqs=8)
     from engine.core.sequence import Sequence
-    early = Sequence(request_id="early", prompt_ids=list(range(700, 712)),
+    early = Sequence(seq_id="early", prompt_ids=list(range(700, 712)),
                      params=SamplingParams(temperature=0, max_tokens=12))
     sched.add(early)
     step(sched)
@@ -124,7 +124,7 @@ def test_preemption_takes_the_whole_group_and_it_comes_back_together():
         g_state = {s.status for s in head.group.live}
         assert len(g_state) <= 1  # never some samples running and others waiting
     assert any(s.group is head.group for s in preempted)
-    assert {s.request_id for s in preempted if s.group is head.group} == {"g#0", "g#1", "g#2"}
+    assert {s.seq_id for s in preempted if s.group is head.group} == {"g#0", "g#1", "g#2"}
     assert not sched.has_work()
     assert refs(bm) == 0 and bm.stats().used == 0
     assert all(len(s.output_ids) == 12 for s in head.group.seqs)
@@ -148,8 +148,8 @@ def test_a_stop_string_ends_one_sample_only():
     head = group("g", 6, n=2)
     sched.add(head)
     step(sched)
-    done = sched.finish_requests(["g#1"], FinishReason.STOP)
-    assert [s.request_id for s in done] == ["g#1"]
+    done = sched.finish_sequences(["g#1"], FinishReason.STOP)
+    assert [s.seq_id for s in done] == ["g#1"]
     assert head.group.seqs[0].status is SequenceStatus.RUNNING
     sched.finish_requests(["g"], FinishReason.ABORT)
     assert refs(bm) == 0

@@ -193,7 +193,7 @@ def test_spec_state_choices_and_bad_input():
 
 # ---- the scheduler: drafts in a step, rollback after it --------------------------------------
 def _spec_seq(rid, prompt, max_tokens=32, k=4):
-    s = Sequence(request_id=rid, prompt_ids=list(prompt),
+    s = Sequence(seq_id=rid, prompt_ids=list(prompt),
                  params=SamplingParams(temperature=0, max_tokens=max_tokens))
     s.spec = SpecState(SpeculativeConfig(num_speculative_tokens=k))
     return s

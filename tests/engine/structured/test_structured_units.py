@@ -66,7 +66,7 @@ def test_both_mask_paths_agree_and_free_rows_stay_bit_for_bit(dtype):
 
 class _Seq:
     def __init__(self, state=None):
-        self.output_ids, self.structured, self.request_id = [5], state, "r"
+        self.output_ids, self.structured, self.seq_id = [5], state, "r"
 
 
 def test_forced_tokens_are_appended_until_a_stop_and_marked():

@@ -68,7 +68,7 @@ def test_a_failing_packed_pass_is_rerun_per_sequence(loaded, monkeypatch):
     real = runner.forward
 
     def forward(entries):
-        if any(e.seq.request_id == "bad" for e in entries):
+        if any(e.seq.seq_id == "bad" for e in entries):
             raise RuntimeError("injected")
         return real(entries)
 
