@@ -208,9 +208,8 @@ class CompiledBackend:
             start, hits = time.perf_counter(), counters["inductor"]["fxgraph_cache_hit"]
             try:
                 bufs = self.inputs.new_static(rows, self.width)
-                if DYNAMIC_ROWS and rows > 1:       # one graph for every bucket above 1
-                    self._mark_dynamic_rows(bufs)
-                self._run(bufs)                     # traces and compiles this shape
+                # traces and compiles this shape (with DYNAMIC_ROWS, one graph for every bucket above 1)
+                self._run(bufs, dynamic_rows=DYNAMIC_ROWS and rows > 1)
                 if DIRECT_CALL and self._fn is not self._step:   # not the identity
                     self._find_direct_call(bufs)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
@@ -234,16 +233,15 @@ class CompiledBackend:
             return [b for b in self.buckets if b > 1] + [b for b in self.buckets if b == 1]
         return list(self.buckets)
 
-    def _mark_dynamic_rows(self, bufs: StaticBuffers) -> None:
-        """Trace ``bufs``' rows as a symbol in ``[2, largest bucket]`` (Dynamo specializes a
-        size of 1, so bucket 1 keeps a graph of its own): the next buckets' calls pass the
-        guards of this one graph and compile nothing."""
+    def _mark_dynamic_rows(self, args: tuple) -> None:
+        """Trace the rows of a step's arguments (:meth:`_args`: each one's first dimension) as a
+        symbol in ``[2, largest bucket]`` (Dynamo specializes a size of 1, so bucket 1 keeps a
+        graph of its own): the next buckets' calls pass the guards of this one graph and
+        compile nothing. The marks go on the very tensors passed (views included)."""
         import torch._dynamo
 
         top = max(self.buckets)
-        for t in (bufs.input_ids, bufs.position_ids):
-            torch._dynamo.mark_dynamic(t, 1, min=2, max=top)
-        for t in (bufs.slots, bufs.blocks, bufs.lens):
+        for t in args:
             torch._dynamo.mark_dynamic(t, 0, min=2, max=top)
 
     @property
@@ -272,13 +270,16 @@ class CompiledBackend:
             log.info("direct call of decode bucket %d failed", rows, exc_info=True)
         log.info("decode bucket %d runs through Dynamo's frame hook", rows)
 
-    def _run(self, bufs: StaticBuffers) -> None:
+    def _run(self, bufs: StaticBuffers, dynamic_rows: bool = False) -> None:
         """The bucket's compiled step on its buffers (``bufs.logits`` ``[B, V]`` after), with
         the intra-op thread count the graph was compiled under (Dynamo guards on it: another
         count would recompile): the runner's :class:`engine.worker.threads.StepThreads` for
-        the bucket's rows."""
+        the bucket's rows. ``dynamic_rows``: trace this call's rows as a symbol
+        (:meth:`_mark_dynamic_rows`; a bucket's first call when :data:`DYNAMIC_ROWS`)."""
         self.threads.use(bufs.blocks.shape[0])
         args = self._args(bufs)
+        if dynamic_rows:
+            self._mark_dynamic_rows(args)
         call = self._direct.get(bufs.blocks.shape[0])
         with torch.inference_mode():
             if call is not None:
