@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,3 +84,33 @@ def build_torch_library(stem: str, sources: tuple[Path, ...], flags: tuple[str, 
                 f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}"]
 
     return build_cached(stem, key, command, timeout)
+
+
+_PREBUILDS: dict[str, threading.Thread] = {}
+_PREBUILD_LOCK = threading.Lock()
+
+
+def prebuild(name: str, build: Callable[[], object]) -> None:
+    """Run ``build()`` (compiling a kernel into the cache, without loading it) on a background
+    thread, once per process for ``name``: on a first start the compiler then works on one core
+    while the model loads on the other. A failure is dropped: the loading call builds again and
+    reports it. :func:`wait_prebuilt` lets that call wait instead of compiling the same file."""
+    with _PREBUILD_LOCK:
+        if name in _PREBUILDS:
+            return
+
+        def run():
+            try:
+                build()
+            except Exception:  # noqa: BLE001 - see above
+                pass
+
+        _PREBUILDS[name] = thread = threading.Thread(target=run, name=f"build-{name}", daemon=True)
+    thread.start()
+
+
+def wait_prebuilt(name: str) -> None:
+    """Wait for :func:`prebuild`'s ``name`` to end (at once when none was started)."""
+    thread = _PREBUILDS.get(name)
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()

@@ -71,6 +71,14 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
     except ValueError as exc:
         raise ModelLoadError(str(exc)) from exc
     torch_dtype = choice.dtype
+    if dev == "cpu" and torch_dtype in (torch.bfloat16, torch.float16):
+        # a first start compiles the engine's kernels (about 12 s of g++) while the model loads
+        from engine.model.quant import int4_kernel
+        from engine.worker.kernels import decode_attention
+
+        decode_attention.prebuild()
+        if choice.weights in ("int4", "int8"):
+            int4_kernel.prebuild()
     direct_q4 = choice.weights == "int4" and gguf is not None and not random_weights
     if direct_q4 and dev != "cpu":   # no kernel on this GPU: the float path notes the fallback
         from engine.model.quant.apply import kernel_available

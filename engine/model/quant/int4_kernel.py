@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from engine.native_build import build_torch_library, cxx_compiler
+from engine.native_build import build_torch_library, cxx_compiler, wait_prebuilt
+from engine.native_build import prebuild as native_prebuild
 
 log = logging.getLogger("engine")
 
@@ -77,11 +78,23 @@ def _cpu_has_bf16_dot() -> bool:
     return {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= have
 
 
+def prebuild() -> None:
+    """Start compiling the kernel's library into the cache in the background, without loading
+    it (:func:`engine.native_build.prebuild`; :func:`available` waits for it). Nothing where
+    the kernel can't run or is turned off."""
+    if "ok" in _state or "error" in _state or os.environ.get("LLM_PLAYGROUND_INT4_KERNEL", "1") == "0":
+        return
+    compiler = _compiler()
+    if compiler and _cpu_has_bf16_dot():
+        native_prebuild("int4_kernel", lambda: _build(compiler))
+
+
 def available() -> bool:
     """Whether the kernel is built, loaded and runs on this CPU (tried once per process,
     thread-safe; the first call may compile for about 10 s)."""
     if "ok" in _state:
         return True
+    wait_prebuilt("int4_kernel")
     with _lock:
         if "ok" in _state or "error" in _state:
             return "ok" in _state

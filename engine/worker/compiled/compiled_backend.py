@@ -24,6 +24,7 @@ says why.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -198,8 +199,16 @@ class CompiledBackend:
 
     # ---- compiling ----------------------------------------------------------------------------
     def compile_all(self) -> None:
-        """Compile every bucket in order (the background thread's body); stops at the first
-        failure, leaving the backend eager, or when :attr:`stopped` is set."""
+        """Compile every bucket in order; stops at the first failure, leaving the backend eager,
+        or when :attr:`stopped` is set. As the background thread's body it yields to serving
+        (:func:`_yielding`)."""
+        if threading.current_thread() is threading.main_thread():
+            self._compile_all()
+            return
+        with _yielding():
+            self._compile_all()
+
+    def _compile_all(self) -> None:
         from torch._dynamo.utils import counters
 
         for rows in self.compile_order():
@@ -354,6 +363,25 @@ class CompiledBackend:
         self._run(bufs)
         self.state.steps_compiled += 1
         return bufs.logits
+
+
+COMPILE_NICE = 10
+"""The background compile's scheduling priority (``nice``), and that of the compilers it runs:
+below the engine thread's, so the requests served meanwhile keep their core."""
+@contextlib.contextmanager
+def _yielding():
+    """Lower the calling thread's priority (Linux: a thread's own ``nice``) to
+    :data:`COMPILE_NICE` for the rest of its life (it cannot be raised again without
+    privileges; the thread ends with the compile).
+
+    The interpreter's switch interval is left alone: shortening it let the engine thread run
+    an eager step while the compile was inside a ``torch.fx`` trace, which patches
+    ``nn.Module.__call__`` for the whole process, and that step failed."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPILE_NICE)
+    except (OSError, AttributeError):   # not Linux, or not allowed: compile at the same priority
+        pass
+    yield
 
 
 def _chunks(entries: list[ScheduledSeq], index: list[int], most: int):

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from engine.native_build import build_cached, build_torch_library, cxx_compiler
+from engine.native_build import build_cached, build_torch_library, cxx_compiler, wait_prebuilt
+from engine.native_build import prebuild as native_prebuild
 
 log = logging.getLogger("engine")
 
@@ -59,6 +60,24 @@ def _build(compiler: str) -> Path:
                         lambda tmp: [compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], 120)
 
 
+def prebuild() -> None:
+    """Start compiling this kernel's C library and its C++ operator into the cache in the
+    background, without loading them (:func:`engine.native_build.prebuild`: on a first start
+    the compiler's seconds hide behind the model's loading; the first :func:`_load` waits for
+    it). Nothing when the kernel is turned off or has been loaded."""
+    if "lib" in _state or "error" in _state or os.environ.get("LLM_PLAYGROUND_ATTENTION_KERNEL", "1") == "0":
+        return
+
+    def build():
+        compiler, cxx = _compiler(), cxx_compiler()
+        if compiler:
+            _build(compiler)
+        if cxx:
+            build_torch_library("attention_op", (OP_SOURCE,), OP_FLAGS, cxx)
+
+    native_prebuild("attention", build)
+
+
 def _load():
     """The loaded library, building it on the first call; ``None`` (and the reason kept for
     :func:`unavailable_reason`) when it can't be had. Thread-safe; tries once per process.
@@ -66,6 +85,7 @@ def _load():
     lib = _state.get("lib")
     if lib is not None:
         return lib
+    wait_prebuilt("attention")
     with _lock:
         if "lib" in _state or "error" in _state:
             return _state.get("lib")
