@@ -33,3 +33,44 @@ def test_a_compiler_error_is_kept_and_nothing_is_left(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="failed: .*error"):
         build_cached("bad", "k", lambda t: [CC, "-shared", "-fPIC", "-o", t, str(src)], 60)
     assert list((tmp_path / "kernels").iterdir()) == []
+
+
+def test_a_prebuild_runs_once_in_the_background_and_the_loader_waits_for_it(monkeypatch, tmp_path):
+    """A first start compiles the kernels on a background thread while the model loads: the
+    build runs once per name, off the calling thread, and wait_prebuilt returns once the
+    library is in the cache (so the loading call finds it instead of compiling it again)."""
+    import threading
+
+    from engine import native_build
+
+    monkeypatch.setenv("LLM_PLAYGROUND_CACHE", str(tmp_path))
+    monkeypatch.setattr(native_build, "_PREBUILDS", {})
+    src = tmp_path / "two.c"
+    src.write_text("int two(void) { return 2; }\n")
+    threads, go = [], threading.Event()
+
+    def build():
+        threads.append(threading.current_thread())
+        go.wait(30)
+        return build_cached("two", "k", lambda t: [CC, "-shared", "-fPIC", "-o", t, str(src)], 60)
+
+    native_build.prebuild("two", build)
+    native_build.prebuild("two", build)          # started once
+    assert not (tmp_path / "kernels" / "two-k.so").exists()
+    go.set()
+    native_build.wait_prebuilt("two")
+    assert (tmp_path / "kernels" / "two-k.so").exists()
+    assert len(threads) == 1 and threads[0] is not threading.current_thread()
+    native_build.wait_prebuilt("never started")  # nothing to wait for
+
+
+def test_a_failed_prebuild_is_left_for_the_loader_to_report(monkeypatch):
+    from engine import native_build
+
+    monkeypatch.setattr(native_build, "_PREBUILDS", {})
+
+    def broken():
+        raise RuntimeError("no compiler")
+
+    native_build.prebuild("broken", broken)
+    native_build.wait_prebuilt("broken")         # no exception escapes the thread or the wait

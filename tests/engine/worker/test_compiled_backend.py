@@ -97,3 +97,27 @@ def test_chunks_keep_an_entrys_rows_together():
 
     entries = [E(0), E(3), E(1), E(0)]              # 1, 4, 2, 1 rows
     assert list(_chunks(entries, [0, 1, 2, 3], 4)) == [[0], [1], [2, 3]]
+
+
+def test_the_background_compile_runs_below_the_engine_threads_priority():
+    """The compile thread lowers its own priority (Linux: the thread's nice), so requests served
+    while it compiles keep their core; the caller's thread and the process keep theirs."""
+    import os
+    import threading
+
+    from engine.worker.compiled import compiled_backend
+
+    seen = {}
+
+    def body():
+        with compiled_backend._yielding():
+            seen["inside"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    if before != 0:
+        pytest.skip(f"the tests run at nice {before}, not 0")
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert seen["inside"] == compiled_backend.COMPILE_NICE
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
