@@ -216,7 +216,8 @@ def decode_step_html(status) -> str:
             padded = (f"; batch 1 runs padded to {min(ready)} rows until its own graph is ready"
                       if 1 not in ready else "")
             above = ", <b>eager</b> above meanwhile" if top < max(buckets) else ""
-            text = (f"decode step: <b>compiled</b> for batches up to {top}{above}{padded} ({progress})")
+            which = "batch 1" if top == 1 else f"batches up to {top}"
+            text = (f"decode step: <b>compiled</b> for {which}{above}{padded} ({progress})")
         else:
             text = (f"decode step: <b>eager</b> meanwhile, a few times slower per token ({progress})")
     elif state == "failed":

@@ -73,16 +73,15 @@ def test_page_and_api_answer_while_compiling_and_the_line_reports_progress(loade
             assert any(m.get("msg") == "process_completed" and m.get("success") for m in msgs)
             assert eng.compile_status().steps_eager > 0 and eng.compile_status().ready == ()
 
-            # the shared graph's first bucket compiled: a batch-1 step runs it padded to 2 rows,
-            # the line says so, larger batches stay eager
+            # bucket 1 compiled: its steps run the graph, the line says so, larger batches stay eager
             held_compiler.release()
-            assert wait_until(lambda: eng.compile_status().ready == (2,), 60)
+            assert wait_until(lambda: eng.compile_status().ready == (1,), 60)
             line = page_line(demo)
-            assert ("<b>compiled</b> for batches up to 2, <b>eager</b> above meanwhile; batch 1 runs "
-                    "padded to 2 rows until its own graph is ready (compiling 2 of 3 batch buckets") in line
+            assert ("<b>compiled</b> for batch 1, <b>eager</b> above meanwhile (compiling 2 of 3 "
+                    "batch buckets") in line
             m = scrape(api)
-            assert value(m, "playground_decode_bucket_compiled", bucket="2") == 1
-            assert value(m, "playground_decode_bucket_compiled", bucket="1") == 0
+            assert value(m, "playground_decode_bucket_compiled", bucket="1") == 1
+            assert value(m, "playground_decode_bucket_compiled", bucket="2") == 0
             before = eng.compile_status().steps_compiled
             r = httpx.post(api + "/v1/completions", timeout=120, json={
                 "model": "smollm2-135m", "prompt": "The sky is", "max_tokens": 8, "temperature": 0})
