@@ -83,7 +83,7 @@ class LLMEngine(EngineViews):
         self.recent_steps: deque[BatchInfo] = deque(maxlen=64)
         self.input_processor = InputProcessor(
             tokenizer=self.tokenizer, longest_token_bytes=self.longest_token_bytes,
-            info=self.info, config=self.config, paged=self.paged,
+            context_len=lambda: self.info.context_len, config=self.config, paged=self.paged,
             block_manager=self.block_manager, scheduler=self.scheduler,
             structured=self.structured, drafter=self.drafter, device=self.runner.device)
         self._steps = itertools.count()

@@ -27,8 +27,9 @@ class InputProcessor:
         tokenizer: the model's tokenizer.
         longest_token_bytes: UTF-8 bytes of the vocabulary's longest token (``None`` when the
             tokenizer lists none; :mod:`engine.model.prompt_bytes`).
-        info: the engine's :class:`engine.model.model_info.ModelInfo`; its ``context_len``
-            (the context window, in tokens) is read at each request.
+        context_len: ``() -> int``, the context window in tokens, read at each request (the
+            engine's current ``info.context_len``: ``ModelInfo`` is frozen, so a caller that
+            changes the window replaces the engine's ``info``).
         config: the engine's :class:`engine.config.EngineConfig` (speculative defaults).
         paged: the engine runs the paged KV cache (batching on).
         block_manager: the engine's block manager (its pool caps a sequence's length).
@@ -38,10 +39,10 @@ class InputProcessor:
         device: where seeded ``torch.Generator`` objects live (the runner's device).
     """
 
-    def __init__(self, *, tokenizer, longest_token_bytes: int | None, info, config,
+    def __init__(self, *, tokenizer, longest_token_bytes: int | None, context_len, config,
                  paged: bool, block_manager, scheduler, structured, drafter, device):
         self.tokenizer, self.longest_token_bytes = tokenizer, longest_token_bytes
-        self.info, self.config, self.paged = info, config, paged
+        self.context_len, self.config, self.paged = context_len, config, paged
         self.block_manager, self.scheduler = block_manager, scheduler
         self.structured, self.drafter, self.device = structured, drafter, device
         self._ids = itertools.count()
@@ -50,7 +51,7 @@ class InputProcessor:
     def max_seq_tokens(self) -> int:
         """Longest sequence (prompt + output) one request may reach, in tokens: the context
         window, or the paged KV pool's tokens when fewer."""
-        ctx = self.info.context_len
+        ctx = self.context_len()
         if self.paged:
             ctx = min(ctx, len(self.block_manager.blocks) * self.block_manager.block_size)
         return ctx
@@ -79,7 +80,7 @@ class InputProcessor:
         if source not in SOURCES:
             raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
         ctx = self.max_seq_tokens
-        what = "the context window" if ctx == self.info.context_len else "the KV cache pool"
+        what = "the context window" if ctx == self.context_len() else "the KV cache pool"
         check_prompt_bytes(prompt, ctx, self.longest_token_bytes, what)  # before tokenizing
         check_prompt_prefix(self.tokenizer, prompt, ctx, what)  # a long one by its beginning
         prompt_ids = encode_prompt(self.tokenizer, prompt, raw=raw)
