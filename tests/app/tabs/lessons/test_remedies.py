@@ -74,7 +74,9 @@ def measured(engine):
     of short answers run just before, so the Measure takes the recent one instead of its own)."""
     from app.tabs.lessons import batch
 
-    batch.run_batch(engine, 4, None, {"cache_salt": "remedies-test"})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batch, "REPEATS", 1)  # one round of each size: a real sweep, a third of the time
+        batch.run_batch(engine, 4, None, {"cache_salt": "remedies-test"})
     kept = last_runs.latest("batch")
     m = remedies.run_measurements(engine, {"cache_salt": "remedies-test"})
     assert last_runs.latest("batch")["at"] == kept["at"]  # reused, not swept again
