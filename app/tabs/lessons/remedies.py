@@ -152,14 +152,14 @@ def cell_short(m, facts) -> str:
 
 
 def _rows(facts: dict):
-    """``((batch-1 row, batch-8 row, new tokens, sweep), None)`` from the server's batch sweep
+    """``((batch-1 row, batch-8 row, sweep), None)`` from the server's batch sweep
     (``facts["batch_run"]``, the Batch size lesson's, whoever ran it), or ``(None, cell text)``
     before one ran."""
     run = (facts or {}).get("batch_run")
     rows = {r["batch"]: r for r in (run or {}).get("rows", [])}
     if not run or 1 not in rows or SWEEP_BATCH not in rows:
         return None, NOT_YET
-    return (rows[1], rows[SWEEP_BATCH], run["new_tokens"], run), None
+    return (rows[1], rows[SWEEP_BATCH], run), None
 
 
 SWEEP_BATCH = 8
@@ -178,7 +178,7 @@ def cell_scheduling(m, facts) -> str:
     rows, why = _rows(facts)
     if why:
         return why
-    one, many, _, run = rows
+    one, many, run = rows
     if "ttft_s" not in one:
         return NOT_YET
     return (f"TTFT **{_ms(one['ttft_s']):,} ms** alone, **{_ms(many['ttft_s']):,} ms** (median) when "
@@ -191,7 +191,7 @@ def cell_smaller_batch_tpot(m, facts) -> str:
     rows, why = _rows(facts)
     if why:
         return why
-    one, many, _, run = rows
+    one, many, run = rows
     a, b = one["per_token_latency_ms"], many["per_token_latency_ms"]
     return f"TPOT **{a:.0f} ms** at batch 1, **{b:.0f} ms** at batch {many['batch']} ({sweep_source(run)})"
 
@@ -200,7 +200,7 @@ def cell_batching(m, facts) -> str:
     rows, why = _rows(facts)
     if why:
         return why
-    one, many, n, run = rows
+    one, many, run = rows
     # as the Batch size lesson prints them (fmt_rate: one decimal below 100 tok/s, none above)
     a, b = batch.shown_rate(one["throughput_tokens_per_s"]), batch.shown_rate(many["throughput_tokens_per_s"])
     sa, sb = fmt_rate(a, "").strip(), fmt_rate(b, "").strip()
@@ -213,7 +213,7 @@ def cell_batching(m, facts) -> str:
     knee = (f"knee at batch {run['knee']}" if run.get("knee") else "no knee up to batch 16")
     return (f"throughput **{sa} → {sb} tok/s** from batch 1 to {many['batch']} "
             f"({sb} ÷ {sa} = {_times(b, a)}; {many['batch']}× if sequences were free), "
-            f"{n} new tokens each, prefill included, {knee} ({sweep_source(run)}); {verdict}")
+            f"{run['new_tokens']} new tokens each, prefill included, {knee} ({sweep_source(run)}); {verdict}")
 
 
 def cell_speculative(m, facts) -> str:
@@ -575,13 +575,13 @@ def build(ctx) -> dict:
 
     batch_views = list(getattr(ctx, "batch_views", None) or [])  # the Batch size lesson's figure, summary
 
-    def drawn():  # from the last Measure (any visitor's) and the lessons' last runs
+    def drawn(with_sweep: bool = True):  # from the last Measure (any visitor's) and the lessons' last runs
         m = last_measure()
         ours = (remedies_markdown(m, engine_facts(engine)), remedies_chunked.figure((m or {}).get("chunked_prefill")),
                 sampling_markdown(m), measured_note(m))
-        return ours + (batch.last_sweep_view() if batch_views else ())  # the one sweep, both tabs
+        return ours + (batch.last_sweep_view() if batch_views and with_sweep else ())  # the one sweep, both tabs
 
-    table, chunk_fig, sampling, status = drawn()[:4]
+    table, chunk_fig, sampling, status = drawn(with_sweep=False)
     with gr.Row():
         c["rem_run"] = gr.Button("Measure", variant="primary", scale=0, min_width=160,
                                  **elem("rem_run"))

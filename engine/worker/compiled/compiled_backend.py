@@ -107,9 +107,8 @@ class CompileState:
 
     @property
     def elapsed_s(self) -> float:
-        """Seconds since compiling began (while it goes on; the compile time of every bucket
-        once it is ready)."""
-        return time.monotonic() - self.started if self.status == "compiling" else self.total_compile_s
+        """Seconds since compiling began."""
+        return time.monotonic() - self.started
 
     @property
     def total_compile_s(self) -> float:
@@ -193,22 +192,20 @@ class CompiledBackend:
                                           "cpp.threads": INDUCTOR_THREADS,
                                           "size_asserts": SIZE_ASSERTS})
         if background:
-            threading.Thread(target=self.compile_all, name="decode-compile", daemon=True).start()
+            threading.Thread(target=self._compile_in_background, name="decode-compile", daemon=True).start()
         else:
             self.compile_all()
 
     # ---- compiling ----------------------------------------------------------------------------
+    def _compile_in_background(self) -> None:
+        """The background thread's body: :meth:`compile_all`, yielding to serving
+        (:func:`_yielding`)."""
+        with _yielding():
+            self.compile_all()
+
     def compile_all(self) -> None:
         """Compile every bucket in order; stops at the first failure, leaving the backend eager,
-        or when :attr:`stopped` is set. As the background thread's body it yields to serving
-        (:func:`_yielding`)."""
-        if threading.current_thread() is threading.main_thread():
-            self._compile_all()
-            return
-        with _yielding():
-            self._compile_all()
-
-    def _compile_all(self) -> None:
+        or when :attr:`stopped` is set."""
         from torch._dynamo.utils import counters
 
         for rows in self.compile_order():
