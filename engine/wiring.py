@@ -131,7 +131,8 @@ def paged_backend(loaded: LoadedModel, config: EngineConfig, pool: KVPool,
         backend = CompiledBackend(EagerBackend(loaded.model, inputs, threads,
                                                weight_stationary=False),
                                   max_blocks_per_seq=max_blocks,
-                                  buckets=tuple(config.compile_batch_sizes))
+                                  buckets=tuple(config.compile_batch_sizes),
+                                  max_rows=config.max_num_batched_tokens)
     elif static == "graphs":
         from engine.worker.backends.cuda_graph import CudaGraphBackend
         from engine.worker.buckets import BATCH_BUCKETS, Buckets, block_buckets

@@ -97,6 +97,36 @@ class StaticBuffers:
         return tuple(self.blocks.shape)
 
 
+@dataclass
+class GraphRows:
+    """Prefill chunks as rows of the compiled graph: every prompt token a row of its own, with
+    its sequence's block table (the decode buckets' row layout, at any number of rows).
+
+    Attributes:
+        input_ids, positions, slots, lens: ``[R]`` int64: each row's token, its position, its
+            pool slot and the tokens it attends to (its own included).
+        blocks: ``[R, W]`` int64 block tables (the entry's table, padded with the scratch
+            block, repeated for each of its rows).
+        keep: ``[K]`` int64 rows whose logits are wanted: the last row of each entry that
+            samples this step (empty for chunks that do not reach a prompt's end).
+        used: the rows that are the entries' tokens; ``R`` is ``max(used, 2)``, the spare row
+            writing and reading the scratch block (the graph's rows are a symbol from 2 on).
+    """
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    slots: torch.Tensor
+    blocks: torch.Tensor
+    lens: torch.Tensor
+    keep: torch.Tensor
+    used: int
+
+    @property
+    def args(self) -> tuple:
+        """The graph's arguments: ``(input_ids, positions, slots, blocks, lens)``."""
+        return self.input_ids, self.positions, self.slots, self.blocks, self.lens
+
+
 class InputBuilder:
     """Builds each step's device inputs from scheduled entries.
 
@@ -212,6 +242,45 @@ class InputBuilder:
                               bufs.blocks), src):
             dst.view(-1).copy_(part)
         return used
+
+    def rows(self, entries: list[ScheduledSeq], width: int) -> GraphRows:
+        """Prefill entries as :class:`GraphRows` of a ``width``-block table (each entry's table
+        sent once and repeated for its rows).
+
+        Raises:
+            IndexError: an entry's table is wider than ``width``.
+        """
+        bs, scratch = self.block_size, self.scratch_block
+        ids, pos, slots, keep, tables, counts = [], [], [], [], [], []
+        for e in entries:
+            first, n = e.num_computed, e.num_new
+            table = e.seq.block_table[:-(-(first + n) // bs)]
+            if len(table) > width:
+                raise IndexError(f"a table of {len(table)} blocks is wider than {width}")
+            ids.extend(step_tokens(e))
+            pos.extend(range(first, first + n))
+            slots.extend(slot_of(table, p, bs) for p in range(first, first + n))
+            if e.samples:
+                keep.append(len(ids) - 1)
+            tables.extend(table + [scratch] * (width - len(table)))
+            counts.append(n)
+        used = len(ids)
+        if used < 2:                                   # a spare row on the scratch block
+            ids.append(0)
+            pos.append(0)
+            slots.append(scratch * bs)
+            tables.extend([scratch] * width)
+            counts.append(1)
+        lens = [p + 1 for p in pos]
+        if used < 2:
+            lens[-1] = 1
+        # each tensor as a bucket's buffer is made (ids and positions views of [1, R], the rest
+        # tensors of their own): Dynamo's guards read a view's base, so another layout would
+        # not pass the graph's guards
+        new = lambda values: torch.tensor(values, dtype=torch.long, device=self.device)  # noqa: E731
+        blocks = new(tables).view(len(counts), width).repeat_interleave(new(counts), dim=0)
+        return GraphRows(new([ids]).view(-1), new([pos]).view(-1), new(slots), blocks, new(lens),
+                         new(keep), used)
 
     def static_input(self, bufs: StaticBuffers) -> PackedInput:
         """The :class:`PackedInput` that runs a bucket's buffers through the paged forward:

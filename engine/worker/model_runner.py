@@ -106,7 +106,8 @@ class ModelRunner:
 
     def forward(self, entries: list[ScheduledSeq]) -> torch.Tensor:
         """The paged forward of ``entries``: the backend's plan, each part's inputs built once
-        and run by the backend.
+        and run by the backend (prompt rows of the compiled graph, the packed pass, static
+        buckets).
 
         Returns:
             ``[R, V]`` logits: for each entry that samples, in ``entries`` order, one row
@@ -116,9 +117,17 @@ class ModelRunner:
         """
         plan = self.backend.plan(entries)
         parts = []                                  # (entry indices, their logits)
-        if plan.packed:
-            packed = [entries[i] for i in plan.packed]
-            parts.append(([i for i in plan.packed if entries[i].samples],
+        packed_index = plan.packed
+        if plan.rows:
+            part = [entries[i] for i in plan.rows]
+            logits = self.backend.run_rows(self.inputs.rows(part, self.backend.width))
+            if logits is None:                      # the graph can't take them: packed instead
+                packed_index = sorted([*plan.packed, *plan.rows])
+            else:
+                parts.append(([i for i in plan.rows if entries[i].samples], logits))
+        if packed_index:
+            packed = [entries[i] for i in packed_index]
+            parts.append(([i for i in packed_index if entries[i].samples],
                           self.backend.run_packed(self.inputs.packed(packed))))
         for group in plan.static:
             part = [entries[i] for i in group]

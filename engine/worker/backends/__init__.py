@@ -32,10 +32,13 @@ class StepPlan:
     Attributes:
         packed: entries of the one packed forward pass (in order).
         static: groups of decode entries, each run in one static bucket (in order).
+        rows: prefill entries run as rows of the compiled graph, one row per token
+            (:meth:`engine.worker.compiled.compiled_backend.CompiledBackend.run_rows`).
     """
 
     packed: list[int] = field(default_factory=list)
     static: list[list[int]] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
 
 
 class PagedBackend(Protocol):

@@ -12,9 +12,11 @@ opaque to the compiler and reads only the blocks a step needs, so one graph serv
 
 Start-up does not wait: a background thread compiles bucket 1's graph, then one whose rows are
 a symbol, which every larger bucket runs (:data:`DYNAMIC_ROWS`); until a bucket is ready its
-steps run eagerly (transformers' model code), and prompt tokens always do;
+steps run eagerly (transformers' model code). Once that shared graph is ready, prompt tokens
+run through it too, each token a row (:data:`PREFILL_ROWS`, :meth:`CompiledBackend.run_rows`);
 the decode rows of a step that also prefills go through the graph, and so does a speculative
-verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`).
+verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`). The graph
+ends at the final norm; the LM head runs after it, on the rows that sample.
 Inductor's caches live in ``~/.cache/llm-playground/inductor`` (or
 ``$LLM_PLAYGROUND_CACHE/inductor``), so a second start loads the compiled kernels instead of
 generating them. If compiling fails, the backend stays eager and :attr:`CompiledBackend.state`
@@ -40,7 +42,7 @@ from engine.worker.backends.eager import EagerBackend
 from engine.worker.buckets import BATCH_BUCKETS, Buckets, is_decode_step, rows_of
 from engine.worker.compiled import direct_call
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
-from engine.worker.input_builder import PackedInput, StaticBuffers
+from engine.worker.input_builder import GraphRows, PackedInput, StaticBuffers
 from engine.worker.runner_info import RunnerInfo
 
 log = logging.getLogger("engine")
@@ -73,6 +75,14 @@ every larger bucket runs (their buffers keep their sizes; only the graph is shar
 graph's steps took 1.03-1.10× the per-bucket graphs' time (docs/performance.md, "Time to full
 speed"). ``LLM_PLAYGROUND_DYNAMIC_ROWS=0``
 compiles one graph per bucket (for the before/after benchmark)."""
+
+PREFILL_ROWS = os.environ.get("LLM_PLAYGROUND_PREFILL_ROWS", "1") != "0"
+"""Run prompt tokens through the shared graph too, once it is compiled: each prompt token a row
+of its own (:meth:`CompiledBackend.run_rows`), so norms, rotary and SiLU run fused instead of as
+transformers' hundreds of small operations per chunk, and every position of a request, prompt
+or output, is computed by the same graph. Needs :data:`DYNAMIC_ROWS`.
+``LLM_PLAYGROUND_PREFILL_ROWS=0`` keeps prompts on transformers' code (the before/after
+benchmark)."""
 
 DIRECT_CALL = True
 """Once a bucket is compiled, call the function Dynamo made for it directly, not through
@@ -142,8 +152,9 @@ def is_decode_row(e: ScheduledSeq) -> bool:
 
 
 class CompiledBackend:
-    """Decode rows in compiled bucket graphs of the compact Llama forward; everything else (and
-    everything until a bucket is ready) through the :class:`EagerBackend` it holds.
+    """Decode rows in compiled bucket graphs of the compact Llama forward, prompt tokens as rows
+    of the shared one; everything else (and everything until a graph is ready) through the
+    :class:`EagerBackend` it holds.
 
     Args:
         eager: the eager backend (its model, input builder with the scratch block, and the
@@ -153,6 +164,8 @@ class CompiledBackend:
         buckets: the batch buckets to compile (smallest first, :meth:`compile_order`).
         background: compile in a background thread (False: compile every bucket now, in the
             constructor, as the benches and tests do).
+        max_rows: the most prompt tokens of one step (the scheduler's
+            ``max_num_batched_tokens``): the top of the shared graph's rows.
         compile: ``False`` runs the same compact forward eagerly on the static buffers (its
             parity with transformers' forward is testable in seconds).
     """
@@ -160,13 +173,15 @@ class CompiledBackend:
     name = "compiled"
 
     def __init__(self, eager: EagerBackend, *, max_blocks_per_seq: int, buckets=BATCH_BUCKETS,
-                 background: bool = True, compile: bool = True):
+                 background: bool = True, compile: bool = True, max_rows: int = 512):
         self.eager = eager
         self.inputs = eager.inputs
         self.threads = eager.threads
         self.device = eager.device
         self.width = max_blocks_per_seq
         self.buckets = tuple(sorted(buckets))
+        self.max_rows = max(max_rows, self.buckets[-1])
+        self.rows_error = ""      # why prompts left the graph (a call that would recompile)
         self.bucket_rule = Buckets(self.buckets, (self.width,), self.inputs.block_size)
         self.buffers: dict[tuple[int, int], StaticBuffers] = {}
         self.forward_fn = LlamaDecodeForward(eager.model, self.inputs.pool,
@@ -228,8 +243,33 @@ class CompiledBackend:
                 self.state.compile_s[rows] = time.perf_counter() - start
                 self.state.cache_hits += counters["inductor"]["fxgraph_cache_hit"] - hits
                 self.state.ready.append(rows)
+        if not self._compile_many_rows():
+            return
         self.state.status = "ready"
         freeze_long_lived("decode step compiled")   # inductor's objects live as long
+
+    def _compile_many_rows(self) -> bool:
+        """Give the shared graph a version for steps of more than ``few_rows`` rows when no
+        bucket has one: those steps run on all the engine thread's threads (StepThreads), and
+        Dynamo guards on the thread count, so without it every prompt longer than ``few_rows``
+        tokens would leave the graph (:meth:`run_rows`). One more trace, its kernels from
+        inductor's cache. Returns False when it failed (the backend stays eager, as for a
+        bucket)."""
+        rows = self.threads.few_rows + 1
+        if (not (PREFILL_ROWS and DYNAMIC_ROWS) or not self.threads.decode_threads
+                or self.buckets[-1] >= rows or self.stopped.is_set()):
+            return True
+        start = time.perf_counter()
+        try:
+            bufs = self.inputs.new_static(rows, self.width)
+            self._run(bufs, dynamic_rows=True)
+        except Exception as exc:  # noqa: BLE001 - as in compile_all
+            log.warning("compiling the decode step failed; decode stays eager", exc_info=True)
+            self.state.status, self.state.error = "failed", f"{type(exc).__name__}: {exc}"[:300]
+            return False
+        log.info("shared graph traced for %d rows (all threads) in %.1f s", rows,
+                 time.perf_counter() - start)
+        return True
 
     def compile_order(self) -> list[int]:
         """The buckets in the order they are compiled: smallest first. Bucket 1 (the commonest
@@ -240,14 +280,14 @@ class CompiledBackend:
 
     def _mark_dynamic_rows(self, args: tuple) -> None:
         """Trace the rows of a step's arguments (:meth:`_args`: each one's first dimension) as a
-        symbol in ``[2, largest bucket]`` (Dynamo specializes a size of 1, so bucket 1 keeps a
-        graph of its own): the next buckets' calls pass the guards of this one graph and
-        compile nothing. The marks go on the very tensors passed (views included)."""
+        symbol in ``[2, max_rows]`` (Dynamo specializes a size of 1, so bucket 1 keeps a
+        graph of its own): the next buckets' calls and prompts' rows (:meth:`run_rows`) pass
+        the guards of this one graph and compile nothing. The marks go on the very tensors
+        passed (views included)."""
         import torch._dynamo
 
-        top = max(self.buckets)
         for t in args:
-            torch._dynamo.mark_dynamic(t, 0, min=2, max=top)
+            torch._dynamo.mark_dynamic(t, 0, min=2, max=self.max_rows)
 
     @property
     def direct_buckets(self) -> list[int]:
@@ -268,7 +308,8 @@ class CompiledBackend:
         try:
             with torch.inference_mode():
                 call = direct_call.find(dict(zip(names, (self.forward_fn, *args))), self._step)
-                if call is not None and torch.equal(call(self.forward_fn, *args), bufs.logits):
+                if call is not None and torch.equal(self.forward_fn.lm_head(call(self.forward_fn, *args)),
+                                                    bufs.logits):
                     self._direct[rows] = call
                     return
         except Exception:  # noqa: BLE001 - an unusable function: keep Dynamo's own call
@@ -276,7 +317,8 @@ class CompiledBackend:
         log.info("decode bucket %d runs through Dynamo's frame hook", rows)
 
     def _run(self, bufs: StaticBuffers, dynamic_rows: bool = False) -> None:
-        """The bucket's compiled step on its buffers (``bufs.logits`` ``[B, V]`` after), with
+        """The bucket's compiled step on its buffers, then the LM head on every row
+        (``bufs.logits`` ``[B, V]`` after), with
         the intra-op thread count the graph was compiled under (Dynamo guards on it: another
         count would recompile): the runner's :class:`engine.worker.threads.StepThreads` for
         the bucket's rows. ``dynamic_rows``: trace this call's rows as a symbol
@@ -288,13 +330,13 @@ class CompiledBackend:
         call = self._direct.get(bufs.blocks.shape[0])
         with torch.inference_mode():
             if call is not None:
-                logits = call(self.forward_fn, *args)
+                hidden = call(self.forward_fn, *args)
             elif SKIP_GUARDS and self.state.status == "ready":
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                    logits = self._fn(self.forward_fn, *args)
+                    hidden = self._fn(self.forward_fn, *args)
             else:
-                logits = self._fn(self.forward_fn, *args)
-        bufs.logits = logits
+                hidden = self._fn(self.forward_fn, *args)
+            bufs.logits = self.forward_fn.lm_head(hidden)
 
     def info(self) -> RunnerInfo:
         """The pool, :attr:`state`, the buckets and those called directly."""
@@ -315,7 +357,8 @@ class CompiledBackend:
         return self.bucket_rule.key(entries, ready=self.state.ready)
 
     def plan(self, entries: list[ScheduledSeq]) -> StepPlan:
-        """Decode entries in static groups whenever a bucket is ready, the rest packed.
+        """Decode entries in static groups whenever a bucket is ready, prompt chunks as rows of
+        the shared graph when it is (:attr:`rows_ready`) and they fit its rows, the rest packed.
 
         Decode entries run in the compiled graph also in a step that prefills other sequences
         (those run in the packed pass) and in groups of at most the largest ready bucket's rows
@@ -326,13 +369,52 @@ class CompiledBackend:
         ready = sorted(self.state.ready)
         decode = [i for i, e in enumerate(entries) if is_decode_row(e)] if ready else []
         decode = [i for i in decode if rows_of(entries[i]) <= ready[-1]]
-        if not decode:
+        prompts = []
+        if self.rows_ready:
+            taken = set(decode)
+            prompts = [i for i, e in enumerate(entries) if i not in taken and not e.draft_ids]
+            if sum(entries[i].num_new for i in prompts) > self.max_rows:
+                prompts = []
+        if not decode and not prompts:
             if entries and all(e.num_new == 1 for e in entries):
                 self.state.steps_eager += 1
             return StepPlan(packed=list(range(len(entries))))
-        in_graph = set(decode)
+        in_graph = set(decode) | set(prompts)
         return StepPlan(packed=[i for i in range(len(entries)) if i not in in_graph],
-                        static=list(_chunks(entries, decode, ready[-1])))
+                        static=list(_chunks(entries, decode, ready[-1])) if decode else [],
+                        rows=prompts)
+
+    @property
+    def rows_ready(self) -> bool:
+        """Whether prompts run as rows of the shared graph (:data:`PREFILL_ROWS`): it is
+        compiled (a bucket above 1 is ready) and no call has needed a new graph."""
+        return (PREFILL_ROWS and DYNAMIC_ROWS and not self.rows_error
+                and any(b > 1 for b in self.state.ready))
+
+    def run_rows(self, rows: GraphRows) -> torch.Tensor | None:
+        """Prompt tokens as rows of the shared graph, then the LM head on the rows that sample.
+
+        Returns:
+            ``[K, V]`` logits of ``rows.keep``; ``None`` when the graph would have to compile
+            again for these rows (then :attr:`rows_error` says why, prompts go back to
+            transformers' code for good, and nothing was written to the pool).
+        """
+        n = rows.input_ids.shape[0]
+        self.threads.use(n)
+        with torch.inference_mode():
+            if self._fn is self._step:                       # compile=False: the same, eagerly
+                hidden = self._step(self.forward_fn, *rows.args)
+            else:
+                try:
+                    with torch.compiler.set_stance("fail_on_recompile"):
+                        hidden = self._fn(self.forward_fn, *rows.args)
+                except Exception as exc:  # noqa: BLE001 - a guard failed: never compile mid-step
+                    self.rows_error = f"{type(exc).__name__}: {exc}"[:300]
+                    log.warning("prompt rows left the compiled graph: %s", self.rows_error)
+                    return None
+            if rows.keep.numel() == 0:
+                return hidden.new_empty((0, self.forward_fn.vocab_size))
+            return self.forward_fn.lm_head(hidden[rows.keep])
 
     def run_packed(self, inp: PackedInput) -> torch.Tensor:
         """The eager backend's packed pass (transformers' model code)."""

@@ -17,9 +17,10 @@ log = logging.getLogger("engine")
 
 
 def decode_step(forward, input_ids, positions, slots, blocks, lens):
-    """The frame ``torch.compile`` traces: one call of the compact forward
-    (:class:`engine.worker.compiled.llama_decode.LlamaDecodeForward`) on a bucket's buffers."""
-    return forward(input_ids, positions, slots, blocks, lens)
+    """The frame ``torch.compile`` traces: the compact forward's hidden states
+    (:meth:`engine.worker.compiled.llama_decode.LlamaDecodeForward.hidden_states`) for a
+    bucket's buffers or a prefill's rows; the LM head runs after it, outside the graph."""
+    return forward.hidden_states(input_ids, positions, slots, blocks, lens)
 
 
 def private_decode_step():

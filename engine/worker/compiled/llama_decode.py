@@ -11,7 +11,9 @@ arithmetic. This forward computes the same decode step (one new token per sequen
                      x = rms_norm(h);  h = h + down(silu(gate(x)) * up(x))
     logits = lm_head(rms_norm(h))
 
-It holds no weights of its own: the linear layers are the model's modules (``nn.Linear``,
+The compiled graph ends at ``rms_norm(h)`` (:meth:`LlamaDecodeForward.hidden_states`) and the LM
+head runs after it, so prompt tokens can be rows of the same graph without paying for logits
+nobody reads. It holds no weights of its own: the linear layers are the model's modules (``nn.Linear``,
 :class:`engine.model.quant.int4.Int4Linear`, the int8 LM head, a fused q/k/v or gate/up group),
 the norms' weights and the rotary table come from the model, and every operation mirrors
 transformers' ``LlamaDecoderLayer`` in order and dtype, so in eager mode it gives the same bits
@@ -96,6 +98,7 @@ class LlamaDecodeForward:
         cfg, inner = model.config, model.model
         self.dtype = inner.embed_tokens(torch.zeros(1, dtype=torch.long,
                                                     device=model.device)).dtype
+        self.vocab_size = cfg.vocab_size
         self.heads = cfg.num_attention_heads
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
@@ -134,15 +137,32 @@ class LlamaDecodeForward:
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                  blocks: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
-        """One decode token per sequence.
-
-        Args:
-            input_ids, positions, slots, lens: ``[B]`` int64 (the new token, its position, its
-                pool slot, the tokens it attends to including itself).
-            blocks: ``[B, W]`` int64 block tables.
+        """One decode token per row: :meth:`hidden_states`, then the LM head.
 
         Returns:
             ``[B, vocab]`` logits in the model's dtype.
+        """
+        return self.lm_head(self.hidden_states(input_ids, positions, slots, blocks, lens))
+
+    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                      blocks: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+        """Every row's last hidden state, after the final norm (what the LM head reads).
+
+        A row is one token: a sequence's decode token, a draft it verifies, or a prompt token
+        of a prefill chunk. The attention op writes every row's key and value into the pool
+        before any row attends, and each row attends to its own ``lens`` tokens through its own
+        block table, so the rows of one prompt chunk see each other causally (the same kernel
+        and bits as a decode row: batch- and chunk-invariant). The compiled graph is this
+        method; the LM head runs after it on the rows that sample only
+        (:meth:`engine.worker.compiled.compiled_backend.CompiledBackend.run_rows`).
+
+        Args:
+            input_ids, positions, slots, lens: ``[B]`` int64 (the row's token, its position,
+                its pool slot, the tokens it attends to including itself).
+            blocks: ``[B, W]`` int64 block tables.
+
+        Returns:
+            ``[B, hidden]`` in the model's dtype.
         """
         b = input_ids.shape[0]
         # the lookup is kept out of the norms' kernels: batch invariance (barrier_op.py)
@@ -161,4 +181,4 @@ class LlamaDecodeForward:
             x = self._rms_norm(h, layer.ln2)
             gate, up = layer.gate_up(x)
             h = h + layer.down(F.silu(gate) * up)
-        return self.lm_head(self._rms_norm(h, self.norm))
+        return self._rms_norm(h, self.norm)

@@ -79,11 +79,39 @@ def test_a_mixed_step_keeps_entry_order_across_graph_and_eager(runner, backend, 
     pre = new_seq("p", PROMPTS[1], 8)
     entries = [ScheduledSeq.of(pre, pre.num_tokens), ScheduledSeq.of(dec, 1)]
     plan = backend.plan(entries)
-    assert plan.packed == [0] and plan.static == [[1]]
+    assert plan.rows == [0] and plan.static == [[1]] and not plan.packed   # the prompt as rows
     logits = runner.forward(entries)
     eager = backend.run_packed(runner.inputs.packed(entries))
     torch.testing.assert_close(logits, eager, atol=1e-4, rtol=1e-4)
     assert backend.state.steps_compiled == 1
+
+
+def test_prompt_chunks_as_graph_rows_give_transformers_logits_and_cut_anywhere(runner, backend,
+                                                                                loaded):
+    """Prompts as rows of the graph (every token a row attending through its table): two
+    prompts in one call give transformers' logits at their last tokens, a prompt cut into
+    chunks of 1, 3 and the rest gives the same last logits as uncut (a chunk's rows write
+    their keys before any of them attends; bit for bit in bf16 and int4, where attention runs
+    in the kernel: test_compiled_decode.py), and a prompt too long for one call of the graph
+    goes to the packed pass."""
+    a, b = new_seq("a", PROMPTS[0], 0), new_seq("b", PROMPTS[1], 8)
+    entries = [ScheduledSeq.of(a, a.num_tokens), ScheduledSeq.of(b, b.num_tokens)]
+    assert backend.plan(entries).rows == [0, 1]
+    logits = runner.forward(entries)
+    with torch.inference_mode():
+        for row, prompt in zip(logits, PROMPTS[:2]):
+            want = loaded.model(torch.tensor([prompt])).logits[0, -1]
+            torch.testing.assert_close(row, want, atol=1e-4, rtol=1e-4)
+    c = new_seq("c", PROMPTS[1], 16)
+    for n in (1, 3):
+        part = ScheduledSeq.of(c, n)
+        assert not part.samples and runner.forward([part]).shape[0] == 0
+        c.num_computed += n
+    rest = runner.forward([ScheduledSeq.of(c, c.num_tokens - c.num_computed)])
+    torch.testing.assert_close(rest[0], logits[1], atol=1e-4, rtol=1e-4)
+    backend.max_rows = 4
+    long = ScheduledSeq.of(new_seq("l", PROMPTS[1], 24), len(PROMPTS[1]))
+    assert backend.plan([long]).packed == [0] and not backend.plan([long]).rows
 
 
 def test_chunks_keep_an_entrys_rows_together():

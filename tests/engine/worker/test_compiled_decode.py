@@ -175,7 +175,8 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
 def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
     """The inductor graphs themselves, on K/V drawn at random (which makes rounding flips
     frequent): 320 rows run as 40 batch-8 steps, each row's logits bit-equal to that row run in
-    the batch-1 graph. Fails when a fused kernel sums a row in an order that depends on the
+    the batch-1 graph; then a prompt prefilled as rows of the shared graph whole and in chunks
+    of 7 tokens gives the same probabilities and tokens. Fails when a fused kernel sums a row in an order that depends on the
     bucket (inductor vectorized the norms across rows while the embedding lookup was fused into
     them: 6 of 304 rows differed, docs/compiled-decode.md)."""
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False,
@@ -216,6 +217,21 @@ def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
             differing += sum(not torch.equal(batch[j], run([toks[j]], [positions[j]], [firsts[j]])[0])
                              for j in range(8))
         assert differing == 0, f"{differing} of 320 rows differ from the row alone"
+
+        # prompts run as rows of the same graph: however a prompt is cut into chunks, its first
+        # token's probabilities and its greedy tokens are the same bits
+        backend_calls = []
+        run_rows = runner.run_rows
+        runner.run_rows = lambda rows: backend_calls.append(rows.used) or run_rows(rows)
+        whole = eng.submit(PROMPTS[7], GREEDY)
+        whole.result(600)
+        eng.scheduler.long_prefill_token_threshold = 7          # chunks of 7 tokens
+        cut = eng.submit(PROMPTS[7], GREEDY)
+        cut.result(600)
+        assert not runner.rows_error and max(backend_calls) > 7 and 7 in backend_calls
+        assert cut.output.token_ids == whole.output.token_ids
+        assert [e.top_candidates[0].logprob for e in cut.events] == \
+            [e.top_candidates[0].logprob for e in whole.events]
     finally:
         eng.shutdown()
 
