@@ -86,6 +86,21 @@ def build_torch_library(stem: str, sources: tuple[Path, ...], flags: tuple[str, 
     return build_cached(stem, key, command, timeout)
 
 
+def import_setuptools() -> None:
+    """Import ``torch.utils.cpp_extension`` (and so setuptools) on the calling thread, before a
+    background thread that builds or compiles starts. Importing setuptools puts a finder at the
+    head of ``sys.meta_path`` and takes it out again; an import running meanwhile on another
+    thread walks that list and can step over the path finder, so a module that is installed is
+    reported missing (``No module named 'regex'`` while the app loaded transformers in CI,
+    ``cannot import name 'version' from 'packaging'`` here, both during a kernel prebuild).
+    Imported once, setuptools leaves the list alone."""
+    import sysconfig  # noqa: F401
+
+    from torch.utils import cpp_extension  # noqa: F401
+
+    from engine.model.embedded import cache_dir  # noqa: F401
+
+
 _PREBUILDS: dict[str, threading.Thread] = {}
 _PREBUILD_LOCK = threading.Lock()
 
@@ -94,7 +109,10 @@ def prebuild(name: str, build: Callable[[], object]) -> None:
     """Run ``build()`` (compiling a kernel into the cache, without loading it) on a background
     thread, once per process for ``name``: on a first start the compiler then works on one core
     while the model loads on the other. A failure is dropped: the loading call builds again and
-    reports it. :func:`wait_prebuilt` lets that call wait instead of compiling the same file."""
+    reports it. :func:`wait_prebuilt` lets that call wait instead of compiling the same file.
+
+    What the build imports is imported here first, on the calling thread (:func:`import_setuptools`)."""
+    import_setuptools()
     with _PREBUILD_LOCK:
         if name in _PREBUILDS:
             return

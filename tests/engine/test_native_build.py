@@ -74,3 +74,23 @@ def test_a_failed_prebuild_is_left_for_the_loader_to_report(monkeypatch):
 
     native_build.prebuild("broken", broken)
     native_build.wait_prebuilt("broken")         # no exception escapes the thread or the wait
+
+
+def test_setuptools_is_imported_before_a_background_build_starts():
+    """A fresh interpreter: prebuild imports setuptools on the calling thread, so the build
+    thread never imports it while the caller imports transformers (setuptools takes a finder out
+    of ``sys.meta_path`` as it loads, and a concurrent import can step over the path finder:
+    'No module named regex' at start-up)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, threading\n"
+            "from engine.native_build import prebuild\n"
+            "assert 'setuptools' not in sys.modules\n"
+            "seen = []\n"
+            "prebuild('probe', lambda: seen.append('setuptools' in sys.modules))\n"
+            "assert 'setuptools' in sys.modules\n"
+            "[t.join() for t in threading.enumerate() if t.name == 'build-probe']\n"
+            "assert seen == [True]\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

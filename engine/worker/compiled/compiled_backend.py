@@ -36,6 +36,7 @@ import torch
 
 from engine.core.scheduler_output import ScheduledSeq
 from engine.heap import freeze_long_lived
+from engine.native_build import import_setuptools
 import engine.worker.compiled.attention_op  # noqa: F401 - registers the attention op
 from engine.worker.backends import StepPlan
 from engine.worker.backends.eager import EagerBackend
@@ -207,6 +208,7 @@ class CompiledBackend:
                                           "cpp.threads": INDUCTOR_THREADS,
                                           "size_asserts": SIZE_ASSERTS})
         if background:
+            import_setuptools()       # inductor's builds import it; not on a second thread
             threading.Thread(target=self._compile_in_background, name="decode-compile", daemon=True).start()
         else:
             self.compile_all()
