@@ -210,6 +210,19 @@ static inline float exp_neg(float x) {
     return x < -87.0f ? 0.0f : p * scale;
 }
 
+/* A row's softmax numerators in place: s[t] = exp(s[t] - max), t < n; returns their sum. Its own
+ * function (never inlined) so that the one-row and the two-row paths run the very same loops:
+ * the compiler may vectorize the maximum and the sum (reassociation), and one copy of the code
+ * means one order for both. */
+CLONES
+__attribute__((noinline)) static float softmax_row(float *s, int64_t n) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int64_t t = 0; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+    for (int64_t t = 0; t < n; t++) s[t] = exp_neg(s[t] - mx);
+    for (int64_t t = 0; t < n; t++) sum += s[t];
+    return sum;
+}
+
 /* Ask for the cache lines of one row of K and of V (`bytes` each, from byte `at`). */
 static inline __attribute__((always_inline)) void prefetch_rows(const void *k, const void *v,
                                                                 int64_t at, int bytes) {
@@ -238,6 +251,76 @@ static inline __attribute__((always_inline)) void values_fixed(const float *cons
         }
     }
     for (int i = 0; i < 4 * G; i++) acc[i] = a[i];
+}
+
+/* values_fixed for two rows of n0 and n1 keys: each value row widened once for both, each row's
+ * 4G accumulators summed in key order exactly as values_fixed sums them for that row alone. */
+static inline __attribute__((always_inline)) void values_two(const float *const p0[4],
+        const float *const p1[4], const void *v, const int64_t *off, int64_t at, int64_t n0,
+        int64_t n1, int kind, int pairs, int G, v16f acc0[16], v16f acc1[16]) {
+    v16f a[16] = {0}, b[16] = {0};
+    int64_t both = n0 < n1 ? n0 : n1;
+    for (int64_t t = 0; t < both; t++) {
+        v16f y[4];
+        load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
+        for (int j = 0; j < G; j++) {
+            float w = p0[j][t];
+            a[j * 4] += w * y[0];
+            a[j * 4 + 1] += w * y[1];
+            a[j * 4 + 2] += w * y[2];
+            a[j * 4 + 3] += w * y[3];
+        }
+        for (int j = 0; j < G; j++) {
+            float w = p1[j][t];
+            b[j * 4] += w * y[0];
+            b[j * 4 + 1] += w * y[1];
+            b[j * 4 + 2] += w * y[2];
+            b[j * 4 + 3] += w * y[3];
+        }
+    }
+    for (int64_t t = both; t < n0; t++) {      /* the longer row's last keys */
+        v16f y[4];
+        load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
+        for (int j = 0; j < G; j++) {
+            float w = p0[j][t];
+            a[j * 4] += w * y[0];
+            a[j * 4 + 1] += w * y[1];
+            a[j * 4 + 2] += w * y[2];
+            a[j * 4 + 3] += w * y[3];
+        }
+    }
+    for (int64_t t = both; t < n1; t++) {
+        v16f y[4];
+        load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
+        for (int j = 0; j < G; j++) {
+            float w = p1[j][t];
+            b[j * 4] += w * y[0];
+            b[j * 4 + 1] += w * y[1];
+            b[j * 4 + 2] += w * y[2];
+            b[j * 4 + 3] += w * y[3];
+        }
+    }
+    for (int i = 0; i < 4 * G; i++) {
+        acc0[i] = a[i];
+        acc1[i] = b[i];
+    }
+}
+
+/* The output of G heads: each accumulated lane divided by its head's total, put back in element
+ * order (the pair layout's lanes interleave: vector c lane i is element 32 (c / 2) + 2i + c % 2). */
+static inline __attribute__((always_inline)) void finish(const v16f *acc, const float *total,
+        int g_count, int d, int chunks, int pairs, float *out) {
+    int dp = chunks * LANES;
+    for (int g = 0; g < g_count; g++) {
+        float lanes[MAX_D];
+        memcpy(lanes, acc + g * chunks, sizeof(float) * (size_t)dp);
+        if (pairs)
+            for (int c = 0; c < chunks; c++)
+                for (int i = 0; i < LANES; i++)
+                    out[g * d + (c / 2) * 32 + 2 * i + (c & 1)] = lanes[c * LANES + i] / total[g];
+        else
+            for (int i = 0; i < d; i++) out[g * d + i] = lanes[i] / total[g];
+    }
 }
 
 /* One (row, KV head) pair: the G query heads of the row (widened, qf[G][PAD(d)], lanes past d
@@ -282,13 +365,7 @@ static void attend(const float *qf, const void *k, const void *v, const int64_t 
         }
     }
     float total[MAX_G];
-    for (int g = 0; g < g_count; g++) {
-        float *s = scores + g * stride, mx = -INFINITY, sum = 0.0f;
-        for (int64_t t = 0; t < n; t++) mx = s[t] > mx ? s[t] : mx;
-        for (int64_t t = 0; t < n; t++) s[t] = exp_neg(s[t] - mx);
-        for (int64_t t = 0; t < n; t++) sum += s[t];
-        total[g] = sum;
-    }
+    for (int g = 0; g < g_count; g++) total[g] = softmax_row(scores + g * stride, n);
     v16f acc[MAX_G * MAX_D / LANES];
     if (chunks == 4 && last == LANES) {
         /* d = 64: up to four heads at a time, every value row read once per four heads */
@@ -331,16 +408,87 @@ static void attend(const float *qf, const void *k, const void *v, const int64_t 
                 for (int j = 0; j < 4 && g0 + j < g_count; j++) acc[(g0 + j) * chunks + c] = got[j];
             }
     }
-    for (int g = 0; g < g_count; g++) {
-        float lanes[MAX_D];
-        memcpy(lanes, acc + g * chunks, sizeof(float) * (size_t)dp);
-        if (pairs)                  /* vector c lane i is element 32 (c / 2) + 2i + c % 2 */
-            for (int c = 0; c < chunks; c++)
-                for (int i = 0; i < LANES; i++)
-                    out[g * d + (c / 2) * 32 + 2 * i + (c & 1)] = lanes[c * LANES + i] / total[g];
-        else
-            for (int i = 0; i < d; i++) out[g * d + i] = lanes[i] / total[g];
+    finish(acc, total, g_count, d, chunks, pairs, out);
+}
+
+/* Two query rows of one sequence (one table), n0 and n1 keys, d = 64, at most four query heads
+ * per KV head: each K and V row is read once for both. Every row's operations and their order
+ * are attend()'s for that row alone (the same dot products, reduce16 trees, softmax_row, value
+ * sums in key order and finish), so its result has the same bits; only the loads are shared. */
+CLONES
+static void attend2(const float *qf0, const float *qf1, const void *k, const void *v,
+                    const int64_t *off, int64_t n0, int64_t n1, int kh, int g_count, int kind,
+                    int pairs, float scale, float *out0, float *out1, float *scores, v16f *dots) {
+    const int d = 64, chunks = 4;
+    int64_t at = (int64_t)kh * d, n = n0 > n1 ? n0 : n1, stride = PAD(n), esize = kind ? 2 : 4;
+    float *s0 = scores, *s1 = scores + (size_t)g_count * stride;
+    const float *zeros = scores + (size_t)2 * g_count * stride;
+    v16f *d0 = dots, *d1 = dots + LANES * g_count;
+    for (int64_t t = 0; t < n && t < LANES; t++)
+        prefetch_rows(k, v, (off[t] + at) * esize, d * esize);
+    for (int64_t t0 = 0; t0 < n; t0 += LANES) {
+        int m0 = n0 - t0 <= 0 ? 0 : n0 - t0 < LANES ? (int)(n0 - t0) : LANES;
+        int m1 = n1 - t0 <= 0 ? 0 : n1 - t0 < LANES ? (int)(n1 - t0) : LANES;
+        int m = m0 > m1 ? m0 : m1;
+        for (int j = 0; j < m; j++) {
+            int64_t t = t0 + j;
+            if (t + LANES < n)
+                prefetch_rows(k, v, (off[t + LANES] + at) * esize, d * esize);
+            v16f kc[4];
+            load_row(k, off[t] + at, chunks, LANES, kind, pairs, kc);
+            if (j < m0)
+                for (int g = 0; g < g_count; g++) {
+                    v16f dot = {0};
+                    for (int c = 0; c < chunks; c++) {
+                        v16f x;
+                        memcpy(&x, qf0 + g * d + c * LANES, sizeof x);
+                        dot += x * kc[c];
+                    }
+                    d0[g * LANES + j] = dot;
+                }
+            if (j < m1)
+                for (int g = 0; g < g_count; g++) {
+                    v16f dot = {0};
+                    for (int c = 0; c < chunks; c++) {
+                        v16f x;
+                        memcpy(&x, qf1 + g * d + c * LANES, sizeof x);
+                        dot += x * kc[c];
+                    }
+                    d1[g * LANES + j] = dot;
+                }
+        }
+        for (int g = 0; g < g_count; g++) {
+            if (m0) {
+                for (int j = m0; j < LANES; j++) d0[g * LANES + j] = (v16f){0};
+                v16f sc = reduce16(d0 + g * LANES) * scale;
+                memcpy(s0 + g * stride + t0, &sc, sizeof sc);
+            }
+            if (m1) {
+                for (int j = m1; j < LANES; j++) d1[g * LANES + j] = (v16f){0};
+                v16f sc = reduce16(d1 + g * LANES) * scale;
+                memcpy(s1 + g * stride + t0, &sc, sizeof sc);
+            }
+        }
     }
+    float total0[MAX_G], total1[MAX_G];
+    for (int g = 0; g < g_count; g++) {
+        total0[g] = softmax_row(s0 + g * stride, n0);
+        total1[g] = softmax_row(s1 + g * stride, n1);
+    }
+    const float *p0[4], *p1[4];
+    for (int j = 0; j < 4; j++) {
+        p0[j] = j < g_count ? s0 + j * stride : zeros;
+        p1[j] = j < g_count ? s1 + j * stride : zeros;
+    }
+    v16f acc0[16], acc1[16];
+    switch (g_count) {
+        case 1: values_two(p0, p1, v, off, at, n0, n1, kind, pairs, 1, acc0, acc1); break;
+        case 2: values_two(p0, p1, v, off, at, n0, n1, kind, pairs, 2, acc0, acc1); break;
+        case 3: values_two(p0, p1, v, off, at, n0, n1, kind, pairs, 3, acc0, acc1); break;
+        default: values_two(p0, p1, v, off, at, n0, n1, kind, pairs, 4, acc0, acc1); break;
+    }
+    finish(acc0, total0, g_count, d, chunks, pairs, out0);
+    finish(acc1, total1, g_count, d, chunks, pairs, out1);
 }
 
 /* Returns 0; -1 when a size is out of range (nothing computed), -2 when out of memory, -3 when
@@ -378,11 +526,31 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
             return rc;
         }
     }
+    /* Work items are (group, KV head): a group is two consecutive rows of one sequence (the same
+     * table: a prefill chunk, or a verification pass) when d = 64 and at most four query heads
+     * share a KV head, else one row. attend2 gives each row attend()'s bits for it alone. */
+    int two = dp == 64 && d == 64 && g_count <= 4;
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)(rows + 1)), groups = 0;
+    if (!first) {
+        free(shared_off);
+        return -2;
+    }
+    for (int64_t r = 0; r < rows; groups++) {
+        first[groups] = r;
+        int pair = two && r + 1 < rows;
+        if (pair && !shared) {               /* the same table up to the longer row's blocks */
+            int64_t need = (lens[r] > lens[r + 1] ? lens[r] : lens[r + 1]) + bs - 1;
+            pair = memcmp(table + r * table_stride, table + (r + 1) * table_stride,
+                          sizeof(int64_t) * (size_t)(need / bs)) == 0;
+        }
+        r += pair ? 2 : 1;
+    }
+    first[groups] = rows;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
-        float qf[MAX_G * MAX_D];                           /* lanes past d are zero */
-        float *scores = calloc((size_t)(g_count + 1) * (size_t)PAD(longest), sizeof(float));
-        v16f *dots = aligned_alloc(64, sizeof(v16f) * LANES * (size_t)g_count);
+        float qf[2][MAX_G * MAX_D];                        /* lanes past d are zero */
+        float *scores = calloc((size_t)(2 * g_count + 1) * (size_t)PAD(longest), sizeof(float));
+        v16f *dots = aligned_alloc(64, sizeof(v16f) * LANES * 2 * (size_t)g_count);
         int64_t *own = shared ? NULL : malloc(sizeof(int64_t) * (size_t)longest);
         int ok = scores && dots && (shared || own);
         if (!ok) {
@@ -390,13 +558,14 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
             failed = -2;
         }
 #pragma omp for schedule(static)
-        for (int64_t w = 0; w < rows * kv_heads; w++) {
+        for (int64_t w = 0; w < groups * kv_heads; w++) {
             if (!ok) continue;
-            int64_t r = w / kv_heads, n = lens[r];
+            int64_t r0 = first[w / kv_heads], nr = first[w / kv_heads + 1] - r0, n = lens[r0];
+            if (nr == 2 && lens[r0 + 1] > n) n = lens[r0 + 1];
             int kh = (int)(w % kv_heads);
             const int64_t *off = shared_off;
             if (!shared) {
-                int rc = offsets(table + r * table_stride, n, bs, slots, kv_heads, d, own);
+                int rc = offsets(table + r0 * table_stride, n, bs, slots, kv_heads, d, own);
                 if (rc) {
 #pragma omp atomic write
                     failed = rc;
@@ -404,24 +573,35 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
                 }
                 off = own;
             }
-            int64_t at = (r * heads + (int64_t)kh * g_count) * d;
-            for (int g = 0; g < g_count; g++) {     /* in the keys' layout (load_row) */
-                v16f row[MAX_D / LANES];
-                load_row(q, at + (int64_t)g * d, dp / LANES, d - dp + LANES, kind, pairs, row);
-                memcpy(qf + g * dp, row, sizeof(float) * (size_t)dp);
+            float row_out[2][MAX_G * MAX_D];
+            for (int64_t i = 0; i < nr; i++) {
+                int64_t at = ((r0 + i) * heads + (int64_t)kh * g_count) * d;
+                for (int g = 0; g < g_count; g++) {     /* in the keys' layout (load_row) */
+                    v16f row[MAX_D / LANES];
+                    load_row(q, at + (int64_t)g * d, dp / LANES, d - dp + LANES, kind, pairs, row);
+                    memcpy(qf[i] + g * dp, row, sizeof(float) * (size_t)dp);
+                }
             }
-            float row_out[MAX_G * MAX_D];
-            attend(qf, k, v, off, n, kh, g_count, d, kind, pairs, scale, row_out, scores, dots);
-            if (kind == 1)
-                for (int i = 0; i < g_count * d; i++)
-                    ((uint16_t *)out)[at + i] = float_to_bf16(row_out[i]);
+            if (nr == 2)
+                attend2(qf[0], qf[1], k, v, off, lens[r0], lens[r0 + 1], kh, g_count, kind, pairs,
+                        scale, row_out[0], row_out[1], scores, dots);
             else
-                memcpy((float *)out + at, row_out, sizeof(float) * (size_t)g_count * d);
+                attend(qf[0], k, v, off, lens[r0], kh, g_count, d, kind, pairs, scale, row_out[0],
+                       scores, dots);
+            for (int64_t i = 0; i < nr; i++) {
+                int64_t at = ((r0 + i) * heads + (int64_t)kh * g_count) * d;
+                if (kind == 1)
+                    for (int j = 0; j < g_count * d; j++)
+                        ((uint16_t *)out)[at + j] = float_to_bf16(row_out[i][j]);
+                else
+                    memcpy((float *)out + at, row_out[i], sizeof(float) * (size_t)g_count * d);
+            }
         }
         free(scores);
         free(dots);
         free(own);
     }
+    free(first);
     free(shared_off);
     return failed;
 }

@@ -75,6 +75,28 @@ def test_prefill_rows_equal_decode_rows_at_the_same_positions(pool):
         assert torch.equal(one, chunk[i:i + 1])
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rows_of_two_prompts_each_with_its_table_equal_the_rows_alone(pool, dtype):
+    """The compiled graph's prompt rows: every token a row carrying its sequence's table. Two
+    consecutive rows with the same table are computed together (their keys and values read once,
+    attend2); rows of different sequences, an odd row out, and a table that differs only past
+    the shorter row's blocks each keep the bits of the row alone."""
+    k, v = (t.to(dtype) for t in pool)
+    q = torch.randn(12, HEADS, D).to(dtype)
+    a, b = tables(2)
+    c = a.clone()
+    c[5:] = b[5:]                        # a's first five blocks, then b's
+    rows = torch.stack([a] * 5 + [b] * 4 + [c, a, c])
+    lens = [33, 34, 35, 36, 37, 1, 2, 3, 4, 70, 70, 100]
+    batch = kernel.paged_decode_attention(q, k, v, rows, lens, BS, 0.125)
+    for i in range(12):
+        alone = kernel.paged_decode_attention(q[i:i + 1], k, v, rows[i:i + 1], lens[i:i + 1], BS,
+                                              0.125)
+        assert torch.equal(alone, batch[i:i + 1]), i
+    want = reference(q, k, v, rows, lens)
+    torch.testing.assert_close(batch.float(), want, atol=2e-2, rtol=1e-2)
+
+
 def test_fp16_and_fp32_storage(pool):
     q = torch.randn(3, HEADS, D)
     table, lens = tables(3), [9, 33, 64]
