@@ -187,6 +187,13 @@ class CompiledBackend:
         self.buffers: dict[tuple[int, int], StaticBuffers] = {}
         self.forward_fn = LlamaDecodeForward(eager.model, self.inputs.pool,
                                              max_blocks_per_seq * self.inputs.block_size)
+        # prompts as rows where attention runs in the kernel (CPU, bf16/fp16): elsewhere the op
+        # attends row by row through SDPA, slower than transformers' chunk, and fp32 prompts stay
+        # transformers' exact reference
+        from engine.worker.kernels import decode_attention
+
+        probe = self.forward_fn.cos.new_empty(1, dtype=self.forward_fn.dtype)
+        self.prompt_rows = decode_attention.applies(probe, self.forward_fn.k_pool[0].dtype)
         self.state = CompileState(status="compiling" if compile else "off")
         self._lock = threading.Lock()
         self._direct: dict[int, object] = {}     # bucket rows → the DIRECT_CALL function
@@ -258,7 +265,7 @@ class CompiledBackend:
         inductor's cache. Returns False when it failed (the backend stays eager, as for a
         bucket)."""
         rows = self.threads.few_rows + 1
-        if (not (PREFILL_ROWS and DYNAMIC_ROWS) or not self.threads.decode_threads
+        if (not (PREFILL_ROWS and DYNAMIC_ROWS and self.prompt_rows) or not self.threads.decode_threads
                 or self.buckets[-1] >= rows or self.stopped.is_set()):
             return True
         start = time.perf_counter()
@@ -388,9 +395,10 @@ class CompiledBackend:
 
     @property
     def rows_ready(self) -> bool:
-        """Whether prompts run as rows of the shared graph (:data:`PREFILL_ROWS`): it is
-        compiled (a bucket above 1 is ready) and no call has needed a new graph."""
-        return (PREFILL_ROWS and DYNAMIC_ROWS and not self.rows_error
+        """Whether prompts run as rows of the shared graph (:data:`PREFILL_ROWS`): attention
+        runs in the kernel (:attr:`prompt_rows`), the graph is compiled (a bucket above 1 is
+        ready) and no call has needed a new graph."""
+        return (PREFILL_ROWS and DYNAMIC_ROWS and self.prompt_rows and not self.rows_error
                 and any(b > 1 for b in self.state.ready))
 
     def run_rows(self, rows: GraphRows) -> torch.Tensor | None:

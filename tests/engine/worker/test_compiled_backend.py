@@ -23,6 +23,8 @@ def runner(loaded):
     inputs = InputBuilder(pool, BLOCK_SIZE, "cpu", scratch_block=pool.num_blocks - 1)
     backend = CompiledBackend(EagerBackend(loaded.model, inputs, weight_stationary=False),
                               max_blocks_per_seq=MAX_BLOCKS, compile=False)
+    assert not backend.prompt_rows      # fp32: prompts stay on transformers' code by default...
+    backend.prompt_rows = True          # ...and run as rows here, to check them against it
     return ModelRunner(loaded.model, backend=backend, inputs=inputs)
 
 
