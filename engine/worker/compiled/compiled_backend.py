@@ -12,7 +12,7 @@ opaque to the compiler and reads only the blocks a step needs, so one graph serv
 
 Start-up does not wait: a background thread compiles bucket 1's graph, then one whose rows are
 a symbol, which every larger bucket runs (:data:`DYNAMIC_ROWS`); until a bucket is ready its
-steps run eagerly (transformers' model code). Once that shared graph is ready, prompt tokens
+steps run eagerly (transformers' model code). Once every graph is ready, prompt tokens
 run through it too, each token a row (:data:`PREFILL_ROWS`, :meth:`CompiledBackend.run_rows`);
 the decode rows of a step that also prefills go through the graph, and so does a speculative
 verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`). The graph
@@ -396,10 +396,11 @@ class CompiledBackend:
     @property
     def rows_ready(self) -> bool:
         """Whether prompts run as rows of the shared graph (:data:`PREFILL_ROWS`): attention
-        runs in the kernel (:attr:`prompt_rows`), the graph is compiled (a bucket above 1 is
-        ready) and no call has needed a new graph."""
+        runs in the kernel (:attr:`prompt_rows`), every graph is compiled (the shared graph
+        exists for both thread counts only then: a prompt of many rows sent to it while only
+        the few-rows version existed would fail its guards) and no call has needed a new one."""
         return (PREFILL_ROWS and DYNAMIC_ROWS and self.prompt_rows and not self.rows_error
-                and any(b > 1 for b in self.state.ready))
+                and self.state.status in ("ready", "off") and any(b > 1 for b in self.state.ready))
 
     def run_rows(self, rows: GraphRows) -> torch.Tensor | None:
         """Prompt tokens as rows of the shared graph, then the LM head on the rows that sample.
