@@ -13,7 +13,7 @@ opaque to the compiler and reads only the blocks a step needs, so one graph serv
 Start-up does not wait: a background thread compiles bucket 1's graph, then one whose rows are
 a symbol, which every larger bucket runs (:data:`DYNAMIC_ROWS`); until a bucket is ready its
 steps run eagerly (transformers' model code). Once every graph is ready, prompt tokens
-run through it too, each token a row (:data:`PREFILL_ROWS`, :meth:`CompiledBackend.run_rows`);
+run through the shared one too, each token a row (:data:`PREFILL_ROWS`, :meth:`CompiledBackend.run_rows`);
 the decode rows of a step that also prefills go through the graph, and so does a speculative
 verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`). The graph
 ends at the final norm; the LM head runs after it, on the rows that sample.
