@@ -232,6 +232,48 @@ static inline __attribute__((always_inline)) void prefetch_rows(const void *k, c
     }
 }
 
+/* One key row's dot products with a row's G query heads (qf: G rows of chunks * 16 floats, in
+ * the keys' layout), as vector g * 16 + j of dots: lane sums of 16-lane products over the row's
+ * chunks in order. */
+static inline __attribute__((always_inline)) void key_dots(const float *qf, const v16f *kc,
+                                                           int chunks, int g_count, int j,
+                                                           v16f *dots) {
+    for (int g = 0; g < g_count; g++) {
+        v16f dot = {0};
+        for (int c = 0; c < chunks; c++) {
+            v16f x;
+            memcpy(&x, qf + (size_t)g * chunks * LANES + c * LANES, sizeof x);
+            dot += x * kc[c];
+        }
+        dots[g * LANES + j] = dot;
+    }
+}
+
+/* The scores of a block of sixteen keys from t0 (the first m real, the other dot vectors zeroed)
+ * for G heads: each head's sixteen dots summed in reduce16's tree, times scale, into
+ * s + g * stride + t0 (stride a multiple of 16). */
+static inline __attribute__((always_inline)) void block_scores(v16f *dots, int m, int g_count,
+                                                               float scale, float *s,
+                                                               int64_t stride, int64_t t0) {
+    for (int g = 0; g < g_count; g++) {
+        for (int j = m; j < LANES; j++) dots[g * LANES + j] = (v16f){0};
+        v16f sc = reduce16(dots + g * LANES) * scale;
+        memcpy(s + g * stride + t0, &sc, sizeof sc);
+    }
+}
+
+/* a[4j + c] += p[j][t] * y[c] for G heads (d = 64: four value vectors). */
+static inline __attribute__((always_inline)) void add_values(v16f *a, const float *const p[4],
+                                                             int64_t t, const v16f y[4], int G) {
+    for (int j = 0; j < G; j++) {
+        float w = p[j][t];
+        a[j * 4] += w * y[0];
+        a[j * 4 + 1] += w * y[1];
+        a[j * 4 + 2] += w * y[2];
+        a[j * 4 + 3] += w * y[3];
+    }
+}
+
 /* Values for d = 64 and G (1 to 4) query heads: p[j][t] * v[t] summed over t in order, the
  * 4G accumulators in registers, each value row widened once (G is a constant where it is
  * inlined, so each G gets its own unrolled loop). */
@@ -242,13 +284,7 @@ static inline __attribute__((always_inline)) void values_fixed(const float *cons
     for (int64_t t = 0; t < n; t++) {
         v16f y[4];
         load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
-        for (int j = 0; j < G; j++) {
-            float w = p[j][t];
-            a[j * 4] += w * y[0];
-            a[j * 4 + 1] += w * y[1];
-            a[j * 4 + 2] += w * y[2];
-            a[j * 4 + 3] += w * y[3];
-        }
+        add_values(a, p, t, y, G);
     }
     for (int i = 0; i < 4 * G; i++) acc[i] = a[i];
 }
@@ -263,42 +299,18 @@ static inline __attribute__((always_inline)) void values_two(const float *const 
     for (int64_t t = 0; t < both; t++) {
         v16f y[4];
         load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
-        for (int j = 0; j < G; j++) {
-            float w = p0[j][t];
-            a[j * 4] += w * y[0];
-            a[j * 4 + 1] += w * y[1];
-            a[j * 4 + 2] += w * y[2];
-            a[j * 4 + 3] += w * y[3];
-        }
-        for (int j = 0; j < G; j++) {
-            float w = p1[j][t];
-            b[j * 4] += w * y[0];
-            b[j * 4 + 1] += w * y[1];
-            b[j * 4 + 2] += w * y[2];
-            b[j * 4 + 3] += w * y[3];
-        }
+        add_values(a, p0, t, y, G);
+        add_values(b, p1, t, y, G);
     }
     for (int64_t t = both; t < n0; t++) {      /* the longer row's last keys */
         v16f y[4];
         load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
-        for (int j = 0; j < G; j++) {
-            float w = p0[j][t];
-            a[j * 4] += w * y[0];
-            a[j * 4 + 1] += w * y[1];
-            a[j * 4 + 2] += w * y[2];
-            a[j * 4 + 3] += w * y[3];
-        }
+        add_values(a, p0, t, y, G);
     }
     for (int64_t t = both; t < n1; t++) {
         v16f y[4];
         load_row(v, off[t] + at, 4, LANES, kind, pairs, y);
-        for (int j = 0; j < G; j++) {
-            float w = p1[j][t];
-            b[j * 4] += w * y[0];
-            b[j * 4 + 1] += w * y[1];
-            b[j * 4 + 2] += w * y[2];
-            b[j * 4 + 3] += w * y[3];
-        }
+        add_values(b, p1, t, y, G);
     }
     for (int i = 0; i < 4 * G; i++) {
         acc0[i] = a[i];
@@ -348,21 +360,9 @@ static void attend(const float *qf, const void *k, const void *v, const int64_t 
                 prefetch_rows(k, v, (off[t + LANES] + at) * esize, d * esize);
             v16f kc[MAX_D / LANES];
             load_row(k, off[t] + at, chunks, last, kind, pairs, kc);
-            for (int g = 0; g < g_count; g++) {
-                v16f dot = {0};
-                for (int c = 0; c < chunks; c++) {
-                    v16f x;
-                    memcpy(&x, qf + g * dp + c * LANES, sizeof x);
-                    dot += x * kc[c];
-                }
-                dots[g * LANES + j] = dot;
-            }
+            key_dots(qf, kc, chunks, g_count, j, dots);
         }
-        for (int g = 0; g < g_count; g++) {
-            for (int j = m; j < LANES; j++) dots[g * LANES + j] = (v16f){0};
-            v16f s = reduce16(dots + g * LANES) * scale;
-            memcpy(scores + g * stride + t0, &s, sizeof s);   /* stride is a multiple of 16 */
-        }
+        block_scores(dots, m, g_count, scale, scores, stride, t0);
     }
     float total[MAX_G];
     for (int g = 0; g < g_count; g++) total[g] = softmax_row(scores + g * stride, n);
@@ -436,39 +436,11 @@ static void attend2(const float *qf0, const float *qf1, const void *k, const voi
                 prefetch_rows(k, v, (off[t + LANES] + at) * esize, d * esize);
             v16f kc[4];
             load_row(k, off[t] + at, chunks, LANES, kind, pairs, kc);
-            if (j < m0)
-                for (int g = 0; g < g_count; g++) {
-                    v16f dot = {0};
-                    for (int c = 0; c < chunks; c++) {
-                        v16f x;
-                        memcpy(&x, qf0 + g * d + c * LANES, sizeof x);
-                        dot += x * kc[c];
-                    }
-                    d0[g * LANES + j] = dot;
-                }
-            if (j < m1)
-                for (int g = 0; g < g_count; g++) {
-                    v16f dot = {0};
-                    for (int c = 0; c < chunks; c++) {
-                        v16f x;
-                        memcpy(&x, qf1 + g * d + c * LANES, sizeof x);
-                        dot += x * kc[c];
-                    }
-                    d1[g * LANES + j] = dot;
-                }
+            if (j < m0) key_dots(qf0, kc, chunks, g_count, j, d0);
+            if (j < m1) key_dots(qf1, kc, chunks, g_count, j, d1);
         }
-        for (int g = 0; g < g_count; g++) {
-            if (m0) {
-                for (int j = m0; j < LANES; j++) d0[g * LANES + j] = (v16f){0};
-                v16f sc = reduce16(d0 + g * LANES) * scale;
-                memcpy(s0 + g * stride + t0, &sc, sizeof sc);
-            }
-            if (m1) {
-                for (int j = m1; j < LANES; j++) d1[g * LANES + j] = (v16f){0};
-                v16f sc = reduce16(d1 + g * LANES) * scale;
-                memcpy(s1 + g * stride + t0, &sc, sizeof sc);
-            }
-        }
+        if (m0) block_scores(d0, m0, g_count, scale, s0, stride, t0);
+        if (m1) block_scores(d1, m1, g_count, scale, s1, stride, t0);
     }
     float total0[MAX_G], total1[MAX_G];
     for (int g = 0; g < g_count; g++) {
