@@ -223,6 +223,8 @@ class CompileStatus:
         attention: ``"kernel"`` (the paged attention kernel of
             :mod:`engine.worker.kernels.decode_attention`) or ``"sdpa"``; attention_note: why
             not the kernel.
+        prompts: ``"rows"`` (prompt tokens as rows of the compiled graph) or ``"eager"``
+            (transformers' code); prompts_note: why not rows, once compiling is done.
     """
 
     path: str = "eager"
@@ -238,6 +240,8 @@ class CompileStatus:
     direct: tuple[int, ...] = ()
     attention: str = "sdpa"
     attention_note: str = ""
+    prompts: str = "eager"
+    prompts_note: str = ""
 
     def as_dict(self) -> dict:
         """The fields as a plain dict (lists for the tuples), for JSON and experiment results."""

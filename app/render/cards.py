@@ -196,7 +196,8 @@ def precision_line(info) -> str:
 def decode_step_html(status) -> str:
     """One line under the badge: which decode step runs (an
     :class:`engine.protocol.CompileStatus`, ``LLMEngine.compile_status()``): compiled (its batch
-    buckets and compile time, from the on-disk cache or not), compiling in the background (the
+    buckets and compile time, from the on-disk cache or not, and whether prompts run in the same
+    graph), compiling in the background (the
     batches already compiled, a smaller batch padded to the smallest ready bucket, eager for the
     rest, and how far compiling has got), eager, or failed with the reason."""
     path, state = status.path, status.status
@@ -206,8 +207,10 @@ def decode_step_html(status) -> str:
     secs = status.compile_s or 0.0
     cached = " from the on-disk cache" if status.cache_hits else ""
     if state == "ready":
+        prompts = ("; prompts run in the same graph, a row per token" if status.prompts == "rows"
+                   else "")
         text = (f"decode step: <b>compiled</b> (torch.compile, batch buckets "
-                f"{', '.join(map(str, buckets))}; {secs:.0f} s to compile{cached})")
+                f"{', '.join(map(str, buckets))}; {secs:.0f} s to compile{cached}){prompts}")
     elif state == "compiling":
         so_far = f", {status.compiling_s:.0f} s so far" if status.compiling_s else ""
         progress = f"compiling {len(ready) + 1} of {len(buckets)} batch buckets in the background{so_far}"

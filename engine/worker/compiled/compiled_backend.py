@@ -105,6 +105,9 @@ class CompileState:
         error: why compiling failed (``status == "failed"``).
         steps_compiled, steps_eager: decode-only steps run each way so far.
         started: ``time.monotonic()`` when compiling began (for the seconds it has taken so far).
+        prompts: ``"rows"`` when prompt tokens run as rows of the shared graph, else
+            ``"eager"`` (transformers' code); prompts_note: why not rows, once every graph is
+            compiled.
     """
 
     status: str = "compiling"
@@ -115,6 +118,8 @@ class CompileState:
     steps_compiled: int = 0
     steps_eager: int = 0
     started: float = field(default_factory=time.monotonic)
+    prompts: str = "eager"
+    prompts_note: str = ""
 
     @property
     def elapsed_s(self) -> float:
@@ -202,6 +207,7 @@ class CompiledBackend:
         if not compile:
             self.state.ready = list(self.buckets)
             self._fn = self._step
+            self._say_prompts()
             return
         inductor_cache_dir()
         import torch._dynamo
@@ -255,6 +261,7 @@ class CompiledBackend:
         if not self._compile_many_rows():
             return
         self.state.status = "ready"
+        self._say_prompts()
         freeze_long_lived("decode step compiled")   # inductor's objects live as long
 
     def _compile_many_rows(self) -> bool:
@@ -393,6 +400,14 @@ class CompiledBackend:
                         static=list(_chunks(entries, decode, ready[-1])) if decode else [],
                         rows=prompts)
 
+    def _say_prompts(self) -> None:
+        """Record in :attr:`state` how prompts run (``prompts``, ``prompts_note``)."""
+        ready = self.rows_ready
+        self.state.prompts = "rows" if ready else "eager"
+        self.state.prompts_note = "" if ready else (
+            self.rows_error or ("attention is not the kernel here (fp32, fp8 or GPU)" if not self.prompt_rows
+                                else "LLM_PLAYGROUND_PREFILL_ROWS=0 or LLM_PLAYGROUND_DYNAMIC_ROWS=0"))
+
     @property
     def rows_ready(self) -> bool:
         """Whether prompts run as rows of the shared graph (:data:`PREFILL_ROWS`): attention
@@ -422,6 +437,7 @@ class CompiledBackend:
                 except Exception as exc:  # noqa: BLE001 - a guard failed: never compile mid-step
                     self.rows_error = f"{type(exc).__name__}: {exc}"[:300]
                     log.warning("prompt rows left the compiled graph: %s", self.rows_error)
+                    self._say_prompts()
                     return None
             if rows.keep.numel() == 0:
                 return hidden.new_empty((0, self.forward_fn.vocab_size))

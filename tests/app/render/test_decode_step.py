@@ -21,6 +21,10 @@ def test_each_state_of_the_compiled_step_reads_as_a_person_would_say_it():
     done = decode_step_html(status(path="compiled", status="ready", ready=[1, 2, 4, 8, 16, 32],
                                    compile_s=63.6, cache_hits=6))
     assert "<b>compiled</b>" in done and "64 s to compile from the on-disk cache" in done
+    assert "prompts" not in done
+    rows = decode_step_html(status(path="compiled", status="ready", ready=[1, 2, 4, 8, 16, 32],
+                                   compile_s=63.6, prompts="rows"))
+    assert rows.endswith("to compile); prompts run in the same graph, a row per token</div>")
     failed = decode_step_html(status(status="failed", error="RuntimeError: <no compiler>"))
     assert "compiling failed: RuntimeError: &lt;no compiler&gt;" in failed
     assert decode_step_html(status(path="remote")) == ""

@@ -24,6 +24,7 @@ def runner(loaded):
     backend = CompiledBackend(EagerBackend(loaded.model, inputs, weight_stationary=False),
                               max_blocks_per_seq=MAX_BLOCKS, compile=False)
     assert not backend.prompt_rows      # fp32: prompts stay on transformers' code by default...
+    assert backend.state.prompts == "eager" and "not the kernel" in backend.state.prompts_note
     backend.prompt_rows = True          # ...and run as rows here, to check them against it
     return ModelRunner(loaded.model, backend=backend, inputs=inputs)
 

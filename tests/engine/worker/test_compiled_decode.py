@@ -229,6 +229,7 @@ def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
         cut = eng.submit(PROMPTS[7], GREEDY)
         cut.result(600)
         assert not runner.rows_error and max(backend_calls) > 7 and 7 in backend_calls
+        assert eng.compile_status().prompts == "rows"
         assert cut.output.token_ids == whole.output.token_ids
         assert [e.top_candidates[0].logprob for e in cut.events] == \
             [e.top_candidates[0].logprob for e in whole.events]
