@@ -265,16 +265,16 @@ class CompiledBackend:
         freeze_long_lived("decode step compiled")   # inductor's objects live as long
 
     def _compile_many_rows(self) -> bool:
-        """Give the shared graph a version for steps of more than ``few_rows`` rows when no
-        bucket has one: those steps run on all the engine thread's threads (StepThreads), and
+        """Give the shared graph a version for steps of more than ``few_rows`` rows when it
+        exists and no bucket has one: those steps run on all the engine thread's threads (StepThreads), and
         Dynamo guards on the thread count, so without it every prompt longer than ``few_rows``
         tokens would leave the graph (:meth:`run_rows`). One more trace, its kernels from
         inductor's cache. Returns False when it failed (the backend stays eager, as for a
         bucket)."""
         rows = self.threads.few_rows + 1
         if (not (PREFILL_ROWS and DYNAMIC_ROWS and self.prompt_rows) or not self.threads.decode_threads
-                or self.buckets[-1] >= rows or self.stopped.is_set()):
-            return True
+                or self.buckets[-1] == 1 or self.buckets[-1] >= rows or self.stopped.is_set()):
+            return True   # (bucket 1 alone: no shared graph, and prompts stay eager)
         start = time.perf_counter()
         try:
             bufs = self.inputs.new_static(rows, self.width)
