@@ -77,13 +77,15 @@ graph's steps took 1.03-1.10× the per-bucket graphs' time (docs/performance.md,
 speed"). ``LLM_PLAYGROUND_DYNAMIC_ROWS=0``
 compiles one graph per bucket (for the before/after benchmark)."""
 
-PREFILL_ROWS = os.environ.get("LLM_PLAYGROUND_PREFILL_ROWS", "1") != "0"
+PREFILL_ROWS = os.environ.get("LLM_PLAYGROUND_PREFILL_ROWS", "0") == "1"
 """Run prompt tokens through the shared graph too, once it is compiled: each prompt token a row
 of its own (:meth:`CompiledBackend.run_rows`), so norms, rotary and SiLU run fused instead of as
 transformers' hundreds of small operations per chunk, and every position of a request, prompt
 or output, is computed by the same graph. Needs :data:`DYNAMIC_ROWS`.
-``LLM_PLAYGROUND_PREFILL_ROWS=0`` keeps prompts on transformers' code (the before/after
-benchmark)."""
+Off by default (``LLM_PLAYGROUND_PREFILL_ROWS=1`` turns it on): a prompt whose first blocks came
+from the prefix cache, computed beside other prompts in one call, got another first token than
+the same prompt computed whole (8 concurrent greedy requests against their solo answers, 1 of 8
+differed; not found yet), while transformers' code gives the same tokens."""
 
 DIRECT_CALL = True
 """Once a bucket is compiled, call the function Dynamo made for it directly, not through
@@ -406,7 +408,7 @@ class CompiledBackend:
         self.state.prompts = "rows" if ready else "eager"
         self.state.prompts_note = "" if ready else (
             self.rows_error or ("attention is not the kernel here (fp32, fp8 or GPU)" if not self.prompt_rows
-                                else "LLM_PLAYGROUND_PREFILL_ROWS=0 or LLM_PLAYGROUND_DYNAMIC_ROWS=0"))
+                                else "off (LLM_PLAYGROUND_PREFILL_ROWS=1 turns it on, with DYNAMIC_ROWS)"))
 
     @property
     def rows_ready(self) -> bool:

@@ -8,6 +8,7 @@ import torch
 
 from engine.core.scheduler_output import ScheduledSeq
 from engine.worker.backends.eager import EagerBackend
+from engine.worker.compiled import compiled_backend
 from engine.worker.compiled.compiled_backend import CompiledBackend, _chunks, is_decode_row
 from engine.worker.input_builder import InputBuilder
 from engine.worker.model_runner import ModelRunner
@@ -17,12 +18,13 @@ MAX_BLOCKS = 8
 
 
 @pytest.fixture
-def runner(loaded):
+def runner(loaded, monkeypatch):
     """A runner holding the compiled backend (the runner builds the inputs it runs)."""
     pool = make_pool(loaded)
     inputs = InputBuilder(pool, BLOCK_SIZE, "cpu", scratch_block=pool.num_blocks - 1)
     backend = CompiledBackend(EagerBackend(loaded.model, inputs, weight_stationary=False),
                               max_blocks_per_seq=MAX_BLOCKS, compile=False)
+    monkeypatch.setattr(compiled_backend, "PREFILL_ROWS", True)     # off by default
     assert not backend.prompt_rows      # fp32: prompts stay on transformers' code by default...
     assert backend.state.prompts == "eager" and "not the kernel" in backend.state.prompts_note
     backend.prompt_rows = True          # ...and run as rows here, to check them against it

@@ -2,6 +2,7 @@
 transformers' tokens, greedy answers don't depend on the batch, padding never leaks, a failed
 compile falls back to eager, and the real ``torch.compile`` path matches eager."""
 
+import math
 import time
 
 import pytest
@@ -147,7 +148,7 @@ def test_compile_option_is_checked_and_other_architectures_stay_eager(int4):
 def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
     """The real inductor path, buckets 1 and 8 (minutes on 2 cores the first time, then from the
     on-disk cache): compiled greedy tokens equal eager's, or where they part the two tokens are
-    within a bf16 rounding of a tie; 8 concurrent requests give exactly their solo tokens."""
+    within two bf16 roundings of a tie (at the logits' magnitude); 8 concurrent requests give exactly their solo tokens."""
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False)
     try:
         status = eng.wait_compiled(1500)
@@ -162,8 +163,12 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
                 with torch.inference_mode():
                     logits = int4.model(input_ids=torch.tensor([ids]), logits_to_keep=1).logits[0, -1]
                 gap = float(logits[a[k]] - logits[b[k]])
-                print(f"compiled parts from eager at token {k}: logit gap {gap:.3f}")
-                assert abs(gap) < 0.25, f"token {k}: gap {gap:.3f} is no rounding near-tie"
+                # a bf16 logit's spacing at its magnitude (0.25 from 32 to 64): the prompt and
+                # the answer so far went through the graph, not transformers' code, so a near-tie
+                # can fall either way by a rounding or two
+                ulp = 2.0 ** (math.floor(math.log2(abs(float(logits[a[k]])))) - 7)
+                print(f"compiled parts from eager at token {k}: logit gap {gap:.3f} ({ulp} a step)")
+                assert abs(gap) <= 2 * ulp, f"token {k}: gap {gap:.3f} is no rounding near-tie"
         assert equal >= len(PROMPTS) // 2
         assert [o.token_ids for o in together(eng, PROMPTS)] == solo
         assert eng.compile_status().steps_compiled > 0
@@ -172,13 +177,16 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
 
 
 @pytest.mark.slow
-def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4):
+def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4, monkeypatch):
     """The inductor graphs themselves, on K/V drawn at random (which makes rounding flips
     frequent): 320 rows run as 40 batch-8 steps, each row's logits bit-equal to that row run in
     the batch-1 graph; then a prompt prefilled as rows of the shared graph whole and in chunks
     of 7 tokens gives the same probabilities and tokens. Fails when a fused kernel sums a row in an order that depends on the
     bucket (inductor vectorized the norms across rows while the embedding lookup was fused into
     them: 6 of 304 rows differed, docs/compiled-decode.md)."""
+    from engine.worker.compiled import compiled_backend
+
+    monkeypatch.setattr(compiled_backend, "PREFILL_ROWS", True)     # off by default
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False,
                     enable_prefix_caching=False)
     try:
