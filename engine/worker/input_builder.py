@@ -251,7 +251,7 @@ class InputBuilder:
             IndexError: an entry's table is wider than ``width``.
         """
         bs, scratch = self.block_size, self.scratch_block
-        ids, pos, slots, keep, tables, counts = [], [], [], [], [], []
+        ids, pos, slots, lens, keep, tables, counts = [], [], [], [], [], [], []
         for e in entries:
             first, n = e.num_computed, e.num_new
             table = e.seq.block_table[:-(-(first + n) // bs)]
@@ -260,6 +260,7 @@ class InputBuilder:
             ids.extend(step_tokens(e))
             pos.extend(range(first, first + n))
             slots.extend(slot_of(table, p, bs) for p in range(first, first + n))
+            lens.extend(range(first + 1, first + n + 1))
             if e.samples:
                 keep.append(len(ids) - 1)
             tables.extend(table + [scratch] * (width - len(table)))
@@ -269,11 +270,9 @@ class InputBuilder:
             ids.append(0)
             pos.append(0)
             slots.append(scratch * bs)
+            lens.append(1)
             tables.extend([scratch] * width)
             counts.append(1)
-        lens = [p + 1 for p in pos]
-        if used < 2:
-            lens[-1] = 1
         # each tensor as a bucket's buffer is made (ids and positions views of [1, R], the rest
         # tensors of their own): Dynamo's guards read a view's base, so another layout would
         # not pass the graph's guards

@@ -251,9 +251,7 @@ class CompiledBackend:
                 if DIRECT_CALL and self._fn is not self._step:   # not the identity
                     self._find_direct_call(bufs)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
-                log.warning("compiling the decode step failed; decode stays eager",
-                            exc_info=True)
-                self.state.status, self.state.error = "failed", f"{type(exc).__name__}: {exc}"[:300]
+                self._compile_failed(exc)
                 return
             with self._lock:
                 self.buffers[(rows, self.width)] = bufs
@@ -265,6 +263,11 @@ class CompiledBackend:
         self.state.status = "ready"
         self._say_prompts()
         freeze_long_lived("decode step compiled")   # inductor's objects live as long
+
+    def _compile_failed(self, exc: BaseException) -> None:
+        """A compile that raised: the backend stays eager and :attr:`state` says why."""
+        log.warning("compiling the decode step failed; decode stays eager", exc_info=True)
+        self.state.status, self.state.error = "failed", _why(exc)
 
     def _compile_many_rows(self) -> bool:
         """Give the shared graph a version for steps of more than ``few_rows`` rows when it
@@ -282,8 +285,7 @@ class CompiledBackend:
             bufs = self.inputs.new_static(rows, self.width)
             self._run(bufs, dynamic_rows=True)
         except Exception as exc:  # noqa: BLE001 - as in compile_all
-            log.warning("compiling the decode step failed; decode stays eager", exc_info=True)
-            self.state.status, self.state.error = "failed", f"{type(exc).__name__}: {exc}"[:300]
+            self._compile_failed(exc)
             return False
         log.info("shared graph traced for %d rows (all threads) in %.1f s", rows,
                  time.perf_counter() - start)
@@ -437,7 +439,7 @@ class CompiledBackend:
                     with torch.compiler.set_stance("fail_on_recompile"):
                         hidden = self._fn(self.forward_fn, *rows.args)
                 except Exception as exc:  # noqa: BLE001 - a guard failed: never compile mid-step
-                    self.rows_error = f"{type(exc).__name__}: {exc}"[:300]
+                    self.rows_error = _why(exc)
                     log.warning("prompt rows left the compiled graph: %s", self.rows_error)
                     self._say_prompts()
                     return None
@@ -489,6 +491,11 @@ def _yielding():
     except (OSError, AttributeError):   # not Linux, or not allowed: compile at the same priority
         pass
     yield
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as one short line for the status: its type and message, 300 characters."""
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 def _chunks(entries: list[ScheduledSeq], index: list[int], most: int):
