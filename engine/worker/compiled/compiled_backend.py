@@ -77,15 +77,16 @@ graph's steps took 1.03-1.10× the per-bucket graphs' time (docs/performance.md,
 speed"). ``LLM_PLAYGROUND_DYNAMIC_ROWS=0``
 compiles one graph per bucket (for the before/after benchmark)."""
 
-PREFILL_ROWS = os.environ.get("LLM_PLAYGROUND_PREFILL_ROWS", "0") == "1"
+PREFILL_ROWS = os.environ.get("LLM_PLAYGROUND_PREFILL_ROWS", "1") == "1"
 """Run prompt tokens through the shared graph too, once it is compiled: each prompt token a row
 of its own (:meth:`CompiledBackend.run_rows`), so norms, rotary and SiLU run fused instead of as
 transformers' hundreds of small operations per chunk, and every position of a request, prompt
 or output, is computed by the same graph. Needs :data:`DYNAMIC_ROWS`.
-Off by default (``LLM_PLAYGROUND_PREFILL_ROWS=1`` turns it on): a prompt whose first blocks came
-from the prefix cache, computed beside other prompts in one call, got another first token than
-the same prompt computed whole (8 concurrent greedy requests against their solo answers, 1 of 8
-differed; not found yet), while transformers' code gives the same tokens."""
+On by default; ``LLM_PLAYGROUND_PREFILL_ROWS=0`` keeps prompts on transformers' code. A row's
+bits do not depend on the other rows of the call: the attention kernel, which computes two rows
+of one sequence together, is built without contraction or reassociation so that a row paired or
+alone sums in one order (it once did not: docs/compiled-decode.md, "Prompts as rows of the
+graph")."""
 
 DIRECT_CALL = True
 """Once a bucket is compiled, call the function Dynamo made for it directly, not through
@@ -410,7 +411,7 @@ class CompiledBackend:
         self.state.prompts = "rows" if ready else "eager"
         self.state.prompts_note = "" if ready else (
             self.rows_error or ("attention is not the kernel here (fp32, fp8 or GPU)" if not self.prompt_rows
-                                else "off (LLM_PLAYGROUND_PREFILL_ROWS=1 turns it on, with DYNAMIC_ROWS)"))
+                                else "off (LLM_PLAYGROUND_PREFILL_ROWS=0 or LLM_PLAYGROUND_DYNAMIC_ROWS=0)"))
 
     @property
     def rows_ready(self) -> bool:

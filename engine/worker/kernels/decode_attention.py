@@ -11,7 +11,7 @@ only on its own query, keys and length, as before, at a few milliseconds per ste
 backend also runs its own paged attention kernel).
 
 The source is compiled with the machine's C compiler (``$CC``, ``cc`` or ``gcc``; ``-O3
--fopenmp`` and reassociation, one build for any x86-64 CPU through ``target_clones``) into
+-fopenmp`` without reassociation or contraction, one build for any x86-64 CPU through ``target_clones``) into
 ``<cache_dir()>/kernels/paged_decode-<hash>.so`` the first time it is needed (about a second)
 and loaded with ``ctypes``. Its OpenMP runtime is the one torch already loaded (same soname),
 so the two share one thread pool. Without a compiler the engine keeps PyTorch's SDPA per
@@ -37,11 +37,15 @@ log = logging.getLogger("engine")
 
 SOURCE = Path(__file__).with_name("paged_decode.c")
 FLAGS = ("-O3", "-fopenmp", "-shared", "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math",
-         "-fassociative-math", "-fno-signed-zeros", "-Wno-psabi")
-"""Reassociation lets the compiler vectorize the softmax's maximum and sum: the order then
-depends on a row's own length only, so rows stay batch-invariant. Not ``-ffast-math``: with
-gcc 12 it links ``crtfastmath.o`` into a shared library, which flushes denormals for the whole
-process on load."""
+         "-ffp-contract=off", "-Wno-psabi")
+"""No reassociation and no contraction of a multiply and an add (``-ffp-contract=off``; gcc's
+default for ``gnu11`` contracts where it likes): the kernel's order of operations is the
+source's in every inlined copy, so the one-row and two-row paths give a row the same bits. With
+either allowed, ``attend2`` gave a row other bits than ``attend`` now and then (in fp32 nearly
+always, by an ulp; in bf16 a few rows in a thousand): a prompt's rows computed beside other
+prompts' rows got other logits than alone. The softmax's sum is vectorized by hand
+(``softmax_row``). Not ``-ffast-math``: with gcc 12 it links ``crtfastmath.o`` into a shared
+library, which flushes denormals for the whole process on load."""
 KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 """Storage dtypes the kernel reads (fp8 pools, with their per-layer scales, stay on SDPA)."""
 

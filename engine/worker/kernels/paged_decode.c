@@ -17,8 +17,8 @@
  * query is widened the same way, the output put back in order. A score is a dot product of
  * 16-lane vectors, each vector's lanes summed in a fixed tree, sixteen keys at once (reduce16);
  * the softmax subtracts the row's maximum and uses a polynomial exp (exp_neg); each output lane
- * sums probability times value in the order of the keys. The compiler may vectorize the maximum
- * and the sum (reassociation is allowed); their order then depends on the row's length only. A
+ * sums probability times value in the order of the keys. The softmax's sum runs in sixteen lanes
+ * and a fixed tree (softmax_row); every order depends on the row's length only. A
  * prefill chunk's queries (one shared table) run the same arithmetic. The output is rounded to
  * bf16 for bf16 pools, else written as fp32. Keys and values are prefetched sixteen keys ahead.
  *
@@ -211,16 +211,40 @@ static inline float exp_neg(float x) {
 }
 
 /* A row's softmax numerators in place: s[t] = exp(s[t] - max), t < n; returns their sum. Its own
- * function (never inlined) so that the one-row and the two-row paths run the very same loops:
- * the compiler may vectorize the maximum and the sum (reassociation), and one copy of the code
- * means one order for both. */
+ * function (never inlined): the one-row and the two-row paths run the very same code. The
+ * maximum is exact in any order; the sum is written out in sixteen lanes (lane l adds s[l],
+ * s[l + 16], ... in order; the last, partial vector's missing lanes add zero), then the lanes in
+ * a fixed tree, so its order depends on n only. The file is built without reassociation and
+ * without contracting a multiply and an add (FLAGS in decode_attention.py): with either, the
+ * compiler chose the order per inlined copy, and attend2 gave a row other bits than attend. */
 CLONES
 __attribute__((noinline)) static float softmax_row(float *s, int64_t n) {
-    float mx = -INFINITY, sum = 0.0f;
-    for (int64_t t = 0; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+    typedef int32_t v16i __attribute__((vector_size(64)));
+    const v16f zero = {0};
+    v16f m = zero - INFINITY, acc = zero, x;
+    int64_t full = n / LANES * LANES;
+    for (int64_t t0 = 0; t0 < full; t0 += LANES) {
+        memcpy(&x, s + t0, sizeof x);
+        v16i gt = x > m;
+        m = (v16f)(((v16i)x & gt) | ((v16i)m & ~gt));
+    }
+    float lanes[LANES], mx = -INFINITY;
+    memcpy(lanes, &m, sizeof lanes);
+    for (int l = 0; l < LANES; l++) mx = lanes[l] > mx ? lanes[l] : mx;
+    for (int64_t t = full; t < n; t++) mx = s[t] > mx ? s[t] : mx;
     for (int64_t t = 0; t < n; t++) s[t] = exp_neg(s[t] - mx);
-    for (int64_t t = 0; t < n; t++) sum += s[t];
-    return sum;
+    for (int64_t t0 = 0; t0 < full; t0 += LANES) {
+        memcpy(&x, s + t0, sizeof x);
+        acc += x;
+    }
+    float tail[LANES] = {0};
+    memcpy(tail, s + full, sizeof(float) * (size_t)(n - full));
+    memcpy(&x, tail, sizeof x);
+    acc += x;
+    memcpy(lanes, &acc, sizeof lanes);
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) lanes[l] += lanes[l + w];
+    return lanes[0];
 }
 
 /* Ask for the cache lines of one row of K and of V (`bytes` each, from byte `at`). */

@@ -24,7 +24,7 @@ def runner(loaded, monkeypatch):
     inputs = InputBuilder(pool, BLOCK_SIZE, "cpu", scratch_block=pool.num_blocks - 1)
     backend = CompiledBackend(EagerBackend(loaded.model, inputs, weight_stationary=False),
                               max_blocks_per_seq=MAX_BLOCKS, compile=False)
-    monkeypatch.setattr(compiled_backend, "PREFILL_ROWS", True)     # off by default
+    monkeypatch.setattr(compiled_backend, "PREFILL_ROWS", True)     # the default; not the environment's
     assert not backend.prompt_rows      # fp32: prompts stay on transformers' code by default...
     assert backend.state.prompts == "eager" and "not the kernel" in backend.state.prompts_note
     backend.prompt_rows = True          # ...and run as rows here, to check them against it

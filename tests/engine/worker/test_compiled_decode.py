@@ -148,7 +148,8 @@ def test_compile_option_is_checked_and_other_architectures_stay_eager(int4):
 def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
     """The real inductor path, buckets 1 and 8 (minutes on 2 cores the first time, then from the
     on-disk cache): compiled greedy tokens equal eager's, or where they part the two tokens are
-    within two bf16 roundings of a tie (at the logits' magnitude); 8 concurrent requests give exactly their solo tokens."""
+    within two bf16 roundings of a tie (at the logits' magnitude); 8 concurrent requests give
+    exactly their solo tokens (prompts as rows of the shared graph, the default)."""
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False)
     try:
         status = eng.wait_compiled(1500)
@@ -169,7 +170,10 @@ def test_torch_compile_matches_eager_and_is_batch_invariant(int4, eager_tokens):
                 ulp = 2.0 ** (math.floor(math.log2(abs(float(logits[a[k]])))) - 7)
                 print(f"compiled parts from eager at token {k}: logit gap {gap:.3f} ({ulp} a step)")
                 assert abs(gap) <= 2 * ulp, f"token {k}: gap {gap:.3f} is no rounding near-tie"
-        assert equal >= len(PROMPTS) // 2
+        # no count of equal answers is asserted: with prompts as graph rows the whole answer is
+        # the graph's arithmetic, and 3 to 8 of these 8 prompts have given eager's 40 tokens
+        # exactly; every parting above is checked to be a near-tie instead
+        print(f"{equal} of {len(PROMPTS)} compiled answers equal eager's")
         assert [o.token_ids for o in together(eng, PROMPTS)] == solo
         assert eng.compile_status().steps_compiled > 0
     finally:
@@ -183,10 +187,14 @@ def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4, monkeypatch):
     the batch-1 graph; then a prompt prefilled as rows of the shared graph whole and in chunks
     of 7 tokens gives the same probabilities and tokens. Fails when a fused kernel sums a row in an order that depends on the
     bucket (inductor vectorized the norms across rows while the embedding lookup was fused into
-    them: 6 of 304 rows differed, docs/compiled-decode.md)."""
+    them: 6 of 304 rows differed, docs/compiled-decode.md); and prompt rows of several
+    sequences in one call have the bits of their sequence's call alone. (The attention kernel's
+    paired rows once broke that for 25 of 1,249 rows in 30 such trials with another seed; this
+    test's 30 trials did not meet such a row on the old build: the kernel's own test,
+    test_a_row_computed_in_a_pair_has_the_bits_of_the_row_alone, is the one that fails there.)"""
     from engine.worker.compiled import compiled_backend
 
-    monkeypatch.setattr(compiled_backend, "PREFILL_ROWS", True)     # off by default
+    monkeypatch.setattr(compiled_backend, "PREFILL_ROWS", True)     # the default; not the environment's
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 8), telemetry=False,
                     enable_prefix_caching=False)
     try:
@@ -225,6 +233,37 @@ def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4, monkeypatch):
             differing += sum(not torch.equal(batch[j], run([toks[j]], [positions[j]], [firsts[j]])[0])
                              for j in range(8))
         assert differing == 0, f"{differing} of 320 rows differ from the row alone"
+
+        # prompt rows of several sequences in one call: each sequence's rows have the bits they
+        # have in a call of their own (where the attention kernel pairs them differently)
+        from engine.worker.input_builder import GraphRows
+
+        def rows_of(seqs):
+            cols = [[] for _ in range(5)]
+            for first, cached, toks in seqs:
+                table = list(range(first, first + -(-(cached + len(toks)) // bs)))
+                for j, t in enumerate(toks):
+                    p = cached + j
+                    for col, x in zip(cols, (t, p, table[p // bs] * bs + p % bs, p + 1,
+                                             table + [scratch] * (runner.width - len(table)))):
+                        col.append(x)
+            ids, pos = (torch.tensor([c], dtype=torch.long).view(-1) for c in cols[:2])  # as InputBuilder.rows
+            slots, lens, blocks = (torch.tensor(c, dtype=torch.long) for c in cols[2:])
+            return GraphRows(ids, pos, slots, blocks, lens, torch.arange(len(cols[0])), len(cols[0]))
+
+        differing = total = 0
+        for _ in range(30):
+            seqs = []
+            for s in range(int(torch.randint(2, 6, (1,), generator=gen))):
+                n = int(torch.randint(2, 20, (1,), generator=gen))
+                seqs.append((s * per_row, int(torch.randint(0, 80, (1,), generator=gen)),
+                             torch.randint(0, int4.model.config.vocab_size, (n,), generator=gen).tolist()))
+            together, at = eng.call(lambda _: runner.run_rows(rows_of(seqs))).result(), 0
+            for seq in seqs:
+                alone = eng.call(lambda _: runner.run_rows(rows_of([seq]))).result()
+                differing += sum(not torch.equal(alone[j], together[at + j]) for j in range(len(seq[2])))
+                total, at = total + len(seq[2]), at + len(seq[2])
+        assert differing == 0, f"{differing} of {total} prompt rows differ from their sequence alone"
 
         # prompts run as rows of the same graph: however a prompt is cut into chunks, its first
         # token's probabilities and its greedy tokens are the same bits
