@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from engine.errors import ModelLoadError
+from engine.model.gguf_reading import plain_gguf_reads
 
 CACHE_ENV = "LLM_PLAYGROUND_CACHE"
 
@@ -88,8 +89,9 @@ def _embedded_folder(emb: EmbeddedModel, progress) -> tuple[Path, str]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _say(progress, f"first start: dequantizing {emb.gguf_file} to fp32 (about 20 s on 2 cores)...")
-    tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=emb.gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=emb.gguf_file, dtype=torch.float32)
+    with plain_gguf_reads():
+        tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=emb.gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=emb.gguf_file, dtype=torch.float32)
     # A GGUF-loaded model refuses save_pretrained while it carries its quantizer.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -127,8 +129,9 @@ def _embedded_meta(emb: EmbeddedModel, gguf: Path, progress) -> Path:
     from transformers import AutoConfig, AutoTokenizer
 
     _say(progress, f"first start: reading the config and tokenizer from {emb.gguf_file}")
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with plain_gguf_reads():
+        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     _save_folder(target, config, tok)
     return target
 

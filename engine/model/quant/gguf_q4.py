@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from engine.model.gguf_reading import read_gguf
 from engine.model.quant import fused
 from engine.model.quant.embedding import QuantEmbedding
 from engine.model.quant.int4 import GROUP_SIZE, Int4Linear, quantize_groups
@@ -128,7 +129,6 @@ def load_q4_model(gguf_path: str, folder: str, dtype: torch.dtype, device="cpu",
     """
     from accelerate import init_empty_weights
     from gguf import GGMLQuantizationType as T
-    from gguf import GGUFReader
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(folder)
@@ -136,7 +136,7 @@ def load_q4_model(gguf_path: str, folder: str, dtype: torch.dtype, device="cpu",
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     cfg = config.to_dict()
     names = gguf_names(model, config)
-    reader = GGUFReader(gguf_path)
+    reader = read_gguf(gguf_path)
     params = dict(model.named_parameters(remove_duplicate=False))
     done: set[str] = set()
     blocks: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
