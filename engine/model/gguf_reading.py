@@ -5,8 +5,8 @@ metadata field: the embedded model's tokenizer alone is about 100,000 strings, a
 a ``memmap`` runs numpy's Python-level ``__array_finalize__``. Reading the header took 2.3-2.6 s
 on a 2-core AMD EPYC; over a plain ``ndarray`` view of the same mapping (no copy) it takes
 0.7 s, with the same fields and tensors. A first start reads the file three times (the config,
-the tokenizer, the weights), so this is about 5 s of a fresh start.
-"""
+the tokenizer, the weights): about 6 s of CPU less (its wall clock is bound by the engine's
+kernels, built meanwhile: docs/performance.md, "Time to full speed")."""
 
 from __future__ import annotations
 
