@@ -1,4 +1,4 @@
-"""``python -m engine {generate,kv-size,bench,serve}``: the engine's command line."""
+"""``python -m engine {generate,kv-size,bench,serve,prepare}``: the engine's command line."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run one subcommand; returns the exit code."""
     parser = OneLineParser(prog="python -m engine", description="LLM inference engine tools")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    from engine.cli import generate, kvsize, serve
+    from engine.cli import generate, kvsize, prepare, serve
 
     generate.register(sub)
     kvsize.register(sub)
     serve.register(sub)
+    prepare.register(sub)
     try:
         from engine.cli import bench
     except ImportError:
