@@ -5,9 +5,12 @@ A first start on an empty cache compiles the engine's own kernels with the machi
 summary: about 15 s of g++ on 2 cores, the critical path of the start, docs/performance.md,
 "Time to full speed") and writes the embedded model's config and tokenizer folder from its GGUF.
 This command does both into the cache (``LLM_PLAYGROUND_CACHE``), so a start afterwards loads
-them: ``scripts/setup.sh`` runs it, and so does the Docker image's build, whose cache folder is
-part of the image and survives a Space's restart. The libraries' names carry a hash of their
-source, flags and compiler, so a later version of the code builds its own again.
+them: for a machine set up ahead of its first use (a classroom's laptops the day before). The
+Docker image's build does this and more already (it loads the model and compiles the decode
+step into the image's cache). ``scripts/setup.sh`` does not run it: ``scripts/run.sh`` calls
+set-up on every launch, and the check alone would cost seconds of imports. The libraries' names
+carry a hash of their source, flags and compiler, so a later version of the code builds its own
+again.
 """
 
 from __future__ import annotations
