@@ -48,9 +48,10 @@ def prepare(model: str = "smollm2-135m") -> list[str]:
     int4_kernel.prebuild()
     lines = []
     reason = decode_attention.unavailable_reason()
-    op = decode_attention.native_op() if reason is None else None
-    lines.append("paged attention kernel: " + (reason or ("built, with its C++ operator" if op is not None
-                                                          else "built (the C++ operator could not be)")))
+    if reason is None:
+        reason = ("built, with its C++ operator" if decode_attention.native_op() is not None
+                  else "built (the C++ operator could not be)")
+    lines.append(f"paged attention kernel: {reason}")
     reason = int4_kernel.unavailable_reason()
     lines.append("int4/int8 kernel: " + (reason or "built"))
     lines.append("row summary operator: " + ("built" if row_summary.load() is not None
