@@ -57,6 +57,37 @@ def _sidebar(pg) -> dict:
         return s
 
 
+SIDEBAR_JS = """() => {
+  const bar = document.getElementById('sidebar');
+  const toggle = bar && bar.querySelector(':scope > .toggle-button');
+  if (toggle && bar.classList.contains('open') !== %s) toggle.click();
+}"""
+"""A tab's ``select`` in the browser: the sidebar (the Playground's request settings) open on the
+Playground, closed on the other tabs, which have settings of their own.
+
+A server event with the sidebar among its outputs would cost every later message of every event
+on the page: Gradio's front end refreshes the loading status of each component any event has
+touched on every message, and for a layout block such as the sidebar it snapshots the state of
+every component inside it (about a third of that work on the Playground, measured with the
+browser's profiler; docs/performance.md, "A light page")."""
+
+DECODE_STEP_EVERY_S = 5.0
+"""How often the sidebar's decode-step line is refreshed while the step compiles."""
+
+
+def _wire_decode_step(pg, decode_step, private: dict) -> None:
+    """Refresh the decode-step line (:func:`app.render.cards.decode_step_html`) every
+    :data:`DECODE_STEP_EVERY_S` while the engine compiles; the timer stops once compiling has
+    ended (compiled, failed or off), so an idle page sends no more events for it."""
+    timer = gr.Timer(DECODE_STEP_EVERY_S)
+
+    def on_tick():
+        status = pg.engine.compile_status()
+        return cards.decode_step_html(status), gr.Timer(active=status.status == "compiling")
+
+    timer.tick(guard(on_tick), None, [decode_step, timer], **private)
+
+
 def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
                compare_peer=None) -> gr.Blocks:
     """Build the playground page around a :class:`app.state.playground.Playground`.
@@ -85,23 +116,25 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
             with gr.Tab("Compare", id="compare", elem_id="tab-compare") as compare_tab:
                 compared = compare.build(ctx)
             with gr.Tab("Lessons", id="lessons", elem_id="tab-lessons") as lessons_tab:
+                ctx.shown_by = lessons_tab  # the lessons draw their panels when the tab shows
                 with_tab = lessons.shown_with_tab(lessons.build(ctx))
             with gr.Tab("Beams and samples", id="decoding", elem_id="tab-decoding") as beams_tab:
                 beams.build(ctx)
         # the sidebar's sampling controls belong to the Playground: the Compare, Lessons and Beams
         # tabs have their own, so the sidebar closes there
         private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
-        # the decode step switches from eager to compiled while the page serves
-        gr.Timer(5.0).tick(guard(lambda: cards.decode_step_html(pg.engine.compile_status())),
-                           None, decode_step, **private)
-        # the Lessons tab's refresh timers tick, and its profile sidebar shows, only while it is selected
-        def on_select(sidebar_open: bool, lessons_shown: bool):
-            return [gr.Sidebar(open=sidebar_open)] + lessons.switched(with_tab, lessons_shown)
+        _wire_decode_step(pg, decode_step, private)
+        # the Lessons tab's refresh timers tick, and its profile sidebar shows, only while it is
+        # selected; the sidebar opens and closes in the browser (SIDEBAR_JS)
+        def on_select(lessons_shown: bool):
+            return lessons.switched(with_tab, lessons_shown)
 
         for tab, sidebar_open, lessons_shown in ((play_tab, True, False), (compare_tab, False, False),
                                                  (lessons_tab, False, True), (beams_tab, False, False)):
-            tab.select(guard(lambda o=sidebar_open, s=lessons_shown: on_select(o, s)), None,
-                       [sidebar["sidebar"], *with_tab], **private)
+            tab.select(None, None, None, js=SIDEBAR_JS % ("true" if sidebar_open else "false"),
+                       api_visibility="private", queue=False)
+            if with_tab:
+                tab.select(guard(lambda s=lessons_shown: on_select(s)), None, with_tab, **private)
     demo.compare_engines = compared["engines"]  # its variant engines: shut down with the page
     link_trace_buttons(demo, getattr(pg, "trace_links", None))  # downloads by opaque link, never a server path
     return demo

@@ -5,6 +5,8 @@
 - ``max_file_size``: every upload (the calculator's ``config.json`` is the page's only one) is
   capped at :data:`MAX_UPLOAD_BYTES`.
 - :mod:`app.server.file_routes`: plotly.js from a fixed route (no temporary path), uploads off.
+- :mod:`app.server.page_head`: the page's HTML starts with a script slowing Gradio's status
+  tracker loops, which otherwise outlive their trackers at 60 frames a second.
 - :mod:`app.server.limits`: every body and every event's text is capped before Gradio reads it.
 - :mod:`app.server.quiet_errors`: a malformed event is one log line, an unknown session a 404.
 - :mod:`app.server.rest_calls`: ``/stop`` over plain REST answered at once, unknown event ids 404.
@@ -124,10 +126,12 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
 
     from .file_routes import FileRoutes
     from .limits import TextLimit, page_body_limit
+    from .page_head import PageHead
     from .quiet_errors import QueueGuard, install
     from .rest_calls import RestCalls
 
     middleware = [Middleware(page_body_limit),  # outermost first
+                  Middleware(PageHead),
                   Middleware(FileRoutes, traces=getattr(demo, "trace_links", None)),
                   Middleware(TextLimit), Middleware(QueueGuard, demo=demo),
                   Middleware(RestCalls, demo=demo),

@@ -35,6 +35,8 @@ class TabContext:
             whose run measures the profile redraws at once; ``None`` outside the Lessons tab.
         batch_views: the Batch size lesson's figure and summary (set when it is built), which
             Remedies redraws when its Measure runs the server's batch sweep; empty before.
+        shown_by: the tab whose ``select`` shows this one's panels (the whole page's Lessons
+            tab); ``None`` when the tab is the page (built alone), drawn at the page's load.
     """
 
     pg: object = None
@@ -48,6 +50,25 @@ class TabContext:
     timers_active: bool = True
     profile_view: object = None
     batch_views: list = field(default_factory=list)
+    shown_by: object = None
+
+    def draw_when_shown(self, fn, inputs, outputs) -> None:
+        """Run ``fn`` (a server event, private, no progress) to draw ``outputs`` each time the
+        tab shows: on ``shown_by``'s ``select``, or at the page's load when there is none.
+
+        A draw at the page's load would put its outputs among the components Gradio's front end
+        refreshes on every message of every later event (see :data:`app.page.SIDEBAR_JS`), for
+        pages that never open the tab.
+        """
+        private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+        if self.shown_by is not None:
+            self.shown_by.select(fn, inputs, outputs, **private)
+            return
+        import gradio as gr
+
+        page = self.demo or gr.context.Context.root_block  # the Blocks being built
+        if page is not None:
+            page.load(fn, inputs, outputs, **private)
 
     @classmethod
     def of(cls, pg, max_concurrency: int = 36, sidebar: dict | None = None,

@@ -50,13 +50,13 @@ def build(ctx: TabContext) -> dict:
         gr.Markdown(NOTE)
         return {}
     try:
-        return build_lessons(ctx.engine, ctx.session_kwargs, timers_active=False)
+        return build_lessons(ctx.engine, ctx.session_kwargs, timers_active=False, shown_by=ctx.shown_by)
     except Exception as exc:  # noqa: BLE001 - the playground must still load
         gr.Markdown(f"The lessons are unavailable on this server ({log_internal('the Lessons tab', exc)}).")
         return {}
 
 
-def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> dict:
+def build_lessons(engine, session_kwargs=None, timers_active: bool = True, shown_by=None) -> dict:
     """The lessons' sub-tabs around ``engine`` alone (inside an open ``gr.Blocks``/``gr.Tab``).
 
     Args:
@@ -67,6 +67,8 @@ def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> di
         timers_active: whether the lessons' refresh timers (the profile panel's, Remedies')
             tick from the page's load; the whole page starts them when its Lessons tab is
             selected (:func:`shown_with_tab`).
+        shown_by: the page's Lessons tab, whose ``select`` draws the lessons' panels
+            (:meth:`TabContext.draw_when_shown`); ``None``: at the page's load.
 
     Returns:
         The components by name (for tests and further wiring).
@@ -74,8 +76,8 @@ def build_lessons(engine, session_kwargs=None, timers_active: bool = True) -> di
     from app.tabs.lessons import profile_panel
 
     ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}),
-                     timers_active=timers_active)
-    c: dict = profile_panel.build(engine, timers_active)
+                     timers_active=timers_active, shown_by=shown_by)
+    c: dict = profile_panel.build(engine, timers_active, ctx)
     ctx.profile_view = c["profile_html"]  # the one profile every lesson prints; a sweep redraws it
     # "wrap": with ten lessons the tab bar takes two rows at 1280 px instead of hiding tabs
     # behind Gradio's "⋯" overflow menu

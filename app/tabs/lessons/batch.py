@@ -437,10 +437,8 @@ def build(ctx) -> dict:
     figure, summary = last_sweep_view()  # the server's last sweep, whoever ran it
     c["batch_plot"] = gr.Plot(figure, show_label=False, elem_id="lesson-batch-plot")
     c["batch_status"] = gr.HTML(summary, elem_id="lesson-batch-status")
-    page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
-    if page is not None:  # drawn again at every page load (a reload loses nothing)
-        page.load(guard(last_sweep_view), None, [c["batch_plot"], c["batch_status"]],
-                  api_visibility="private", concurrency_limit=None, show_progress="hidden")
+    # drawn again each time the tab shows (a reload loses nothing)
+    ctx.draw_when_shown(guard(last_sweep_view), None, [c["batch_plot"], c["batch_status"]])
     ctx.batch_views = [c["batch_plot"], c["batch_status"]]  # Remedies redraws them after its sweep
 
     def on_run(n, request: gr.Request, progress=gr.Progress()):

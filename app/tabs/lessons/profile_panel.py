@@ -127,13 +127,14 @@ def current_html() -> str:
     return panel_html(machine_profile.kept(), runs, machine_profile.load_average())
 
 
-def build(engine, active: bool = True) -> dict:
+def build(engine, active: bool = True, ctx=None) -> dict:
     """The panel (call inside the Lessons tab): a right-hand ``gr.Sidebar`` holding the profile
     and the "Measure again" button, which measures anew on ``engine``'s device
     (:func:`app.tabs.lessons.roofline.measure_machine`), redrawn every :data:`REFRESH_S` by a
     timer that ticks from the page's load when ``active`` (else once started by the page, which
-    then also shows the sidebar, built hidden). Returns ``profile_html``, ``profile_run``,
-    ``profile_timer`` and ``profile_sidebar``."""
+    then also shows the sidebar, built hidden), and drawn when the tab shows (``ctx``'s
+    :meth:`app.tabs.context.TabContext.draw_when_shown`; without one, at the page's load).
+    Returns ``profile_html``, ``profile_run``, ``profile_timer`` and ``profile_sidebar``."""
     import gradio as gr
 
     from app.server.errors import guard
@@ -149,9 +150,9 @@ def build(engine, active: bool = True) -> dict:
         run = gr.Button("Measure again", variant="secondary", elem_id="lesson-profile-run")
     timer = gr.Timer(REFRESH_S, active=active)
     timer.tick(guard(current_html), None, view, **private)
-    page = gr.context.Context.root_block
-    if page is not None:
-        page.load(guard(current_html), None, view, **private)
+    from app.tabs.context import TabContext
+
+    (ctx or TabContext()).draw_when_shown(guard(current_html), None, view)
 
     def on_measure_again():
         machine_profile.current(lambda: measure_machine(engine), fresh=True)

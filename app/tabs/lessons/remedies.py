@@ -598,10 +598,9 @@ def build(ctx) -> dict:
         now = last_runs.version()
         return (*drawn(), now)
 
+    ctx.draw_when_shown(guard(drawn_now), None, [*outputs, seen])  # each time the tab shows
     page = getattr(ctx, "demo", None) or gr.context.Context.root_block  # the Blocks being built
-    if page is not None:  # drawn again at every page load, off the API list
-        page.load(guard(drawn_now), None, [*outputs, seen], **private)
-        # the links to figures on other lesson tabs open that tab first (remedy_links)
+    if page is not None:  # the links to figures on other lesson tabs open that tab first (remedy_links)
         page.load(None, None, None, js=remedy_links.follow_js(), api_visibility="private")
 
     def redrawn(drawn_at: int):  # a lesson or a Measure finished since this page drew: draw again

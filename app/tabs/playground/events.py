@@ -200,8 +200,14 @@ def _wire_clear_and_mode(page, pg) -> None:
     page.clear_btn.click(guard(on_clear), None, [page.live] + components(page, plain), **PRIVATE)
 
     def on_mode(mode):
+        # "hidden" (rendered, not shown) rather than False: Gradio 6.31's front end never ends the
+        # loading status of an output this event unmounts, and its status tracker then redraws
+        # at every animation frame for as long as the page is open (3 such loops held an idle
+        # page at 10% of a core)
         chat = mode == "chat"
-        return gr.Chatbot(visible=chat), gr.Textbox(visible=chat), gr.Textbox(visible=not chat)
+        shown, hidden = True, "hidden"
+        return (gr.Chatbot(visible=shown if chat else hidden), gr.Textbox(visible=shown if chat else hidden),
+                gr.Textbox(visible=hidden if chat else shown))
 
     page.mode.change(guard(on_mode), page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
 

@@ -65,7 +65,7 @@ def _conversation(empty: dict) -> dict:
         chatbot=gr.Chatbot(show_label=False, height=180, feedback_options=None, buttons=["copy"],
                            elem_id="chatbot", placeholder="The conversation appears here."),
         completion=gr.Textbox(label="Completion: your text + the model's continuation", show_label=False, lines=7,
-                              max_lines=7, interactive=False, visible=False, elem_id="completion",
+                              max_lines=7, interactive=False, visible="hidden", elem_id="completion",
                               placeholder="Completion: your text + the model's continuation"),
         message=gr.Textbox(label="Prompt", show_label=False, lines=2, max_lines=4, placeholder=PROMPT_HINT, elem_id="prompt",
                            container=False),
