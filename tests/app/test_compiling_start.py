@@ -48,9 +48,11 @@ def held_compiler(monkeypatch):
 def page_line(demo) -> str:
     """What the page's decode-step line shows at its next refresh (its timer's own function)."""
     target = next(b._id for b in demo.blocks.values() if getattr(b, "elem_id", None) == "decode-step")
-    tick = next(f for f in demo.fns.values() if [o._id for o in f.outputs] == [target]
+    tick = next(f for f in demo.fns.values() if f.outputs and f.outputs[0]._id == target
                 and any(t[1] == "tick" for t in f.targets))
-    return tick.fn()
+    line, timer = tick.fn()
+    assert timer.active == ("compiling" in line)  # the timer stops once compiling has ended
+    return line
 
 
 def test_page_and_api_answer_while_compiling_and_the_line_reports_progress(loaded, held_compiler):
