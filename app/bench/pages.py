@@ -20,6 +20,9 @@ measures:
   protocol, ``Network.dataReceived`` on ``queue/data``), and the page's script, style and layout
   time (``Performance.getMetrics``).
 
+Last, one page is left open and idle after an answer, and the browser's and server's CPU per
+second is read over 15 s: what an open tab costs a student's machine and the server.
+
 ``--long N`` also streams one answer of N tokens into one page and compares its first and last
 100 tokens: bytes per frame and browser CPU per token (a frame must cost what changed, not the
 answer so far).
@@ -405,6 +408,7 @@ def run(pages: list[int], repeats: int, tokens: int, log=print, pin: bool = Fals
                 results["sizes"][str(n)] = _size(server, browser, n, tokens, repeats, log, compare)
             if long_tokens:
                 results["long"] = long_answer(server, browser, long_tokens, log)
+            results["idle"] = idle_page(server, browser, log)
             browser.close()
     finally:
         server.close()
@@ -448,6 +452,23 @@ def _size(server: Server, browser, n: int, tokens: int, repeats: int, log, compa
     log(f"N={n}: API {api_s:.2f} s, pages 'Finished' {page_s:.2f} s (API / pages {out['ratio']:.2f}, pairs "
         f"{', '.join(f'{x:.2f}' for x in out['pair_ratios'])}); server CPU pages / API {out['server_cpu_ratio']:.2f}; "
         f"browser {out['browser_ms_per_token']:.1f} ms CPU per token; {out['bytes_per_chunk']:.0f} B per chunk")
+    return out
+
+
+def idle_page(server: Server, browser, log, settle_s: float = 3.0, window_s: float = 15.0) -> dict:
+    """What one open page costs while nobody uses it: after one answer (raw completion mode, as
+    the turns), the browser's and the server's CPU seconds per second over ``window_s``.
+    The page timer's refreshes (device panel, rolling table) are what it should cost."""
+    web = PageSide(browser, server.url, 1, 16)
+    web.turn(server)
+    time.sleep(settle_s)
+    cpu0, web0 = server.cpu_s(), browser_cpu_s()
+    time.sleep(window_s)
+    out = {"browser_cpu_per_s": (browser_cpu_s() - web0) / window_s,
+           "server_cpu_per_s": (server.cpu_s() - cpu0) / window_s, "window_s": window_s}
+    web.close()
+    log(f"idle page: browser {100 * out['browser_cpu_per_s']:.1f}% of a core, "
+        f"server {100 * out['server_cpu_per_s']:.1f}% (over {window_s:.0f} s)")
     return out
 
 
@@ -533,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['browser_ms_per_token']:.1f} | {r['bytes_per_chunk']:.0f} |")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
+    if "idle" in res:
+        print(f"\nidle page: browser {100 * res['idle']['browser_cpu_per_s']:.1f}% of a core, "
+              f"server {100 * res['idle']['server_cpu_per_s']:.1f}%")
     if "long" in res:
         lg = res["long"]
         ratio = lambda x: "n/a" if x is None else f"{x:.2f}"  # noqa: E731 (a window with no chunk)
