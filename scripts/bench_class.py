@@ -109,7 +109,9 @@ class _Recorder:
 def serve(port: int) -> None:
     """The page as ``python -m app`` serves it (same concurrency and launch settings); reads
     ``take`` lines on stdin and answers each with the records since the last one."""
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from app.server.launch import set_gradio_env
+
+    set_gradio_env()
     from engine import LLMEngine, load_model
 
     from app.page import build_demo

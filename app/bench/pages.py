@@ -89,7 +89,9 @@ class _RecordingRolling:
 
 def serve(port: int) -> None:
     """The page exactly as ``python -m app`` serves it, plus the per-request record lines."""
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from app.server.launch import set_gradio_env
+
+    set_gradio_env()
     from engine import LLMEngine, load_model
 
     from app.server.assets import read_css

@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    from app.server.launch import set_gradio_env
+
+    set_gradio_env()
     # warnings and errors (with the tracebacks behind a client's "internal error (request
     # err-...)") go to stderr with a timestamp; INFO stays off (it would log every HTTP call)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
