@@ -86,9 +86,9 @@ def main(argv=None) -> int:
     p.add_argument("--after", type=int, default=3, help="answers to time once every bucket is ready (default 3)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--prepared", action="store_true",
-                   help="run `python -m engine prepare` into the new cache first, untimed: what the "
-                        "Docker image (and scripts/setup.sh) carry (the engine's kernels and the "
-                        "model's config; no compiled graphs)")
+                   help="run `python -m engine prepare` into the new cache first, untimed: the "
+                        "engine's kernels and the model's config, no compiled graphs (the Docker "
+                        "image carries these and the graphs too)")
     args = p.parse_args(argv)
 
     cache = tempfile.mkdtemp(prefix="cold-start-")

@@ -77,7 +77,7 @@ def build_lessons(engine, session_kwargs=None, timers_active: bool = True, shown
 
     ctx = TabContext(engine=engine, session_kwargs=session_kwargs or (lambda session_id: {}),
                      timers_active=timers_active, shown_by=shown_by)
-    c: dict = profile_panel.build(engine, timers_active, ctx)
+    c: dict = profile_panel.build(engine, ctx)
     ctx.profile_view = c["profile_html"]  # the one profile every lesson prints; a sweep redraws it
     # "wrap": with ten lessons the tab bar takes two rows at 1280 px instead of hiding tabs
     # behind Gradio's "⋯" overflow menu

@@ -127,14 +127,14 @@ def current_html() -> str:
     return panel_html(machine_profile.kept(), runs, machine_profile.load_average())
 
 
-def build(engine, active: bool = True, ctx=None) -> dict:
+def build(engine, ctx) -> dict:
     """The panel (call inside the Lessons tab): a right-hand ``gr.Sidebar`` holding the profile
     and the "Measure again" button, which measures anew on ``engine``'s device
     (:func:`app.tabs.lessons.roofline.measure_machine`), redrawn every :data:`REFRESH_S` by a
-    timer that ticks from the page's load when ``active`` (else once started by the page, which
-    then also shows the sidebar, built hidden), and drawn when the tab shows (``ctx``'s
-    :meth:`app.tabs.context.TabContext.draw_when_shown`; without one, at the page's load).
-    Returns ``profile_html``, ``profile_run``, ``profile_timer`` and ``profile_sidebar``."""
+    timer that ticks from the page's load when ``ctx.timers_active`` (else once started by the
+    page, which then also shows the sidebar, built hidden), and drawn when the tab shows
+    (:meth:`app.tabs.context.TabContext.draw_when_shown`). Returns ``profile_html``,
+    ``profile_run``, ``profile_timer`` and ``profile_sidebar``."""
     import gradio as gr
 
     from app.server.errors import guard
@@ -142,6 +142,7 @@ def build(engine, active: bool = True, ctx=None) -> dict:
     from app.tabs.lessons.roofline import measure_machine
 
     private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+    active = ctx.timers_active
     # on the whole page it shows only while the Lessons tab is selected (the page switches it
     # with the tab, as it does the timer): a right sidebar left open takes 260 px of every tab
     with gr.Sidebar(position="right", open=True, width=260, elem_id="lesson-profile-sidebar",
@@ -150,9 +151,7 @@ def build(engine, active: bool = True, ctx=None) -> dict:
         run = gr.Button("Measure again", variant="secondary", elem_id="lesson-profile-run")
     timer = gr.Timer(REFRESH_S, active=active)
     timer.tick(guard(current_html), None, view, **private)
-    from app.tabs.context import TabContext
-
-    (ctx or TabContext()).draw_when_shown(guard(current_html), None, view)
+    ctx.draw_when_shown(guard(current_html), None, view)
 
     def on_measure_again():
         machine_profile.current(lambda: measure_machine(engine), fresh=True)

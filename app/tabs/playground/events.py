@@ -204,10 +204,8 @@ def _wire_clear_and_mode(page, pg) -> None:
         # loading status of an output this event unmounts, and its status tracker then redraws
         # at every animation frame for as long as the page is open (3 such loops held an idle
         # page at 10% of a core)
-        chat = mode == "chat"
-        shown, hidden = True, "hidden"
-        return (gr.Chatbot(visible=shown if chat else hidden), gr.Textbox(visible=shown if chat else hidden),
-                gr.Textbox(visible=hidden if chat else shown))
+        chat, raw = (True, "hidden") if mode == "chat" else ("hidden", True)
+        return gr.Chatbot(visible=chat), gr.Textbox(visible=chat), gr.Textbox(visible=raw)
 
     page.mode.change(guard(on_mode), page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
 
