@@ -48,7 +48,7 @@ USER app
 RUN HF_HUB_OFFLINE=1 python -c "from engine.model.loader import load_model; load_model('smollm2-135m', device='cpu')"
 # Compile the decode step's batch buckets now, into the same cache: a new container then loads
 # the compiled kernels instead of building them (minutes on a small CPU).
-RUN HF_HUB_OFFLINE=1 python -c "from engine import LLMEngine, load_model; \
+RUN HF_HUB_OFFLINE=1 LLM_PLAYGROUND_COMPILE_PROCESS=0 python -c "from engine import LLMEngine, load_model; \
 e = LLMEngine(load_model('smollm2-135m', device='cpu'), compile='on', telemetry=False); \
 print('decode step:', e.wait_compiled(3600)); e.shutdown()"
 

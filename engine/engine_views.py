@@ -99,7 +99,8 @@ class EngineViews:
                              error=state.error, steps_compiled=state.steps_compiled,
                              steps_eager=state.steps_eager, direct=tuple(info.direct_buckets),
                              compiling_s=round(state.elapsed_s, 1) if state.status == "compiling" else 0.0,
-                             prompts=state.prompts, prompts_note=state.prompts_note, **attention)
+                             prompts=state.prompts, prompts_note=state.prompts_note,
+                             compiler=state.compiler, **attention)
 
     @staticmethod
     def _attention_path(pool) -> dict:

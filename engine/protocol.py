@@ -225,6 +225,8 @@ class CompileStatus:
             not the kernel.
         prompts: ``"rows"`` (prompt tokens as rows of the compiled graph) or ``"eager"``
             (transformers' code); prompts_note: why not rows, once compiling is done.
+        compiler: ``"process"`` when a separate process generated the kernels first
+            (:mod:`engine.worker.compiled.compile_process`), else ``"thread"``.
     """
 
     path: str = "eager"
@@ -242,6 +244,7 @@ class CompileStatus:
     attention_note: str = ""
     prompts: str = "eager"
     prompts_note: str = ""
+    compiler: str = "thread"
 
     def as_dict(self) -> dict:
         """The fields as a plain dict (lists for the tuples), for JSON and experiment results."""

@@ -37,7 +37,7 @@ class EngineParts:
 
 
 def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
-                runner: ModelRunner | None = None) -> EngineParts:
+                runner: ModelRunner | None = None, compile_hooks: dict | None = None) -> EngineParts:
     """The pool, block manager, runner, scheduler and telemetry for ``loaded``.
 
     With ``config.batching`` on a paged family: a KV pool of ``config.kv_cache_bytes`` (512 MiB
@@ -50,6 +50,10 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         exempt_ids: token ids the sampler's penalties never touch.
         runner: a runner to use instead of building one (anything with ``execute``,
             ``info``, ``kv_bytes``, ``kv_cache_bytes``, ``release``, ``close`` and ``device``).
+        compile_hooks: keyword arguments for the compiled backend instead of compiling in the
+            background with a compile process (the compile process itself passes
+            ``background=False``, its ``on_ready`` report and the key it expects:
+            :mod:`engine.worker.compiled.compile_process`).
     """
     model_type = getattr(loaded.model.config, "model_type", "")
     paged, note = config.batching, ""
@@ -76,7 +80,7 @@ def build_parts(loaded: LoadedModel, config: EngineConfig, exempt_ids=(),
         bm = BlockManager(num_blocks - 1 if static else num_blocks, config.block_size,
                           config.enable_prefix_caching)
         runner = runner or ModelRunner(loaded.model, sampler,
-                                       **paged_backend(loaded, config, pool, static))
+                                       **paged_backend(loaded, config, pool, static, compile_hooks))
         if pool.fp8:
             calibrate_kv_scales(loaded.model, loaded.tokenizer, pool)
         scheduler = Scheduler(bm, loaded.eos_token_ids, config.max_queue, config.max_num_seqs,
@@ -112,12 +116,12 @@ def static_decode(model, config: EngineConfig, device: str) -> tuple[str | None,
 
 
 def paged_backend(loaded: LoadedModel, config: EngineConfig, pool: KVPool,
-                  static: str | None) -> dict:
+                  static: str | None, compile_hooks: dict | None = None) -> dict:
     """The forward backend of a paged engine's runner, its input builder and the thread
     setting, as :class:`ModelRunner`'s ``backend``, ``inputs`` and ``threads`` arguments: the
     compiled decode step or CUDA graphs (both on static buckets, with the pool's last block as
     their scratch block, each holding the eager backend for the other steps), or the eager
-    backend alone (:mod:`engine.worker.backends`)."""
+    backend alone (:mod:`engine.worker.backends`). ``compile_hooks``: as :func:`build_parts`'s."""
     info = loaded.info
     device = next(loaded.model.parameters()).device
     max_blocks = -(-info.context_len // config.block_size)
@@ -132,7 +136,8 @@ def paged_backend(loaded: LoadedModel, config: EngineConfig, pool: KVPool,
                                                weight_stationary=False),
                                   max_blocks_per_seq=max_blocks,
                                   buckets=tuple(config.compile_batch_sizes),
-                                  max_rows=config.max_num_batched_tokens)
+                                  max_rows=config.max_num_batched_tokens,
+                                  load=(loaded.load_args, config), **(compile_hooks or {}))
     elif static == "graphs":
         from engine.worker.backends.cuda_graph import CudaGraphBackend
         from engine.worker.buckets import BATCH_BUCKETS, Buckets, block_buckets

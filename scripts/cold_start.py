@@ -12,9 +12,10 @@ each restart), then, from the moment it was launched:
   (``playground_decode_bucket_compiled``).
 
 It reports the seconds from launch to the first answer's last token (``first_answer_s``), to
-bucket 1's compiled graph (``bucket1_s``), to every bucket (``all_buckets_s``), and every
-request on the way (when it ended, its decode tok/s and the buckets ready), then stops the
-server. Usage::
+bucket 1's compiled graph (``bucket1_s``), to every bucket (``all_buckets_s``), what the answers
+served meanwhile saw (``while_compiling``: how many, their tokens, the longest and the median
+answer's seconds), and every request on the way (when it ended, its decode tok/s, its seconds
+and the buckets ready), then stops the server. Usage::
 
     .venv/bin/python scripts/cold_start.py --json assets/bench/cold-start.json
 
@@ -60,8 +61,9 @@ def buckets(base: str) -> dict[int, bool]:
 
 
 def one_answer(base: str, tokens: int) -> dict:
-    """One streaming greedy completion of :data:`PROMPT`: ``ttft_s``, ``tokens`` and
-    ``decode_tokens_per_s`` (tokens after the first ÷ seconds from the first to the last)."""
+    """One streaming greedy completion of :data:`PROMPT`: ``ttft_s``, ``tokens``,
+    ``decode_tokens_per_s`` (tokens after the first ÷ seconds from the first to the last) and
+    ``took_s`` (from the request to its last token)."""
     body = {"model": "smollm2-135m", "prompt": PROMPT, "max_tokens": tokens, "temperature": 0,
             "stream": True, "ignore_eos": True}
     t0 = time.perf_counter()
@@ -75,7 +77,17 @@ def one_answer(base: str, tokens: int) -> dict:
     n = len(stamps)
     rate = (n - 1) / (stamps[-1] - stamps[0]) if n > 1 and stamps[-1] > stamps[0] else 0.0
     return {"ttft_s": round(stamps[0] - t0, 3) if stamps else None, "tokens": n,
-            "decode_tokens_per_s": round(rate, 1)}
+            "decode_tokens_per_s": round(rate, 1),
+            "took_s": round(stamps[-1] - t0, 2) if stamps else None}
+
+
+def while_compiling(out: dict) -> dict:
+    """What the answers served before every bucket was compiled saw: how many, their tokens, the
+    longest (seconds from request to last token) and the median of their ``took_s``."""
+    end = out.get("all_buckets_s", float("inf"))
+    took = sorted(a["took_s"] for a in out["answers"] if a["at_s"] <= end and a.get("took_s"))
+    return {"answers": len(took), "tokens": sum(a["tokens"] for a in out["answers"] if a["at_s"] <= end),
+            "longest_s": took[-1] if took else None, "median_s": took[len(took) // 2] if took else None}
 
 
 def main(argv=None) -> int:
@@ -149,6 +161,7 @@ def main(argv=None) -> int:
         out["bucket_ready_s"] = {str(b): t for b, t in sorted(seen.items())}
         if 1 in seen:
             out["bucket1_s"] = seen[1]
+        out["while_compiling"] = while_compiling(out)
         try:
             from engine.experiments.machine import describe
 
@@ -161,7 +174,7 @@ def main(argv=None) -> int:
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
-    print({k: out.get(k) for k in ("up_s", "first_answer_s", "bucket1_s", "all_buckets_s")})
+    print({k: out.get(k) for k in ("up_s", "first_answer_s", "bucket1_s", "all_buckets_s", "while_compiling")})
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=1))

@@ -9,6 +9,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # engines built by tests decode eagerly unless a test asks for the compiled step: a background
 # compile per engine would cost minutes of CPU; the compiled path has tests of its own
 os.environ.setdefault("LLM_PLAYGROUND_COMPILE", "off")
+# and an engine that does compile does it on its own thread: a compile process (the default on a
+# first start, engine.worker.compiled.compile_process) would not see a test's stand-in compiler
+os.environ.setdefault("LLM_PLAYGROUND_COMPILE_PROCESS", "0")
 
 
 # the fast tier (``bash scripts/test.sh --fast``): every test that needs neither the embedded model

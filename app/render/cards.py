@@ -206,6 +206,9 @@ def decode_step_html(status) -> str:
     ready, buckets = status.ready, status.buckets
     secs = status.compile_s or 0.0
     cached = " from the on-disk cache" if status.cache_hits else ""
+    process = getattr(status, "compiler", "thread") == "process"
+    if process:
+        cached = " here, after a separate process generated the kernels"
     if state == "ready":
         prompts = ("; prompts run in the same graph, a row per token" if status.prompts == "rows"
                    else "")
@@ -213,7 +216,8 @@ def decode_step_html(status) -> str:
                 f"{', '.join(map(str, buckets))}; {secs:.0f} s to compile{cached}){prompts}")
     elif state == "compiling":
         so_far = f", {status.compiling_s:.0f} s so far" if status.compiling_s else ""
-        progress = f"compiling {len(ready) + 1} of {len(buckets)} batch buckets in the background{so_far}"
+        where = "in a separate process" if process else "in the background"
+        progress = f"compiling {len(ready) + 1} of {len(buckets)} batch buckets {where}{so_far}"
         if ready:
             top = max(ready)
             padded = (f"; batch 1 runs padded to {min(ready)} rows until its own graph is ready"

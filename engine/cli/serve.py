@@ -3,6 +3,7 @@ uvicorn, no Gradio), with Prometheus metrics at ``/metrics``."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -73,6 +74,8 @@ def run(args) -> int:
         loaded = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights,
                             progress=lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
         options = {} if args.compile is None else {"compile": args.compile}
+        if args.compile_wait:   # nothing is served meanwhile: compile in this process
+            os.environ.setdefault("LLM_PLAYGROUND_COMPILE_PROCESS", "0")
         engine = LLMEngine(loaded, max_queue=args.max_queue, kv_cache_dtype=args.kv_cache_dtype,
                            **options)
     except (ModelLoadError, ValueError, OSError) as exc:

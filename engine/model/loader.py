@@ -63,6 +63,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
 
     t0 = time.perf_counter()
     dev = resolve_device(device)
+    load_args = {"name": name, "device": dev, "dtype": dtype, "trust_remote_code": trust_remote_code,
+                 "random_weights": random_weights, "seed": seed, "weights": weights}
     emb = _embedded_for(name)
     gguf = _gguf_path(emb) if emb is not None else None
     try:
@@ -159,7 +161,8 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "au
     _say(progress, f"ready: {info.num_params / 1e6:.1f} M parameters, "
                    f"{info.weights_bytes / 1e6:.1f} MB of {info.weights} weights, "
                    f"in {info.load_seconds:.1f} s")
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info, spec=spec, eos_token_ids=eos)
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, spec=spec, eos_token_ids=eos,
+                       load_args=load_args)
 
 
 def _context_len(config, tokenizer) -> int:

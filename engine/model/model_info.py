@@ -25,6 +25,10 @@ class LoadedModel:
         spec: :class:`engine.model.model_spec.ModelSpec` from the model's config (KV formula).
         eos_token_ids: every id that ends generation (generation config, tokenizer EOS, the
             chat template's end-of-turn token).
+        load_args: the :func:`engine.model.loader.load_model` arguments that made it (name,
+            device, dtype, weights...), so another process can load the same model (the
+            compiled step's compile process, :mod:`engine.worker.compiled.compile_process`);
+            empty when it was made otherwise.
     """
 
     model: torch.nn.Module
@@ -32,3 +36,4 @@ class LoadedModel:
     info: ModelInfo
     spec: ModelSpec
     eos_token_ids: set[int] = field(default_factory=set)
+    load_args: dict = field(default_factory=dict)

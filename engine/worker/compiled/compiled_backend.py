@@ -12,7 +12,10 @@ opaque to the compiler and reads only the blocks a step needs, so one graph serv
 
 Start-up does not wait: a background thread compiles bucket 1's graph, then one whose rows are
 a symbol, which every larger bucket runs (:data:`DYNAMIC_ROWS`); until a bucket is ready its
-steps run eagerly (transformers' model code). Once every graph is ready, prompt tokens
+steps run eagerly (transformers' model code). On a start that never compiled these graphs, a
+child process compiles each one first, filling inductor's cache, and the thread waits for it and
+then loads the kernels from the cache (:mod:`.compile_process`): the serving process's
+interpreter is held for seconds instead of minutes. Once every graph is ready, prompt tokens
 run through the shared one too, each token a row (:data:`PREFILL_ROWS`, :meth:`CompiledBackend.run_rows`);
 the decode rows of a step that also prefills go through the graph, and so does a speculative
 verification pass, as ``k + 1`` rows of a bucket (see :meth:`CompiledBackend.plan`). The graph
@@ -41,7 +44,7 @@ import engine.worker.compiled.attention_op  # noqa: F401 - registers the attenti
 from engine.worker.backends import StepPlan
 from engine.worker.backends.eager import EagerBackend
 from engine.worker.buckets import BATCH_BUCKETS, Buckets, is_decode_step, rows_of
-from engine.worker.compiled import direct_call
+from engine.worker.compiled import compile_process, direct_call
 from engine.worker.compiled.llama_decode import LlamaDecodeForward
 from engine.worker.input_builder import GraphRows, PackedInput, StaticBuffers
 from engine.worker.runner_info import RunnerInfo
@@ -111,6 +114,9 @@ class CompileState:
         prompts: ``"rows"`` when prompt tokens run as rows of the shared graph, else
             ``"eager"`` (transformers' code); prompts_note: why not rows, once every graph is
             compiled.
+        compiler: ``"process"`` when a child process generated the kernels first
+            (:mod:`.compile_process`), else ``"thread"``; compiler_note: why a child stopped
+            helping (its exit code and last words), when one did.
     """
 
     status: str = "compiling"
@@ -123,6 +129,8 @@ class CompileState:
     started: float = field(default_factory=time.monotonic)
     prompts: str = "eager"
     prompts_note: str = ""
+    compiler: str = "thread"
+    compiler_note: str = ""
 
     @property
     def elapsed_s(self) -> float:
@@ -177,12 +185,20 @@ class CompiledBackend:
             ``max_num_batched_tokens``): the top of the shared graph's rows.
         compile: ``False`` runs the same compact forward eagerly on the static buffers (its
             parity with transformers' forward is testable in seconds).
+        load: ``(load_args, config)`` of the engine's model and :class:`engine.config.EngineConfig`:
+            part of the graphs' :attr:`key`, and what a compile process loads
+            (:mod:`.compile_process`, with ``background``); ``None``: the thread compiles alone.
+        on_ready: called with a bucket's rows once it is compiled (the compile process's
+            report).
+        expect_key: the :attr:`key` the graphs must have (a compile process checks that it
+            builds the serving process's graphs); another key fails the compile.
     """
 
     name = "compiled"
 
     def __init__(self, eager: EagerBackend, *, max_blocks_per_seq: int, buckets=BATCH_BUCKETS,
-                 background: bool = True, compile: bool = True, max_rows: int = 512):
+                 background: bool = True, compile: bool = True, max_rows: int = 512,
+                 load: tuple | None = None, on_ready=None, expect_key: str | None = None):
         self.eager = eager
         self.inputs = eager.inputs
         self.threads = eager.threads
@@ -206,6 +222,8 @@ class CompiledBackend:
         self._lock = threading.Lock()
         self._direct: dict[int, object] = {}     # bucket rows → the DIRECT_CALL function
         self.stopped = threading.Event()
+        self._load = self._on_ready = None
+        self.key = ""
         self._step = direct_call.private_decode_step()  # graphs of this backend only
         if not compile:
             self.state.ready = list(self.buckets)
@@ -213,6 +231,12 @@ class CompiledBackend:
             self._say_prompts()
             return
         inductor_cache_dir()
+        self.key = compile_process.graph_key(self._key_parts(load[0] if load else {}))
+        self._load, self._on_ready = load, on_ready
+        if expect_key is not None and expect_key != self.key:
+            self.state.status, self.state.error = "failed", "another graph key than the serving process's"
+            self._fn = self._step
+            return
         import torch._dynamo
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
@@ -230,18 +254,64 @@ class CompiledBackend:
             self.compile_all()
 
     # ---- compiling ----------------------------------------------------------------------------
+    def _key_parts(self, load_args: dict) -> tuple:
+        """What tells this backend's graphs apart (:func:`.compile_process.graph_key`): the
+        model's load arguments, the pool's and the buffers' shapes, the buckets, the thread
+        settings the graphs are traced under, and the compile options."""
+        pool = self.inputs.pool
+        return (sorted(load_args.items()), tuple(pool.k[0].shape), str(pool.k[0].dtype),
+                str(self.forward_fn.dtype), self.width, self.buckets, self.max_rows,
+                self.threads.decode_threads, self.threads.few_rows, torch.get_num_threads(),
+                DYNAMIC_ROWS, PREFILL_ROWS, self.prompt_rows, INDUCTOR_THREADS, SIZE_ASSERTS)
+
     def _compile_in_background(self) -> None:
         """The background thread's body: :meth:`compile_all`, yielding to serving
-        (:func:`_yielding`)."""
+        (:func:`_yielding`), with a compile process generating the kernels first when this
+        configuration's graphs are not in the cache (:mod:`.compile_process`)."""
         with _yielding():
-            self.compile_all()
+            process = self._start_process()
+            try:
+                self.compile_all(process)
+            finally:
+                if process is not None:
+                    process.close()
 
-    def compile_all(self) -> None:
+    def _start_process(self):
+        """A :class:`.compile_process.CompileProcess` for this backend's graphs, or ``None``
+        (no load arguments, a stand-in ``torch.compile``, graphs already cached, or
+        ``LLM_PLAYGROUND_COMPILE_PROCESS=0``)."""
+        if (self._load is None or not self._load[0] or self.device.type != "cpu"
+                or getattr(torch.compile, "__module__", "") != "torch"
+                or not compile_process.wanted(self.key)):
+            return None
+        try:
+            process = compile_process.CompileProcess(
+                compile_process.CompileJob(*self._load, key=self.key), self.stopped)
+        except Exception as exc:  # noqa: BLE001 - no child: compile here, as before
+            self.state.compiler_note = _why(exc)
+            return None
+        self.state.compiler = "process"
+        return process
+
+    def _wait_for_process(self, process, rows: int | None):
+        """Wait until ``process`` has compiled bucket ``rows`` (``None``: everything); returns
+        the process, or ``None`` from then on when it ended without (the thread compiles the
+        rest itself; :attr:`CompileState.compiler_note` says why)."""
+        if process is None or process.wait_for(rows) or self.stopped.is_set():
+            return process
+        self.state.compiler, self.state.compiler_note = "thread", process.why()
+        log.warning("the compile process stopped (%s); compiling here", self.state.compiler_note)
+        return None
+
+    def compile_all(self, process=None) -> None:
         """Compile every bucket in order; stops at the first failure, leaving the backend eager,
-        or when :attr:`stopped` is set."""
+        or when :attr:`stopped` is set. With a compile ``process``
+        (:class:`.compile_process.CompileProcess`), each bucket waits until the process has put
+        its kernels in the cache."""
         from torch._dynamo.utils import counters
 
         for rows in self.compile_order():
+            process = self._wait_for_process(process, rows)
             if self.stopped.is_set():
                 return
             start, hits = time.perf_counter(), counters["inductor"]["fxgraph_cache_hit"]
@@ -259,9 +329,13 @@ class CompiledBackend:
                 self.state.compile_s[rows] = time.perf_counter() - start
                 self.state.cache_hits += counters["inductor"]["fxgraph_cache_hit"] - hits
                 self.state.ready.append(rows)
-        if not self._compile_many_rows():
+            if self._on_ready is not None:
+                self._on_ready(rows)
+        process = self._wait_for_process(process, None)
+        if self.stopped.is_set() or not self._compile_many_rows():
             return
         self.state.status = "ready"
+        compile_process.mark_compiled(self.key)
         self._say_prompts()
         freeze_long_lived("decode step compiled")   # inductor's objects live as long
 
