@@ -64,11 +64,14 @@ class CompileJob:
         config: the serving engine's :class:`engine.config.EngineConfig`.
         key: :func:`graph_key` of the serving process's backend (the child checks its own
             against it: a different key means different graphs, and the child stops).
+        threads: the serving process's intra-op thread count (``torch.get_num_threads()``),
+            which the graphs are traced under and the key holds; the child sets it first.
     """
 
     load_args: dict
     config: object
     key: str
+    threads: int = 0
 
 
 def graph_key(parts: tuple) -> str:
@@ -234,8 +237,13 @@ def main() -> int:
     except (OSError, AttributeError):
         pass
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    import torch
+
     from engine.model.loader import load_model
     from engine.wiring import build_parts
+
+    if job.threads > 0:
+        torch.set_num_threads(job.threads)
 
     loaded = load_model(**job.load_args, progress=None)
 

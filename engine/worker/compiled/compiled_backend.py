@@ -259,9 +259,10 @@ class CompiledBackend:
         model's load arguments, the pool's and the buffers' shapes, the buckets, the thread
         settings the graphs are traced under, and the compile options."""
         pool = self.inputs.pool
+        self._key_threads = torch.get_num_threads()
         return (sorted(load_args.items()), tuple(pool.k[0].shape), str(pool.k[0].dtype),
                 str(self.forward_fn.dtype), self.width, self.buckets, self.max_rows,
-                self.threads.decode_threads, self.threads.few_rows, torch.get_num_threads(),
+                self.threads.decode_threads, self.threads.few_rows, self._key_threads,
                 DYNAMIC_ROWS, PREFILL_ROWS, self.prompt_rows, INDUCTOR_THREADS, SIZE_ASSERTS)
 
     def _compile_in_background(self) -> None:
@@ -286,7 +287,8 @@ class CompiledBackend:
             return None
         try:
             process = compile_process.CompileProcess(
-                compile_process.CompileJob(*self._load, key=self.key), self.stopped)
+                compile_process.CompileJob(*self._load, key=self.key, threads=self._key_threads),
+                self.stopped)
         except Exception as exc:  # noqa: BLE001 - no child: compile here, as before
             self.state.compiler_note = _why(exc)
             return None
