@@ -16,7 +16,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <ATen/EmptyTensor.h>  // at::detail::empty_cpu: ATen/ops/empty.h cost ~0.8 s more to compile
 #include <torch/library.h>
 
 #include <cmath>
@@ -153,7 +153,7 @@ at::Tensor row_summary(const at::Tensor& scored, const at::Tensor& probs,
   const int64_t* c = chosen.data_ptr<int64_t>();
   for (int64_t r = 0; r < N; ++r)
     TORCH_CHECK(c[r] < V, "row_summary: chosen[", r, "] = ", c[r], " is not below V = ", V);
-  at::Tensor out = at::empty({N, 3 + 2 * k}, scored.options().dtype(at::kDouble));
+  at::Tensor out = at::detail::empty_cpu({N, 3 + 2 * k}, at::kDouble);
   const float* x = scored.data_ptr<float>();
   const float* p = probs.data_ptr<float>();
   double* o = out.data_ptr<double>();
