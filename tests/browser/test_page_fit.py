@@ -189,9 +189,18 @@ def test_the_roofline_table_breaks_between_words_only(page_url, browser):
     open_tab(page, "Lessons")
     open_tab(page, "Memory-bound or compute-bound")
     page.wait_for_selector("#lesson-roof-table th", timeout=30_000)
-    # the sidebar opened again beside the lesson: the narrowest the table gets at 1280 px
-    page.locator("#sidebar .toggle-button").click()
-    assert wait_until(lambda: page.evaluate("() => document.getElementById('sidebar').classList.contains('open')"), 10)
+    # the sidebar opened again beside the lesson: the narrowest the table gets at 1280 px. The
+    # tabs' select scripts close it in the browser, and one may land after a click that opened it
+    # (seen once in a full run): click again until it stays open, at most three times
+    is_open = "() => document.getElementById('sidebar').classList.contains('open')"
+    for _ in range(3):
+        if not page.evaluate(is_open):
+            page.locator("#sidebar .toggle-button").click()
+        if wait_until(lambda: page.evaluate(is_open), 4):
+            page.wait_for_timeout(300)
+            if page.evaluate(is_open):
+                break
+    assert page.evaluate(is_open), "the sidebar does not open beside the lesson"
     page.wait_for_timeout(500)  # its slide-in
     headers = page.locator("#lesson-roof-table th").all_inner_texts()
     assert "bandwidth" in headers and "TFLOP/s" in headers, headers
