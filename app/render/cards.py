@@ -205,10 +205,9 @@ def decode_step_html(status) -> str:
         return ""
     ready, buckets = status.ready, status.buckets
     secs = status.compile_s or 0.0
-    cached = " from the on-disk cache" if status.cache_hits else ""
-    process = getattr(status, "compiler", "thread") == "process"
-    if process:
-        cached = " here, after a separate process generated the kernels"
+    process = status.compiler == "process"
+    cached = (" here, after a separate process generated the kernels" if process
+              else " from the on-disk cache" if status.cache_hits else "")
     if state == "ready":
         prompts = ("; prompts run in the same graph, a row per token" if status.prompts == "rows"
                    else "")

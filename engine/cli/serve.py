@@ -75,7 +75,9 @@ def run(args) -> int:
                             progress=lambda m: print(f"[load] {m}", file=sys.stderr, flush=True))
         options = {} if args.compile is None else {"compile": args.compile}
         if args.compile_wait:   # nothing is served meanwhile: compile in this process
-            os.environ.setdefault("LLM_PLAYGROUND_COMPILE_PROCESS", "0")
+            from engine.worker.compiled.compile_process import ENV
+
+            os.environ.setdefault(ENV, "0")
         engine = LLMEngine(loaded, max_queue=args.max_queue, kv_cache_dtype=args.kv_cache_dtype,
                            **options)
     except (ModelLoadError, ValueError, OSError) as exc:

@@ -231,14 +231,15 @@ class CompiledBackend:
             self._say_prompts()
             return
         inductor_cache_dir()
+        import torch._dynamo
+
+        self.key_threads = torch.get_num_threads()   # the graphs' thread count, in the key
         self.key = compile_process.graph_key(self._key_parts(load[0] if load else {}))
         self._load, self._on_ready = load, on_ready
         if expect_key is not None and expect_key != self.key:
             self.state.status, self.state.error = "failed", "another graph key than the serving process's"
             self._fn = self._step
             return
-        import torch._dynamo
-
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
                                                     2 * len(self.buckets))
         # dynamic=None: the rows of the buckets above 1 are marked as a symbol
@@ -259,10 +260,9 @@ class CompiledBackend:
         model's load arguments, the pool's and the buffers' shapes, the buckets, the thread
         settings the graphs are traced under, and the compile options."""
         pool = self.inputs.pool
-        self._key_threads = torch.get_num_threads()
         return (sorted(load_args.items()), tuple(pool.k[0].shape), str(pool.k[0].dtype),
                 str(self.forward_fn.dtype), self.width, self.buckets, self.max_rows,
-                self.threads.decode_threads, self.threads.few_rows, self._key_threads,
+                self.threads.decode_threads, self.threads.few_rows, self.key_threads,
                 DYNAMIC_ROWS, PREFILL_ROWS, self.prompt_rows, INDUCTOR_THREADS, SIZE_ASSERTS)
 
     def _compile_in_background(self) -> None:
@@ -287,7 +287,7 @@ class CompiledBackend:
             return None
         try:
             process = compile_process.CompileProcess(
-                compile_process.CompileJob(*self._load, key=self.key, threads=self._key_threads),
+                compile_process.CompileJob(*self._load, key=self.key, threads=self.key_threads),
                 self.stopped)
         except Exception as exc:  # noqa: BLE001 - no child: compile here, as before
             self.state.compiler_note = _why(exc)
