@@ -10,6 +10,7 @@ from app.tabs import beams, compare, lessons, playground
 from app.tabs.playground.layout import structure_controls
 from app.server.errors import guard
 from app.server.file_routes import link_trace_buttons
+from app.server.progress import untrack_hidden_progress
 from app.tabs.context import TabContext
 
 
@@ -135,6 +136,7 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
                        api_visibility="private", queue=False)
             if with_tab:
                 tab.select(guard(lambda s=lessons_shown: on_select(s)), None, with_tab, **private)
+        untrack_hidden_progress(demo)  # last: every listener is attached (app.server.progress)
     demo.compare_engines = compared["engines"]  # its variant engines: shut down with the page
     link_trace_buttons(demo, getattr(pg, "trace_links", None))  # downloads by opaque link, never a server path
     return demo
