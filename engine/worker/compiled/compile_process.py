@@ -6,7 +6,8 @@ waited between each of its hundreds of operators, and answers served during the 
 stalled for seconds at a time (docs/performance.md, "Time to full speed").
 
 Now, on a start whose graphs were never compiled on this machine, the serving process starts
-``python -m engine.worker.compiled.compile_process`` at a lower priority (``nice``
+``python -m engine.worker.compiled.compile_process`` at its own priority (its compile thread,
+which waits for the child, then runs at ``nice``
 :data:`engine.worker.compiled.compiled_backend.COMPILE_NICE`). The child loads the same model,
 builds the same runner and compiles every graph in the same order, filling inductor's and
 AOTAutograd's caches on disk (``$TORCHINDUCTOR_CACHE_DIR``); it prints a line after each bucket.
@@ -227,15 +228,9 @@ def main() -> int:
     every graph in the serving process's order, printing :data:`READY` lines. Exit code 0 when
     every graph compiled, else 1 (standard error says why: a failed compile, or a configuration
     whose key differs from the serving process's)."""
-    from engine.worker.compiled.compiled_backend import COMPILE_NICE
-
     size, = struct.unpack("<Q", _read_exactly(8))
     job: CompileJob = pickle.loads(_read_exactly(size))
     threading.Thread(target=_exit_when_parent_goes, daemon=True).start()
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, COMPILE_NICE)
-    except (OSError, AttributeError):
-        pass
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     import torch
 

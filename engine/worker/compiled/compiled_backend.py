@@ -268,9 +268,14 @@ class CompiledBackend:
     def _compile_in_background(self) -> None:
         """The background thread's body: :meth:`compile_all`, yielding to serving
         (:func:`_yielding`), with a compile process generating the kernels first when this
-        configuration's graphs are not in the cache (:mod:`.compile_process`)."""
+        configuration's graphs are not in the cache (:mod:`.compile_process`).
+
+        The child is started before the thread lowers its priority: a child inherits its
+        parent thread's ``nice``, which it may not lower again without privileges, and at nice 10 it got
+        only what the eager steps left (under non-stop requests its graphs were ready 6-22 s
+        later; docs/performance.md, "A compile process")."""
+        process = self._start_process()
         with _yielding():
-            process = self._start_process()
             try:
                 self.compile_all(process)
             finally:

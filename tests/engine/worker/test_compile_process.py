@@ -94,12 +94,15 @@ def test_a_child_that_goes_silent_is_killed(cache, monkeypatch):
 def test_a_child_compiles_first_and_the_engine_loads_its_kernels(int4, monkeypatch):
     """Forced on (a test machine's cache may hold these graphs already): the serving engine
     waits for the child's report of each bucket, compiles it from the cache, and answers with
-    the eager engine's tokens; the configuration is marked compiled for the next start."""
+    the eager engine's tokens; the configuration is marked compiled for the next start. The
+    child runs at the serving process's priority, not at the compile thread's lower one."""
     monkeypatch.setenv(compile_process.ENV, "1")
-    seen = []
+    seen, nice = [], []
     real = CompileProcess.wait_for
 
     def wait_for(self, rows):
+        if not nice:  # the child is compiling bucket 1 now
+            nice.append(os.getpriority(os.PRIO_PROCESS, self.proc.pid))
         ok = real(self, rows)
         seen.append((rows, ok, sorted(self.ready)))
         return ok
@@ -114,6 +117,7 @@ def test_a_child_compiles_first_and_the_engine_loads_its_kernels(int4, monkeypat
         assert status.cache_hits > 0                       # the child's kernels, loaded here
         assert [(rows, ok) for rows, ok, _ in seen] == [(1, True), (2, True), (None, True)]
         assert 1 in seen[0][2]                             # the child had reported bucket 1
+        assert nice == [os.getpriority(os.PRIO_PROCESS, 0)]
         assert compile_process.compiled_before(eng.runner.backend.key)
         prompt = "The capital of France is"
         assert eng.generate(prompt, GREEDY).token_ids == ref.generate(prompt, GREEDY).token_ids
