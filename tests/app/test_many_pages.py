@@ -248,12 +248,16 @@ def test_a_frames_payload_grows_with_the_new_tokens_not_with_the_answer(tmp_path
     assert sizes[510] < 10_000 < sizes[500], sizes  # ~350 bytes a chip; 490 new tokens cost their chips
 
 
-def test_plots_keep_the_last_answer_until_the_first_token(tmp_path):
+def test_plots_keep_the_last_answer_until_their_first_interval(tmp_path, monkeypatch):
+    """The figures are first drawn one figure interval after the start: an answer shorter than
+    that draws them once, in its last frame."""
     pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
+    monkeypatch.setattr(handlers, "FIGURES_EVERY_S", 60.0)  # longer than the answer
     frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True))
     assert not set(schema.PLOT_KEYS) & set(frames[0])  # no reset to empty plots at the start
-    drawn = [f for f in frames if "latency" in f]
-    assert drawn and drawn[0]["latency"].data[0].x == [1]  # the first one shows this request's prefill
+    drawn = [i for i, f in enumerate(frames) if "latency" in f]
+    assert drawn == [len(frames) - 1] and len(frames) >= 3     # the last frame only
+    assert frames[-1]["latency"].data[0].x == [1]               # this request's prefill
 
 
 def test_a_request_waiting_in_the_queue_gets_empty_plots(tmp_path, monkeypatch):

@@ -17,6 +17,8 @@ Refresh cadences while an answer streams (``Playground.follow`` polls every 0.1 
 frames a second, every token when decode runs at 10 tokens/s or less): the text parts ride
 every frame, the heavier parts join a text frame when their own interval has passed, so the
 plots cost about 3 Plotly redraws a second in all (each one 10-20 ms of the browser's time).
+The figures are first due one interval after the start: until then the last answer's plots
+stay, and an answer shorter than that draws its plots once, in its last frame.
 """
 
 from __future__ import annotations

@@ -246,8 +246,10 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
     chips = TokenChips()  # each token's chip is drawn once, not at every frame
-    # the plots keep the last answer until this one's first token redraws them (usually well under
-    # a second: three redraws fewer per request); a request still queued gets empty plots
+    # the plots keep the last answer until this one's figures are first due, one figure interval
+    # after the start: an answer shorter than that draws its plots once, in its last frame (each
+    # figure drawn twice instead was about a fifth of a short answer's browser work); a request
+    # still queued after PLOTS_RESET_S gets empty plots
     panels = empty_panels(pg, "Queued…")
     first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
              **_text_frame(state, mode, chat_base, message, chips), "busy": True}
@@ -256,6 +258,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
         first["message"] = ""
     yield first
     text_due, figs_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S)
+    figs_due.due()  # starts the interval: the figures are first due FIGURES_EVERY_S from now
     memory_due = Throttle(MEMORY_EVERY_S)
     drawn = 0  # steps the figures showed when last drawn
     stopping_shown = False
@@ -275,7 +278,8 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
             if len(state.token_index) > drawn and figs_due.due():
                 frame.update(_figure_frame(pg, state, params.max_tokens, memory_due.due()))
                 drawn = len(state.token_index)
-            elif reset_at is not None and not drawn and time.perf_counter() >= reset_at:
+            elif (reset_at is not None and not drawn and not state.token_times
+                  and time.perf_counter() >= reset_at):
                 frame.update({k: panels[k] for k in PLOT_KEYS})
             if drawn or "latency" in frame:
                 reset_at = None
