@@ -7,6 +7,7 @@ import gradio as gr
 
 from app.render import cards
 from app.tabs import beams, compare, lessons, playground
+from app.tabs.playground import settings
 from app.tabs.playground.layout import structure_controls
 from app.server.errors import guard
 from app.server.file_routes import link_trace_buttons
@@ -52,6 +53,9 @@ def _sidebar(pg) -> dict:
                                      placeholder="optional, e.g. You are a concise assistant."),
         )
         s.update(structure_controls())
+        # Generate's one input from the sidebar: its controls as one JSON value, joined in the
+        # browser (app.tabs.playground.settings)
+        s["settings"] = gr.Textbox(settings.initial(s), visible=False, elem_id="settings")
         gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
         s["decode_step"] = gr.HTML(cards.decode_step_html(pg.engine.compile_status()),
                                    elem_id="decode-step")

@@ -223,8 +223,11 @@ def page_event(url: str) -> tuple[int, list]:
 
 def fill(inputs: list, prompt: str, tokens: int) -> list:
     """The Generate event's data list: raw mode, greedy, no repetition penalty, ``tokens``."""
-    over = {"mode": "raw", "prompt": prompt, "temperature": 0.0, "rep-penalty": 1.0,
-            "max-tokens": tokens, "seed": 0}
+    from app.tabs.playground import settings
+
+    start = next(v for eid, v in inputs if eid == "settings")  # the sidebar's settings as one value
+    over = {"prompt": prompt, "settings": settings.replaced(start, mode="raw", temperature=0.0,
+                                                            rep_penalty=1.0, max_tokens=tokens, seed=0)}
     return [over.get(eid, v) for eid, v in inputs]
 
 

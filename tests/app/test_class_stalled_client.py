@@ -46,8 +46,11 @@ def _payload(inputs, prompt: str) -> list:
     """The event's data for a raw greedy completion of ``prompt`` (as the page's sidebar sets it)."""
     import gradio as gr
 
-    over = {"mode": "raw", "prompt": prompt, "temperature": 0.0, "rep-penalty": 1.0,
-            "max-tokens": TOKENS, "seed": 0}
+    from app.tabs.playground import settings
+
+    over = {"prompt": prompt, "settings": settings.replaced(
+        next(c.value for c in inputs if getattr(c, "elem_id", None) == "settings"),
+        mode="raw", temperature=0.0, rep_penalty=1.0, max_tokens=TOKENS, seed=0)}
     return [None if isinstance(c, gr.State) else over.get(getattr(c, "elem_id", None), c.value)
             for c in inputs]
 

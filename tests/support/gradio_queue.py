@@ -74,14 +74,19 @@ def calculator_payload(demo, index: int, path: str, file: bool = True) -> list:
 
 def generate_payload(demo, index: int, history: list, **values) -> list:
     """The page's Generate inputs: its components' start values, ``history`` for the chat and
-    ``values`` by component label prefix (``"Prompt"``, ``"temperature"``...)."""
+    ``values`` by component label prefix (``"Prompt"``) or, for the sidebar's settings value, by
+    setting name (``temperature=0``, :mod:`app.tabs.playground.settings`)."""
     import gradio as gr
+
+    from app.tabs.playground import settings
 
     data = []
     for comp in demo.fns[index].inputs:
         label = getattr(comp, "label", None) or ""
-        hit = [v for k, v in values.items() if label.startswith(k)]
-        if hit:
+        hit = [v for k, v in values.items() if label and label.startswith(k)]
+        if getattr(comp, "elem_id", None) == "settings":
+            data.append(settings.replaced(comp.value, **{k: v for k, v in values.items() if k in settings.NAMES}))
+        elif hit:
             data.append(hit[0])
         elif isinstance(comp, gr.Chatbot):
             data.append(history)

@@ -14,7 +14,7 @@ import itertools
 import gradio as gr
 
 from app.server import gradio_api as api
-from app.tabs.playground import handlers
+from app.tabs.playground import handlers, settings
 from app.render.live_ops import LiveEncoder, LiveLog
 from app.render.plainfig import TEMPLATE
 from app.tabs.playground.frames import (CLEAR_KEYS, DOWNLOAD_KEYS, END_KEYS, FIGURE_KEYS, LIVE_APPEND,
@@ -149,13 +149,19 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
     stream_outputs = [page.live] + components(page, outputs)
     encode = {name: encoder(c) for name, c in zip(outputs, components(page, outputs))}
 
-    def on_generate(mode, message, history, completion, system_prompt, temperature, top_p, top_k, min_p,
-                    rep_penalty, max_tokens, seed, use_kv, structure_kind, structure_text,
-                    request: gr.Request):
-        frames = handlers.generate(pg, request.session_hash, mode, message, history, system_prompt,
-                                   temperature, top_p, top_k, min_p, rep_penalty, max_tokens, seed,
-                                   use_kv, notify=gr.Warning, structure_kind=structure_kind,
-                                   structure_text=structure_text)
+    defaults = {name: getattr(page, name).value for name in settings.NAMES}
+
+    def on_generate(message, history, completion, chosen, request: gr.Request):
+        try:
+            s = settings.parse(chosen, defaults)
+        except ValueError as exc:
+            mode, frames = None, handlers.refused(f"Request refused: {exc}", notify=gr.Warning)
+        else:
+            mode = s["mode"]
+            frames = handlers.generate(pg, request.session_hash, mode, message, history, s["system_prompt"],
+                                       s["temperature"], s["top_p"], s["top_k"], s["min_p"], s["rep_penalty"],
+                                       s["max_tokens"], s["seed"], s["use_kv"], notify=gr.Warning,
+                                       structure_kind=s["structure_kind"], structure_text=s["structure_text"])
         # outputs keep the values they hold (sending them back costs less than a skip): the hidden
         # chatbot of raw mode, the completion box in chat mode, the prompt box in raw mode, the
         # conversation until the run's last frame
@@ -166,11 +172,13 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
             held["chat"] = history
         yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode)
 
+    # the sidebar's settings as one value (app.tabs.playground.settings), joined in the browser
+    controls = [getattr(page, name) for name in settings.NAMES]
+    gr.on([c.change for c in controls], None, controls, page.settings, js=settings.JOIN_JS,
+          api_visibility="private", queue=False, show_progress="hidden")
     # the conversation comes from the session's own state, never from the browser: a client
     # could otherwise send a forged Chatbot value (file or component messages naming server files)
-    gen_inputs = [page.mode, page.message, page.history, page.completion, page.system_prompt,
-                  page.temperature, page.top_p, page.top_k, page.min_p, page.rep_penalty,
-                  page.max_tokens, page.seed, page.use_kv, page.structure_kind, page.structure_text]
+    gen_inputs = [page.message, page.history, page.completion, page.settings]
     for trigger in (page.gen_btn.click, page.message.submit):
         run = trigger(
             fn=guard(on_generate), inputs=gen_inputs, outputs=stream_outputs, js=START_JS,

@@ -188,9 +188,7 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     history = plain_history(history)
 
     def refuse(msg: str) -> Iterator[dict]:
-        if notify:
-            notify(msg)
-        yield {"status": cards.status_html(msg, "error"), "busy": False}
+        return refused(msg, notify)
 
     try:
         message = fields.text("prompt", message, default="")
@@ -223,6 +221,14 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         yield from refuse(log_internal("Generate", exc))
     finally:
         pg.release(session_id, handle)
+
+
+def refused(message: str, notify: Callable[[str], None] | None = None) -> Iterator[dict]:
+    """The one frame of a refused request: ``message`` in the status line (and to ``notify``,
+    a toast in the page), the buttons back to idle."""
+    if notify:
+        notify(message)
+    yield {"status": cards.status_html(message, "error"), "busy": False}
 
 
 def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
