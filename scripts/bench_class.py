@@ -210,9 +210,9 @@ def page_event(url: str) -> tuple[int, list]:
     config = httpx.get(url.rstrip("/") + "/config", timeout=60).json()
     comps = {c["id"]: c for c in config["components"]}
     button = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == "generate-btn")
-    click = next(d for d in config["dependencies"] if [button, "click"] in [list(t) for t in d["targets"]])
-    # the click switches the buttons; the answer's stream is the step after it
-    dep = next(d for d in config["dependencies"] if d.get("trigger_after") == click["id"])
+    # the click's own event streams the answer (its js switches the buttons in the browser)
+    dep = next(d for d in config["dependencies"] if [button, "click"] in [list(t) for t in d["targets"]]
+               and d.get("backend_fn"))
     data = []
     for cid in dep["inputs"]:
         c = comps[cid]
