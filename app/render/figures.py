@@ -137,7 +137,7 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
                            [t["name"] for t in traces])
     layout["yaxis"]["rangemode"] = "tozero"
     if not token_index:
-        add_hint(layout, "Press Generate: one point per token appears here")
+        add_hint(layout, "Each token's step time is plotted here,<br>every second while an answer streams")
     return PlainFigure(traces, layout)
 
 
@@ -183,7 +183,7 @@ def kv_figure(kv_tokens: list[int], kv_bytes: list[int], bytes_per_token: int,
     layout["yaxis"].update(rangemode="tozero", tickformat="~s")
     layout["xaxis"]["rangemode"] = "tozero"
     if not kv_tokens:
-        add_hint(layout, "Press Generate: the cache grows by one token per step")
+        add_hint(layout, "The cache's size is plotted here,<br>every second while an answer streams")
     elif not use_kv_cache:
         add_hint(layout, "Each step recomputes keys and values of the whole sequence")
     return PlainFigure(traces, layout)

@@ -65,7 +65,7 @@ def test_plain_figures_are_valid_plotly_with_the_white_template(index):
 def test_plain_figure_reads_like_plotly():
     fig = figures.kv_figure([], [], 46_080)
     assert fig.layout.title.text == "KV cache size" and fig.layout.showlegend is None
-    assert "Press Generate" in fig.layout.annotations[0].text
+    assert "plotted here" in fig.layout.annotations[0].text
     assert fig.data[0].line.dash == "dash" and list(fig.data[1].x) == []
 
 
@@ -269,7 +269,7 @@ def test_a_request_waiting_in_the_queue_gets_empty_plots(tmp_path, monkeypatch):
 
     pg.follow = follow
     frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True))
-    assert "Press Generate" in frames[1]["latency"].layout.annotations[0].text
+    assert "plotted here" in frames[1]["latency"].layout.annotations[0].text
 
 
 def test_a_refused_request_keeps_the_last_trace(tmp_path):

@@ -19,7 +19,7 @@ def test_latency_figure_marks_prefill_apart():
     three = figures.latency_figure([1, 2], [200.0, 50.0], ["prefill", "decode"], 10, spec=spec)
     assert three.layout.margin.t == fig.layout.margin.t + 18
     empty = figures.latency_figure([], [], [])
-    assert "Press Generate" in empty.layout.annotations[0].text
+    assert "plotted here" in empty.layout.annotations[0].text
 
 
 def test_kv_figure_measured_points_and_formula_line():
