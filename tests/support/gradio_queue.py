@@ -83,7 +83,7 @@ def generate_payload(demo, index: int, history: list, **values) -> list:
     data = []
     for comp in demo.fns[index].inputs:
         label = getattr(comp, "label", None) or ""
-        hit = [v for k, v in values.items() if label and label.startswith(k)]
+        hit = [v for k, v in values.items() if label.startswith(k)]
         if getattr(comp, "elem_id", None) == "settings":
             data.append(settings.replaced(comp.value, **{k: v for k, v in values.items() if k in settings.NAMES}))
         elif hit:

@@ -10,6 +10,7 @@ through the queue API (hidden ones too), and none may answer with a traceback.
 from __future__ import annotations
 
 import itertools
+import json
 
 import gradio as gr
 
@@ -149,7 +150,7 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
     stream_outputs = [page.live] + components(page, outputs)
     encode = {name: encoder(c) for name, c in zip(outputs, components(page, outputs))}
 
-    defaults = {name: getattr(page, name).value for name in settings.NAMES}
+    defaults = json.loads(page.settings.value)  # the sidebar's start values (settings.initial)
 
     def on_generate(message, history, completion, chosen, request: gr.Request):
         try:

@@ -187,13 +187,10 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
     """
     history = plain_history(history)
 
-    def refuse(msg: str) -> Iterator[dict]:
-        return refused(msg, notify)
-
     try:
         message = fields.text("prompt", message, default="")
         if not message.strip():
-            yield from refuse("The prompt is empty: type something first.")
+            yield from refused("The prompt is empty: type something first.", notify)
             return
         if mode not in ("chat", "raw"):
             raise ValueError(f"mode must be chat or raw, got {fields.shown(mode)}")
@@ -207,18 +204,18 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         state = RunState(use_kv_cache=use_kv_cache)
         handle = pg.submit(session_id, prompt, params, raw=(mode != "chat"), use_kv_cache=use_kv_cache)
     except QueueFullError as exc:
-        yield from refuse(f"The engine is busy: {exc}")
+        yield from refused(f"The engine is busy: {exc}", notify)
         return
     except ValueError as exc:
-        yield from refuse(f"Request refused: {page_message(exc)}")
+        yield from refused(f"Request refused: {page_message(exc)}", notify)
         return
     except Exception as exc:  # noqa: BLE001 - a server failure: logged, the client gets its id
-        yield from refuse(log_internal("Generate", exc))
+        yield from refused(log_internal("Generate", exc), notify)
         return
     try:
         yield from _stream(pg, session_id, handle, state, mode, history, message, params, notify)
     except Exception as exc:  # noqa: BLE001 - end the stream with a status, buttons restored
-        yield from refuse(log_internal("Generate", exc))
+        yield from refused(log_internal("Generate", exc), notify)
     finally:
         pg.release(session_id, handle)
 

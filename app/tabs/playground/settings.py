@@ -52,9 +52,7 @@ def parse(value, defaults: dict) -> dict:
         raise ValueError("settings must be a JSON object") from None
     if not isinstance(got, dict):
         raise ValueError("settings must be a JSON object")
-    unknown = sorted(set(got) - set(NAMES))
-    if unknown:
-        raise ValueError(f"settings has no field {shown(unknown[0])} (fields: {', '.join(NAMES)})")
+    _check_names(got)
     return {**defaults, **got}
 
 
@@ -66,7 +64,11 @@ def replaced(value: str, **fields) -> str:
     Raises:
         ValueError: a name that is not a setting.
     """
-    unknown = sorted(set(fields) - set(NAMES))
-    if unknown:
-        raise ValueError(f"settings has no field {unknown[0]!r}")
+    _check_names(fields)
     return json.dumps({**json.loads(value), **fields})
+
+
+def _check_names(names) -> None:
+    unknown = sorted(set(names) - set(NAMES))
+    if unknown:
+        raise ValueError(f"settings has no field {shown(unknown[0])} (fields: {', '.join(NAMES)})")

@@ -231,7 +231,7 @@ class CompiledBackend:
             self._say_prompts()
             return
         inductor_cache_dir()
-        import torch._dynamo
+        import torch._dynamo  # here, not below: the import makes ``torch`` local to this method
 
         self.key_threads = torch.get_num_threads()   # the graphs' thread count, in the key
         self.key = compile_process.graph_key(self._key_parts(load[0] if load else {}))
