@@ -16,6 +16,7 @@ import gradio as gr
 
 from app.server import gradio_api as api
 from app.tabs.playground import handlers, settings
+from app.render.chat_text import shown_messages
 from app.render.live_ops import LiveEncoder, LiveLog
 from app.render.plainfig import TEMPLATE
 from app.tabs.playground.frames import (CLEAR_KEYS, DOWNLOAD_KEYS, END_KEYS, FIGURE_KEYS, LIVE_APPEND,
@@ -170,7 +171,7 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
                 "message": message if isinstance(message, str) else "",
                 "history": history if isinstance(history, list) else []}
         if mode != "chat":
-            held["chat"] = history
+            held["chat"] = shown_messages(handlers.plain_history(history))
         yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode)
 
     # the sidebar's settings as one value (app.tabs.playground.settings), joined in the browser

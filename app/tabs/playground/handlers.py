@@ -21,6 +21,7 @@ from app.state.run_state import RunState, Throttle
 from app.render.spec import spec_trace
 from app.render.structured import structure_from
 from app.state.shared_views import shared
+from app.render.chat_text import literal_html, shown_messages
 from app.render.tokens import TokenChips, tokens_html
 from app.tabs.playground.frames import FIGURES_EVERY_S, MEMORY_EVERY_S, PLOT_KEYS, TEXT_EVERY_S
 
@@ -113,6 +114,8 @@ def empty_panels(pg, note: str = "Ready. Type a prompt and press Generate.") -> 
 
 def _text_frame(state: RunState, mode: str, chat_base: list, prompt_text: str,
                 chips: TokenChips | None = None) -> dict:
+    """The text parts of a frame; ``chat_base``: the conversation so far as the chat box shows
+    it (:func:`app.render.chat_text.shown_messages`)."""
     answer = state.text
     frame = {
         "status": cards.status_html(state.status_line(), "busy"),
@@ -120,7 +123,7 @@ def _text_frame(state: RunState, mode: str, chat_base: list, prompt_text: str,
         "cards": cards.stat_cards_html(state.live_metrics()),
     }
     if mode == "chat":
-        frame["chat"] = chat_base + [{"role": "assistant", "content": answer or "…"}]
+        frame["chat"] = chat_base + [{"role": "assistant", "content": literal_html(answer) or "…"}]
     else:
         frame["completion"] = prompt_text + answer
     return frame
@@ -248,6 +251,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     when more pages stream than get the full cadence."""
     state.request_id = handle.request_id
     chat_base = history + [{"role": "user", "content": message}]
+    shown = shown_messages(chat_base)  # the chat box's copy: HTML in it shown as typed
     chips = TokenChips()  # each token's chip is drawn once, not at every frame
     # the plots keep the last answer until this one's figures are first due, one figure interval
     # after the start: an answer shorter than that draws its plots once, in its last frame (each
@@ -255,7 +259,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     # still queued after PLOTS_RESET_S gets empty plots
     panels = empty_panels(pg, "Queued…")
     first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
-             **_text_frame(state, mode, chat_base, message, chips), "busy": True}
+             **_text_frame(state, mode, shown, message, chips), "busy": True}
     reset_at = time.perf_counter() + PLOTS_RESET_S
     if mode == "chat":
         first["message"] = ""
@@ -276,7 +280,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
             state.queue_position = handle.queue_position()
         frame = {}
         if text_due.due():
-            frame.update(_text_frame(state, mode, chat_base, message, chips))
+            frame.update(_text_frame(state, mode, shown, message, chips))
             frame["kv_formula"] = _kv_formula(pg, state)
             if len(state.token_index) > drawn and figs_due.due():
                 frame.update(_figure_frame(pg, state, params.max_tokens, memory_due.due()))
@@ -294,7 +298,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     output = handle.output
     state.finish(output)
     trace = pg.write_trace(output, handle.events, session_id)
-    final = {**_text_frame(state, mode, chat_base, message, chips),
+    final = {**_text_frame(state, mode, shown, message, chips),
              **_figure_frame(pg, state, params.max_tokens), "busy": False}
     kind = {"stop": "ok", "length": "ok", "abort": "warn"}.get(state.finish_reason, "error")
     final["status"] = cards.status_html(state.status_line(), kind)

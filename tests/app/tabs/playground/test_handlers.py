@@ -127,3 +127,18 @@ def test_page_refusals_name_the_sidebar_label():
         make_params(0.7, 7.0, 50, 0.0, 1.1, 16, -1)
     assert page_message(info.value).startswith("top-p (top_p) must be")
     assert page_message(ValueError("prompt is empty")) == "prompt is empty"
+
+
+def test_html_in_a_chat_is_shown_as_typed_and_read_as_typed(tmp_path):
+    """A prompt about ``<b>`` and ``<img>`` reaches the model as typed, and the chat box shows
+    those characters (escaped for its Markdown) instead of rendering them; the conversation kept
+    for the next turn stays plain."""
+    eng = FakeEngine()
+    pg = Playground(eng, trace_dir=tmp_path, monitor=False)
+    message = "What do <b>bold</b> & <img src=x> do? Compare `<i>`."
+    last = _run(pg, message=message, history=[{"role": "assistant", "content": "a <br> tag"}])[-1]
+    assert eng.submitted[0][0][-1] == {"role": "user", "content": message}
+    assert last["chat"][-2]["content"] == "What do &lt;b>bold&lt;/b> &amp; &lt;img src=x> do? Compare `<i>`."
+    assert last["chat"][0]["content"] == "a &lt;br> tag"
+    assert last["history"][-2] == {"role": "user", "content": message}
+    assert last["history"][0] == {"role": "assistant", "content": "a <br> tag"}
