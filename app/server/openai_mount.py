@@ -1,5 +1,5 @@
 """The OpenAI-compatible API on the page's own port: ``/v1/...`` (the routes of
-``python -m engine serve``) and ``/metrics``, sharing the page's engine.
+``python -m engine serve``), ``/metrics`` and ``/health``, sharing the page's engine.
 
 Requests through ``/v1`` share one prefix cache among themselves (no salt), never the page
 sessions' private ones. The prefix-cache counters of ``/metrics`` appear only with
@@ -10,14 +10,14 @@ tell of other users' prompts.
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 
 
 def mount_api(server_app, engine, *, host: str, api_key: str | None = None,
               allow_unauthenticated: bool = False, include_prefix: bool = False,
               aliases: set[str] | None = None) -> str | None:
-    """Add ``/v1`` and ``/metrics`` in front of the page's routes of a launched Gradio app.
+    """Add ``/v1``, ``/metrics`` and ``/health`` in front of the page's routes of a launched Gradio app.
 
     Args:
         server_app: the running app (``demo.server_app`` after ``launch``).
@@ -47,7 +47,13 @@ def mount_api(server_app, engine, *, host: str, api_key: str | None = None,
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    routes = [Mount("/v1", app=create_api(state, key)), Route("/metrics", prometheus)]
+    async def health(request: Request) -> Response:  # as python -m engine serve's
+        if state.closing:
+            return JSONResponse({"status": "shutting down"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    routes = [Mount("/v1", app=create_api(state, key)), Route("/metrics", prometheus),
+              Route("/health", health)]
     server_app.router.routes[0:0] = routes  # before Gradio's own routes
     server_app.state.openai = state
     return None

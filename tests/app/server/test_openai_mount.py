@@ -1,4 +1,4 @@
-"""``python -m app`` serves the OpenAI-compatible routes under ``/v1`` and ``/metrics`` on the
+"""``python -m app`` serves the OpenAI-compatible routes under ``/v1``, ``/metrics`` and ``/health`` on the
 page's own port, on the page's engine (the shared fp32 engine here)."""
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ def test_v1_routes_share_the_pages_engine(page, engine):
     text = httpx.get(url.rstrip("/") + "/metrics").text
     assert "playground_generation_tokens_total" in text
     assert "playground_prefix_cache_hits_total" not in text  # per-session prefix caches: hidden
+    health = httpx.get(url.rstrip("/") + "/health")
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    demo.server_app.state.openai.closing = True
+    try:
+        assert httpx.get(url.rstrip("/") + "/health").status_code == 503
+    finally:
+        demo.server_app.state.openai.closing = False
 
 
 def test_no_open_api_off_loopback(engine):
