@@ -151,7 +151,7 @@ class LLMEngine(EngineViews):
             cache_salt=cache_salt, source=source, speculative=speculative,
             num_speculative_tokens=num_speculative_tokens)
         rid = seq.request_id
-        handle = RequestHandle(rid, self.abort, self.scheduler_position)
+        handle = RequestHandle(rid, self.abort, self.scheduler_position, len(seq.prompt_ids))
         arrival = time.perf_counter()
         with self._lock:
             self._loop.check_open()

@@ -85,6 +85,9 @@ class RunState:
         use_kv_cache: whether the request decodes with a KV cache.
         request_id: the engine's id once submitted.
         prompt_tokens: prompt length in tokens (known after the prefill step).
+        submitted_prompt_tokens: the prompt's length as the engine counted it at submit
+            (``RequestHandle.num_prompt_tokens``; ``None`` where unknown): shown while the prompt
+            is read, before the prefill step reports ``prompt_tokens``.
         prefill_computed: prompt tokens the prefill's (last) forward pass computed; fewer than
             ``prompt_tokens`` when a prefix cache supplied the rest or the prompt came in chunks.
         cached_prompt_tokens: prompt tokens the prefix cache supplied (not computed).
@@ -110,6 +113,7 @@ class RunState:
     use_kv_cache: bool = True
     request_id: str | None = None
     prompt_tokens: int = 0
+    submitted_prompt_tokens: int | None = None
     prefill_computed: int = 0
     cached_prompt_tokens: int = 0
     token_index: list[int] = field(default_factory=list)
@@ -227,6 +231,8 @@ class RunState:
             out["queue_time_s"] = max(0.0, out["queue_time_s"])
         if not n:
             out["ttft_s"] = None
+            if self.submitted_prompt_tokens:  # the prompt being read: its length is known
+                out["prompt_tokens"] = self.submitted_prompt_tokens
         if not (n and m["prefill_time_s"] > 0 and self.prompt_tokens):
             out["prefill_tokens_per_s"] = out["prefill_time_s"] = None
         if not (n > 1 and m["decode_time_s"] > 0):
@@ -260,7 +266,8 @@ class RunState:
             ahead = self.queue_position
             return f"Waiting in the engine queue: {ahead} request{'s' if ahead != 1 else ''} ahead of yours"
         if not self.token_times:
-            return "Prefill: reading the prompt…"
+            n = self.submitted_prompt_tokens
+            return f"Prefill: reading the prompt ({n:,} tokens)…" if n else "Prefill: reading the prompt…"
         line = f"Decoding: {len(self.token_times)} tokens so far"
         others = (self.batch_sizes[-1] - 1) if self.batch_sizes else 0
         if others > 0:

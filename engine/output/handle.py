@@ -17,11 +17,17 @@ class RequestHandle:
     Iteration ends when the request finishes; then :attr:`output` holds the
     :class:`RequestOutput`. Closing the handle (or leaving a ``with`` block) aborts an
     unfinished request, which frees its KV cache within one engine step.
+
+    :attr:`num_prompt_tokens` is the prompt's length in tokens, known at submit (``None`` where
+    the engine can't tell before the first token, e.g. a remote server).
     """
 
+    num_prompt_tokens: int | None = None
+
     def __init__(self, request_id: str, abort: Callable[[str], bool],
-                 position: Callable[[str], int]):
+                 position: Callable[[str], int], num_prompt_tokens: int | None = None):
         self.request_id = request_id
+        self.num_prompt_tokens = num_prompt_tokens
         self.events: list[StepEvent] = []
         self.output: RequestOutput | None = None
         self._queue: queue.Queue = queue.Queue()

@@ -4,6 +4,7 @@ line the page draws (fake events, no engine)."""
 import pytest
 
 from app.render import figures
+from engine import SamplingParams
 from app.state.run_state import RunState, Throttle, memory_to_plain
 from tests.support.fakes import BPT, make_events, make_output
 
@@ -54,6 +55,24 @@ def test_status_line_says_why_it_ended():
     assert "stopped by you" in st.status_line()
     st.error = "RuntimeError: boom"
     assert st.status_line().startswith("Error: RuntimeError: boom")
+
+
+def test_a_prompt_being_read_shows_its_length():
+    """Before the first token (a long prompt's prefill) the status line and the cards give the
+    prompt's length as the engine counted it at submit; the prefill event's count replaces it."""
+    events = make_events(prompt_len=10)
+    st = RunState(submitted_s=events[0].start_s - 0.01, submitted_prompt_tokens=3042)
+    assert st.status_line() == "Prefill: reading the prompt (3,042 tokens)…"
+    m = st.live_metrics(now=events[0].start_s)
+    assert m["prompt_tokens"] == 3042 and m["ttft_s"] is None and m["prefill_tokens_per_s"] is None
+    st.add(events[0])
+    assert st.live_metrics(now=events[0].end_s)["prompt_tokens"] == 10
+
+
+def test_the_engines_handle_knows_the_prompts_length(engine):
+    handle = engine.submit("one two three", SamplingParams(max_tokens=1, temperature=0), raw=True)
+    out = handle.result(60)
+    assert handle.num_prompt_tokens == len(out.prompt_token_ids) > 0
 
 
 def test_memory_to_plain_accepts_dataclasses_and_dicts():
