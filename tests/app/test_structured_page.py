@@ -46,7 +46,7 @@ def test_the_chips_show_the_mask_and_a_bad_structure_is_a_clear_message(pg):
     chips = last["tokens"]
     assert "of 49,152 allowed" in chips and "tok-forced" in chips and "data-removed" in chips
     bad = _run(pg, "regex", "[a-z")
-    assert "structured_outputs.regex" in bad[-1]["status"] and "unclosed" in bad[-1]["status"]
+    assert "structured output: the Regex box: " in bad[-1]["status"] and "unclosed" in bad[-1]["status"]
     again = _run(pg, "choice", "yes\nno", prompt="Is the sky blue?")
     assert again[-1]["history"][-1]["content"] in ("yes", "no")
 

@@ -19,7 +19,7 @@ from app.server import fields
 from app.server.errors import log_internal
 from app.state.run_state import RunState, Throttle
 from app.render.spec import spec_trace
-from app.render.structured import structure_from
+from app.render.structured import KINDS, structure_from
 from app.state.shared_views import shared
 from app.render.chat_text import literal_html, shown_messages
 from app.render.tokens import TokenChips, tokens_html
@@ -58,8 +58,12 @@ PAGE_LABELS = {"max_tokens": "max new tokens", "temperature": "temperature", "to
 
 def page_message(exc: Exception) -> str:
     """A refusal with the field named as the sidebar labels it, the API name beside it:
-    ``"max_tokens must be an integer"`` → ``"max new tokens (max_tokens) must be an integer"``."""
+    ``"max_tokens must be an integer"`` → ``"max new tokens (max_tokens) must be an integer"``;
+    ``"structured_outputs.regex: ..."`` → ``"structured output: the Regex box: ..."``."""
     msg = str(exc)
+    for label, kind in KINDS:  # the engine's "structured_outputs.regex: ..." → the sidebar's box
+        if msg.startswith(f"structured_outputs.{kind}:"):
+            return f"structured output: the {label} box{msg[len(kind) + 19:]}"
     key = next((k for k in PAGE_LABELS if msg.startswith(k + " ")), None)
     if not key or PAGE_LABELS[key] == key:
         return msg
