@@ -120,6 +120,10 @@ def install(app: FastAPI) -> None:
             needed = "messages" if request.url.path.endswith("/chat/completions") else "prompt"
             return APIError(400, f"the request body is empty: send a JSON object with model "
                             f"and {needed}", "model", "invalid_value").response()
+        if param is None and first.get("type") in ("model_type", "model_attributes_type",
+                                                    "dict_type"):  # a list, a string, a number
+            return APIError(400, "the request body must be a JSON object", None,
+                            "invalid_value").response()
         if first.get("type") == "missing":
             message = f"{param} is required"
         else:

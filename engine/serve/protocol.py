@@ -52,7 +52,7 @@ class _Common(BaseModel):
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)   # "yes" is not a JSON boolean
     stream_options: StreamOptions | None = None
     logit_bias: Any = None  # refused when set; never validated key by key
     user: str | None = None

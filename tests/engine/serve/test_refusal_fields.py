@@ -27,6 +27,18 @@ def test_empty_body_names_what_is_required(api, route, needed):
     assert "None" not in e["message"] and needed in e["message"] and e["param"] == "model"
 
 
+@pytest.mark.parametrize("body", [[1, 2], "text", 3])
+def test_a_body_that_is_not_an_object_says_so(api, body):
+    e = error(httpx.post(api + "/v1/chat/completions", json=body, timeout=60))
+    assert e["message"] == "the request body must be a JSON object" and e["param"] is None
+
+
+def test_stream_takes_a_json_boolean_only(api):
+    e = error(httpx.post(api + "/v1/completions", timeout=60, json={
+        "model": MODEL, "prompt": "Hi", "max_tokens": 2, "stream": "yes"}))
+    assert e["param"] == "stream", e
+
+
 @pytest.mark.parametrize("messages, param", [
     ([{"role": "user", "content": ""}], "messages[0].content"),
     ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  "}],
