@@ -16,7 +16,7 @@ from engine.worker.runner_output import SampleResult
 from engine.params import SamplingParams
 from engine.spec_decode.rejection_sampler import greedy_verify, rejection_sample
 from engine.worker.sampler import TOP_CANDIDATES, sample_result
-from engine.worker.sampling_ops import min_p_rows, row_argmax, row_topk, top_k_rows, top_p_rows
+from engine.worker.sampling_ops import min_p_rows, row_argmax, row_topk, top_k_top_p_rows
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -31,8 +31,7 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     r = x.shape[0]
     if not params.greedy and params.temperature != 1.0:
         x = x / params.temperature
-    x = top_k_rows(x, [params.top_k] * r)
-    x = top_p_rows(x, [params.top_p] * r, [params.top_k] * r)
+    x = top_k_top_p_rows(x, [params.top_k] * r, [params.top_p] * r)
     return min_p_rows(torch.softmax(x, dim=-1), [params.min_p] * r)
 
 

@@ -21,7 +21,7 @@ from engine.params import SAMPLING_EPS, SamplingParams
 from engine.worker.kernels import row_summary
 from engine.worker.runner_output import SampleResult
 from engine.worker.sampling_ops import (count_ids, min_p_rows, padded_ids, row_argmax, row_topk,
-                                        top_k_rows, top_p_rows)
+                                        top_k_top_p_rows)
 
 TOP_CANDIDATES = 5
 
@@ -93,7 +93,7 @@ def apply_filters(logits: torch.Tensor, temperature: float, top_k: int, top_p: f
         kth = torch.topk(x, top_k).values[-1]
         x = x.masked_fill(x < kth, float("-inf"))
     if top_p < 1.0:
-        sorted_x, order = torch.sort(x, descending=True)
+        sorted_x, order = torch.sort(x, descending=True, stable=True)  # ties in index order
         probs_sorted = torch.softmax(sorted_x, dim=-1)
         mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
         drop_sorted = mass_before >= top_p
@@ -186,8 +186,7 @@ class Sampler:
         temps = [1.0 if p.greedy else p.temperature for p in params]
         if any(t != 1.0 for t in temps):
             x = x / torch.tensor(temps, dtype=x.dtype, device=dev)[:, None]
-        x = top_k_rows(x, [p.top_k for p in params])
-        x = top_p_rows(x, [p.top_p for p in params], [p.top_k for p in params])
+        x = top_k_top_p_rows(x, [p.top_k for p in params], [p.top_p for p in params])
         probs = torch.softmax(x, dim=-1)
         probs = min_p_rows(probs, [p.min_p for p in params])
         k = min(TOP_CANDIDATES, vocab)

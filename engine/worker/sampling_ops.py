@@ -38,34 +38,84 @@ def top_k_rows(x: torch.Tensor, ks: list[int]) -> torch.Tensor:
     return x
 
 
-def top_p_rows(x: torch.Tensor, ps: list[float], ks: list[int]) -> torch.Tensor:
-    """Nucleus filter on the rows with ``top_p < 1`` (the rule of :func:`apply_filters`).
-
-    Rows that top-k already cut to ``k`` tokens sort only those ``k`` (the others are -inf,
-    past the nucleus in any order); the rest sort the whole vocabulary.
-    """
-    vocab = x.shape[-1]
+def top_p_rows(x: torch.Tensor, ps: list[float]) -> torch.Tensor:
+    """Nucleus filter on the rows with ``top_p < 1`` over the whole vocabulary (the rule of
+    :func:`apply_filters`; rows that also use top-k go through :func:`top_k_top_p_rows`).
+    Equal logits are taken in index order (a stable sort), so the tokens kept at the nucleus's
+    edge depend on the row alone."""
     rows = [i for i, p in enumerate(ps) if p < 1.0]
     if not rows:
         return x
     x = x.clone()
-    cut = [i for i in rows if 0 < ks[i] < vocab]
-    full = [i for i in rows if not 0 < ks[i] < vocab]
-    for group, width in ((cut, max((ks[i] for i in cut), default=0)), (full, vocab)):
-        if not group:
-            continue
-        sub = x[group]
-        sorted_x, order = torch.topk(sub, width, dim=-1) if width < vocab else \
-            torch.sort(sub, dim=-1, descending=True)
-        probs_sorted = torch.softmax(sorted_x, dim=-1)
-        mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
-        top_p = torch.tensor([ps[i] for i in group], dtype=sub.dtype, device=x.device)[:, None]
-        drop_sorted = mass_before >= top_p
-        drop_sorted[:, 0] = False
-        drop = torch.zeros(sub.shape, dtype=torch.bool, device=x.device).scatter(
-            1, order, drop_sorted)
-        x[group] = sub.masked_fill(drop, float("-inf"))
+    sub = x[rows]
+    sorted_x, order = torch.sort(sub, dim=-1, descending=True, stable=True)
+    probs_sorted = torch.softmax(sorted_x, dim=-1)
+    mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
+    top_p = torch.tensor([ps[i] for i in rows], dtype=sub.dtype, device=x.device)[:, None]
+    drop_sorted = mass_before >= top_p
+    drop_sorted[:, 0] = False
+    drop = torch.zeros(sub.shape, dtype=torch.bool, device=x.device).scatter(1, order, drop_sorted)
+    x[rows] = sub.masked_fill(drop, float("-inf"))
     return x
+
+
+def top_k_top_p_rows(x: torch.Tensor, ks: list[int], ps: list[float]) -> torch.Tensor:
+    """Top-k then top-p on each row that uses them (the rules of
+    :func:`engine.worker.sampler.apply_filters`), the rows that use both (the page's defaults:
+    top-k 50, top-p 0.95) in one pass over their ``k`` largest logits.
+
+    Such a row's nucleus is searched among its ``k`` largest logits and the logits tied with the
+    ``k``-th (top-k keeps ties) within a window of ``2 × k`` (more than ``k`` logits equal to the
+    ``k``-th: those past the window are dropped), taken as a stable descending sort of the whole
+    row takes them (equal logits in index order, as :func:`top_p_rows` and the one-row rule do):
+    one ``topk``, a sort of the window, a softmax and a running sum over it, and one
+    ``masked_fill`` of the row. Which tied tokens the nucleus keeps depends on the row alone, never on the other rows'
+    ``k``. Applying the filters one after the other cost two ``topk``, two copies of ``[N, V]``
+    and a ``[N, V]`` scatter, and a logit tied with the ``k``-th outside the second ``topk``'s
+    window escaped the nucleus.
+
+    Args:
+        x: ``[N, V]`` fp32 logits (after penalties and temperature).
+        ks: ``N`` top-k values (``<= 0`` or ``>= V``: off); ps: ``N`` top-p values (1: off).
+
+    Returns:
+        ``[N, V]``: ``x`` with the filtered logits at ``-inf`` (``x`` itself when no row filters).
+    """
+    vocab, n = x.shape[-1], x.shape[0]
+    both = [i for i, (k, p) in enumerate(zip(ks, ps)) if 0 < k < vocab and p < 1.0]
+    if not both:
+        return top_p_rows(top_k_rows(x, ks), ps)
+    groups: dict[int, list[int]] = {}
+    for i in both:   # one window width per k, so a row's result never depends on the others'
+        groups.setdefault(ks[i], []).append(i)
+    if len(groups) == 1 and len(both) == n:
+        return _nucleus_of_top_k(x, ks[0], ps)
+    out = x.clone()
+    rest = [i for i in range(n) if i not in set(both)]
+    if rest:   # rows with one filter or none: each filter on its own
+        out[rest] = top_p_rows(top_k_rows(x[rest], [ks[i] for i in rest]), [ps[i] for i in rest])
+    for k, rows in groups.items():
+        out[rows] = _nucleus_of_top_k(x[rows], k, [ps[i] for i in rows])
+    return out
+
+
+def _nucleus_of_top_k(x: torch.Tensor, k: int, ps: list[float]) -> torch.Tensor:
+    """:func:`top_k_top_p_rows` for rows that all use top-k ``k`` and top-p ``ps``."""
+    # the window: 2k, room for logits tied with the k-th (bf16 logits tie often; sizing it to
+    # the ties would cost a device-to-host wait)
+    vals, order = torch.topk(x, min(x.shape[-1], 2 * k), dim=-1)
+    kth = vals[:, k - 1:k]
+    order, pos = order.sort(dim=-1)                       # the window in index order, then
+    vals, pos = vals.gather(1, pos).sort(dim=-1, descending=True, stable=True)  # by value
+    order = order.gather(1, pos)
+    vals = vals.masked_fill(vals < kth, float("-inf"))    # top-k
+    probs_sorted = torch.softmax(vals, dim=-1)
+    mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
+    top_p = torch.tensor(ps, dtype=x.dtype, device=x.device)[:, None]
+    keep_sorted = (mass_before < top_p) & (vals > float("-inf"))
+    keep_sorted[:, 0] = True
+    keep = torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter_(1, order, keep_sorted)
+    return x.masked_fill(~keep, float("-inf"))
 
 
 def min_p_rows(probs: torch.Tensor, ms: list[float]) -> torch.Tensor:
