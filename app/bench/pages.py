@@ -193,6 +193,14 @@ def browser_cpu_s() -> float:
     return total
 
 
+PAGE_FILTERS = {"top_p": 0.95, "top_k": 50, "min_p": 0.0}
+"""The sidebar's start values the pages leave as they are (:func:`set_up_raw_greedy` sets the
+others), sent by the API side too, so both sides run the same request: a greedy row still runs
+top-k and top-p, for the probabilities its chips show (``tests/app/test_page.py`` checks these
+against the page). Before 2026-12-05 the API side sent top-p 1 and top-k 0, and its engine
+skipped the filters the pages' engine ran."""
+
+
 class ApiSide:
     """N ``gradio_client`` clients, one request each per turn, started together."""
 
@@ -205,10 +213,10 @@ class ApiSide:
         self.tokens = tokens
 
     def call(self, i: int, client) -> None:
-        """Client ``i``'s one request of a turn."""
-        client.predict(prompt=PROMPTS[i], temperature=0.0, top_p=1.0, top_k=0,
-                       repetition_penalty=1.0, max_tokens=self.tokens, seed=0, raw=True,
-                       api_name="/generate")
+        """Client ``i``'s one request of a turn: the pages' request (:data:`PAGE_FILTERS`)."""
+        client.predict(prompt=PROMPTS[i], temperature=0.0, repetition_penalty=1.0,
+                       max_tokens=self.tokens, seed=0, raw=True, api_name="/generate",
+                       **PAGE_FILTERS)
 
     def turn(self, server: Server) -> dict:
         errors, done = [], []

@@ -26,6 +26,14 @@ def test_the_greedy_hint_names_the_sliders_default_repetition_penalty(components
     assert default == 1.1 and f"({default:g} by default; 1 = plain greedy)" in info
 
 
+def test_the_pages_bench_sends_the_api_the_pages_sampling_defaults(components):
+    from app.bench.pages import PAGE_FILTERS
+
+    labels = {"top_p": "top-p (nucleus)", "top_k": "top-k", "min_p": "min-p"}
+    by_label = {c["props"].get("label"): c["props"] for c in components if c.get("type") == "slider"}
+    assert {k: by_label[labels[k]]["value"] for k in PAGE_FILTERS} == PAGE_FILTERS
+
+
 def test_the_explorer_and_the_beams_tab_point_to_each_other(components):
     """The sampling explorer names the "Beams and samples" tab and that tab's text names the
     explorer, both about the k-fold KV cache; each named tab is one of the page's tabs."""
