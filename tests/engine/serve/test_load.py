@@ -1,4 +1,4 @@
-"""A bounded load test on loopback: 32 API clients, 5 requests each, through the batching engine.
+"""A bounded load test on loopback: 32 API clients, 3 requests each, through the batching engine.
 
 The page is served from this process (around the session's engine); the clients run in a child
 process so the server's memory is measured alone. Checks that no request is lost, that each
@@ -26,12 +26,12 @@ from tests.support.servers import launch
 from tests.support.paths import REPO
 from tests.support.load_plan import PROMPTS, SETTINGS, request_plan
 
-CLIENTS, PER_CLIENT = 32, 5
+CLIENTS, PER_CLIENT = 32, 3
 CLIENT_SCRIPT = str(REPO / "tests" / "support" / "load_clients.py")
 
 
 @pytest.mark.slow
-def test_32_clients_5_requests_each(engine, tmp_path):
+def test_32_clients_3_requests_each(engine, tmp_path):
     from app.state.playground import Playground
 
     expected = {}
