@@ -88,10 +88,12 @@ def test_empty_prompt_shows_a_message_and_the_page_recovers(page_url, browser):
     assert wait_until(lambda: "prompt is empty" in page.locator("#status").inner_text(), 30)
     page.locator("#max-tokens input[type=number]").fill("3")
     page.locator("#max-tokens input[type=number]").press("Tab")
-    page.locator("#prompt textarea").fill("Say hi.")
+    typed = "Say hi to <b>Ann</b> & <img src=x>."   # HTML in a message is shown as typed
+    page.locator("#prompt textarea").fill(typed)
     page.locator("#generate-btn").click()
     assert wait_until(lambda: "Finished" in page.locator("#status").inner_text(), 120)
-    assert page.locator("#chatbot").inner_text().strip()
+    assert typed in page.locator("#chatbot").inner_text()
+    assert page.locator("#chatbot b, #chatbot img").count() == 0
     page.close()
 
 
