@@ -13,9 +13,11 @@
 #include <ATen/EmptyTensor.h>  // at::detail::empty_cpu: ATen/ops/empty.h cost ~0.8 s more to compile
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace {
 
@@ -36,6 +38,27 @@ std::atomic<PoolFor> g_pool{nullptr};
 int64_t set_pool(int64_t address) {
   g_pool.store(reinterpret_cast<PoolFor>(address));
   return address;
+}
+
+// Row boundaries of up to kSegments segments of about equal work (a row costs its keys plus
+// kRowCost for what it does whatever its length): segment s is rows [bound[s], bound[s + 1]),
+// some possibly empty. Which thread computes a row never changes its bits.
+constexpr int64_t kSegments = 64, kRowCost = 16;
+
+std::vector<int64_t> segments(const int64_t* lens, int64_t rows) {
+  int64_t total = 0;
+  for (int64_t r = 0; r < rows; ++r) total += std::max<int64_t>(lens[r], 0) + kRowCost;
+  const int64_t n = std::min(rows, kSegments);
+  std::vector<int64_t> bound{0};
+  int64_t done = 0, r = 0;
+  for (int64_t s = 1; s < n; ++s) {
+    const int64_t target = total * s / n;
+    while (r < rows && done + std::max<int64_t>(lens[r], 0) + kRowCost <= target)
+      done += std::max<int64_t>(lens[r++], 0) + kRowCost;
+    bound.push_back(r);
+  }
+  bound.push_back(rows);
+  return bound;
 }
 
 int64_t set_kernel(int64_t address) {
@@ -96,7 +119,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k, cons
   struct Part {
     Kernel kernel; const char* q; const void *kp, *vp; const int64_t *table, *lens; int64_t width;
     int heads, kv_heads, d; int64_t bs, slots; int kind; float scale; char* out;
-    int64_t q_row, out_row; std::atomic<int> rc;
+    int64_t q_row, out_row; std::atomic<int> rc; const int64_t* bound = nullptr;
   } part{kernel, static_cast<const char*>(qc.data_ptr()), k_pool.data_ptr(), v_pool.data_ptr(),
          blocks.data_ptr<int64_t>(), lens.data_ptr<int64_t>(), width, static_cast<int>(heads),
          static_cast<int>(k_pool.size(1)), static_cast<int>(d), block_size, k_pool.size(0), kind,
@@ -104,8 +127,16 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k, cons
   const PoolFor pool = g_pool.load();
   int rc;
   if (pool != nullptr && rows > 1) {
-    pool(rows, 1, [](void* c, int64_t b0, int64_t b1) {
+    // The pool cuts [0, n) into one contiguous range per thread. A prompt's rows attend to 1,
+    // 2, ... keys, so equal counts of rows are unequal work (the first half of a chunk that
+    // starts the prompt is a third of the second's, and one thread waited for the other): the
+    // rows are cut instead into segments of about equal work, the pool's ranges into those.
+    const std::vector<int64_t> bound = segments(lens.data_ptr<int64_t>(), rows);
+    part.bound = bound.data();
+    pool(static_cast<int64_t>(bound.size()) - 1, 1, [](void* c, int64_t s0, int64_t s1) {
       auto& p = *static_cast<Part*>(c);
+      const int64_t b0 = p.bound[s0], b1 = p.bound[s1];
+      if (b1 <= b0) return;
       const int r = p.kernel(p.q + b0 * p.q_row, p.kp, p.vp, p.table + b0 * p.width, p.width,
                              p.width, p.lens + b0, b1 - b0, p.heads, p.kv_heads, p.d, p.bs,
                              p.slots, p.kind, p.scale, 1, p.out + b0 * p.out_row);

@@ -584,7 +584,7 @@ int paged_decode_attention(const void *q, const void *k, const void *v, const in
 #pragma omp atomic write
             failed = -2;
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)   /* rows of rising lengths: equal counts are unequal work */
         for (int64_t w = 0; w < groups * kv_heads; w++) {
             if (!ok) continue;
             int64_t r0 = first[w / kv_heads], nr = first[w / kv_heads + 1] - r0, n = lens[r0];
