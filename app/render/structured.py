@@ -28,6 +28,14 @@ HINTS = {"none": "the engine masks every token that would break it",
          "regex": "A regular expression the whole answer must match, e.g. \\d{3}-\\d{4}",
          "choice": "One choice per line: the answer is exactly one of them."}
 MAX_TEXT = 20_000
+STARTS = {"regex": r"\d{3}-\d{4}", "choice": "yes\nno\nnot sure"}
+"""What the box holds when regex or choice is chosen (JSON starts from its first example)."""
+
+
+def start_text(kind: str) -> str:
+    """The box's text when ``kind`` is chosen: the first JSON schema example, a regex, choices;
+    ``""`` for none."""
+    return example_text(next(iter(EXAMPLES))) if kind == "json" else STARTS.get(kind, "")
 
 
 def example_text(name: str) -> str:

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from app.render.structured import EXAMPLES, example_text, mask_label, remote_fields, structure_from
+from app.render.structured import (EXAMPLES, KINDS, example_text, mask_label, remote_fields, start_text,
+                                   structure_from)
 from app.tabs.playground import handlers
 
 
@@ -24,6 +25,10 @@ def test_the_sidebar_choice_becomes_the_engines_structure():
     assert mask_label({"allowed": 7, "vocab": 49152, "forced": False, "mass": 0.25}) == \
         "7 of 49,152 allowed; the mask removed 25.0% of the probability"
     assert "jump-forward" in mask_label({"jumped": True})
+    # each kind starts from an example the engine takes (the regex and choice boxes were empty)
+    for _, kind in KINDS[1:]:
+        assert start_text(kind) and structure_from(kind, start_text(kind)) is not None
+    assert start_text("none") == ""
 
 
 @pytest.fixture(scope="module")

@@ -156,14 +156,14 @@ def structure_controls() -> dict:
     text = gr.Code(value="", language="json", label="JSON schema", lines=6,
                    visible=False, elem_id="structure-text")
 
-    def on_kind(k):  # the kind's hint under the radio; JSON starts from the first example
+    def on_kind(k):  # the kind's hint under the radio; each kind starts from an example
         json_kind = k == "json"
         first = next(iter(structured.EXAMPLES))
         return (gr.update(info=structured.HINTS.get(k) or structured.HINTS["none"]),
                 gr.update(visible=json_kind, value=first if json_kind else None),
                 gr.update(visible=k != "none", label=structured.BOX_LABELS.get(k, "Structure"),
                           language="json" if json_kind else None,
-                          value=structured.example_text(first) if json_kind else ""))
+                          value=structured.start_text(k)))
 
     private = dict(show_progress="hidden", api_visibility="private")
     kind.change(guard(on_kind), inputs=[kind], outputs=[kind, example, text], **private)
