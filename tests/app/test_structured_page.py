@@ -5,6 +5,7 @@ own run: tests/app/tabs/lessons/test_constrained.py)."""
 
 import json
 
+import gradio as gr
 import pytest
 
 from app.render.structured import (EXAMPLES, KINDS, example_text, mask_label, remote_fields, start_text,
@@ -63,6 +64,18 @@ def test_the_page_builds_with_the_structured_controls_and_the_lesson(pg):
     demo = build_demo(pg)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"structure-kind", "structure-example", "structure-text", "lesson-cd-run"} <= ids
+    # choosing regex or choice fills the box; the examples drop-down, emptied by that choice,
+    # leaves the box alone (it wiped the example the kind had just put there)
+    by_id = {getattr(b, "elem_id", None): i for i, b in demo.blocks.items()}
+
+    def on_change(elem_id):
+        return next(f.fn for f in demo.fns.values()
+                    if (by_id[elem_id], "change") in [tuple(t) for t in f.targets])
+
+    for kind in ("regex", "choice"):
+        assert on_change("structure-kind")(kind)[2]["value"] == start_text(kind)
+    assert on_change("structure-example")(None) == gr.skip()
+    assert on_change("structure-example")("A person") == example_text("A person")
 
 
 def test_a_remote_server_gets_the_structure_in_the_openai_and_vllm_fields():

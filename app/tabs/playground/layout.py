@@ -167,5 +167,8 @@ def structure_controls() -> dict:
 
     private = dict(show_progress="hidden", api_visibility="private")
     kind.change(guard(on_kind), inputs=[kind], outputs=[kind, example, text], **private)
-    example.change(guard(structured.example_text), inputs=[example], outputs=[text], **private)
+    def on_example(name):  # the drop-down emptied by a kind change leaves the box to that change
+        return structured.example_text(name) if name in structured.EXAMPLES else gr.skip()
+
+    example.change(guard(on_example), inputs=[example], outputs=[text], **private)
     return {"structure_kind": kind, "structure_text": text}
