@@ -62,8 +62,9 @@ def page_message(exc: Exception) -> str:
     ``"structured_outputs.regex: ..."`` → ``"structured output: the Regex box: ..."``."""
     msg = str(exc)
     for label, kind in KINDS:  # the engine's "structured_outputs.regex: ..." → the sidebar's box
-        if msg.startswith(f"structured_outputs.{kind}:"):
-            return f"structured output: the {label} box{msg[len(kind) + 19:]}"
+        field = f"structured_outputs.{kind}"
+        if msg.startswith(field + ":"):
+            return f"structured output: the {label} box{msg[len(field):]}"
     key = next((k for k in PAGE_LABELS if msg.startswith(k + " ")), None)
     if not key or PAGE_LABELS[key] == key:
         return msg
