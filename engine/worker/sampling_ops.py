@@ -49,14 +49,23 @@ def top_p_rows(x: torch.Tensor, ps: list[float]) -> torch.Tensor:
     x = x.clone()
     sub = x[rows]
     sorted_x, order = torch.sort(sub, dim=-1, descending=True, stable=True)
+    x[rows] = _keep_nucleus(sub, sorted_x, order, [ps[i] for i in rows])
+    return x
+
+
+def _keep_nucleus(x: torch.Tensor, sorted_x: torch.Tensor, order: torch.Tensor,
+                  ps: list[float]) -> torch.Tensor:
+    """``x [R, V]`` with every logit outside its row's nucleus at ``-inf``: the most likely
+    tokens, in the order of ``sorted_x`` (``[R, W]`` logits, largest first, at columns
+    ``order``), while the mass before them is below the row's ``ps``; the first always stays.
+    Columns outside ``order`` are dropped (``W < V``: those below a window)."""
     probs_sorted = torch.softmax(sorted_x, dim=-1)
     mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
-    top_p = torch.tensor([ps[i] for i in rows], dtype=sub.dtype, device=x.device)[:, None]
-    drop_sorted = mass_before >= top_p
-    drop_sorted[:, 0] = False
-    drop = torch.zeros(sub.shape, dtype=torch.bool, device=x.device).scatter(1, order, drop_sorted)
-    x[rows] = sub.masked_fill(drop, float("-inf"))
-    return x
+    top_p = torch.tensor(ps, dtype=x.dtype, device=x.device)[:, None]
+    keep_sorted = (mass_before < top_p) & (sorted_x > float("-inf"))
+    keep_sorted[:, 0] = True
+    keep = torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter_(1, order, keep_sorted)
+    return x.masked_fill(~keep, float("-inf"))
 
 
 def top_k_top_p_rows(x: torch.Tensor, ks: list[int], ps: list[float]) -> torch.Tensor:
@@ -69,8 +78,8 @@ def top_k_top_p_rows(x: torch.Tensor, ks: list[int], ps: list[float]) -> torch.T
     ``k``-th: those past the window are dropped), taken as a stable descending sort of the whole
     row takes them (equal logits in index order, as :func:`top_p_rows` and the one-row rule do):
     one ``topk``, a sort of the window, a softmax and a running sum over it, and one
-    ``masked_fill`` of the row. Which tied tokens the nucleus keeps depends on the row alone, never on the other rows'
-    ``k``. Applying the filters one after the other cost two ``topk``, two copies of ``[N, V]``
+    ``masked_fill`` of the row. Which tied tokens the nucleus keeps depends on the row alone,
+    never on the other rows' ``k``. Applying the filters one after the other cost two ``topk``, two copies of ``[N, V]``
     and a ``[N, V]`` scatter, and a logit tied with the ``k``-th outside the second ``topk``'s
     window escaped the nucleus.
 
@@ -91,7 +100,7 @@ def top_k_top_p_rows(x: torch.Tensor, ks: list[int], ps: list[float]) -> torch.T
     if len(groups) == 1 and len(both) == n:
         return _nucleus_of_top_k(x, ks[0], ps)
     out = x.clone()
-    rest = [i for i in range(n) if i not in set(both)]
+    rest = sorted(set(range(n)) - set(both))
     if rest:   # rows with one filter or none: each filter on its own
         out[rest] = top_p_rows(top_k_rows(x[rest], [ks[i] for i in rest]), [ps[i] for i in rest])
     for k, rows in groups.items():
@@ -108,14 +117,7 @@ def _nucleus_of_top_k(x: torch.Tensor, k: int, ps: list[float]) -> torch.Tensor:
     order, pos = order.sort(dim=-1)                       # the window in index order, then
     vals, pos = vals.gather(1, pos).sort(dim=-1, descending=True, stable=True)  # by value
     order = order.gather(1, pos)
-    vals = vals.masked_fill(vals < kth, float("-inf"))    # top-k
-    probs_sorted = torch.softmax(vals, dim=-1)
-    mass_before = torch.cumsum(probs_sorted, dim=-1) - probs_sorted
-    top_p = torch.tensor(ps, dtype=x.dtype, device=x.device)[:, None]
-    keep_sorted = (mass_before < top_p) & (vals > float("-inf"))
-    keep_sorted[:, 0] = True
-    keep = torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter_(1, order, keep_sorted)
-    return x.masked_fill(~keep, float("-inf"))
+    return _keep_nucleus(x, vals.masked_fill(vals < kth, float("-inf")), order, ps)  # top-k first
 
 
 def min_p_rows(probs: torch.Tensor, ms: list[float]) -> torch.Tensor:
