@@ -10,7 +10,7 @@ tell of other users' prompts.
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 
@@ -32,7 +32,7 @@ def mount_api(server_app, engine, *, host: str, api_key: str | None = None,
     Returns:
         ``None`` when mounted, else the one-line reason it was not (no key off loopback).
     """
-    from engine.serve.app import ServeState, create_api
+    from engine.serve.app import ServeState, create_api, health_response
     from engine.serve.auth import check_bind, resolve_key
     from engine.serve.metrics import CONTENT_TYPE, EngineMetrics
 
@@ -47,10 +47,8 @@ def mount_api(server_app, engine, *, host: str, api_key: str | None = None,
     async def prometheus(request: Request) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    async def health(request: Request) -> Response:  # as python -m engine serve's
-        if state.closing:
-            return JSONResponse({"status": "shutting down"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+    async def health(request: Request) -> Response:
+        return health_response(state)
 
     routes = [Mount("/v1", app=create_api(state, key)), Route("/metrics", prometheus),
               Route("/health", health)]

@@ -135,6 +135,14 @@ async def _complete(state: ServeState, request: Request, kind: str, prompt, para
     return JSONResponse(builder.response(outputs, choices.step_events()))
 
 
+def health_response(state: ServeState) -> JSONResponse:
+    """``GET /health``: 200 ``{"status": "ok"}``, or 503 once ``state`` is closing (shared by
+    ``python -m engine serve`` and the page's mount, :mod:`app.server.openai_mount`)."""
+    if state.closing:
+        return JSONResponse({"status": "shutting down"}, status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
 def create_server(engine, model_name: str | None = None, *, api_key: str | None = None,
                   aliases: set[str] | None = None, include_prefix: bool = True) -> FastAPI:
     """The whole server of ``python -m engine serve``: the OpenAI routes under ``/v1``,
@@ -160,9 +168,7 @@ def create_server(engine, model_name: str | None = None, *, api_key: str | None 
 
     @app.get("/health")
     async def health():
-        if state.closing:
-            return JSONResponse({"status": "shutting down"}, status_code=503)
-        return {"status": "ok"}
+        return health_response(state)
 
     @app.get("/metrics")
     async def prometheus():
