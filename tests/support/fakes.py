@@ -82,6 +82,8 @@ def make_output(events: list[StepEvent], reason: str = "stop", error: str | None
 class FakeHandle:
     """Finished-at-once handle carrying prepared events and output."""
 
+    num_prompt_tokens = None  # as a RequestHandle that can't tell before the first token
+
     def __init__(self, rid, events, output, engine):
         self.request_id = rid
         self.events = list(events)

@@ -255,7 +255,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     """The frames of :func:`_stream`; every redraw interval stretched by ``budget.stretch()``
     when more pages stream than get the full cadence."""
     state.request_id = handle.request_id
-    state.submitted_prompt_tokens = getattr(handle, "num_prompt_tokens", None)
+    state.submitted_prompt_tokens = handle.num_prompt_tokens
     chat_base = history + [{"role": "user", "content": message}]
     shown = shown_messages(chat_base)  # the chat box's copy: HTML in it shown as typed
     chips = TokenChips()  # each token's chip is drawn once, not at every frame

@@ -167,6 +167,7 @@ def structure_controls() -> dict:
 
     private = dict(show_progress="hidden", api_visibility="private")
     kind.change(guard(on_kind), inputs=[kind], outputs=[kind, example, text], **private)
+
     def on_example(name):  # the drop-down emptied by a kind change leaves the box to that change
         return structured.example_text(name) if name in structured.EXAMPLES else gr.skip()
 
