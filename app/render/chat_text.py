@@ -23,6 +23,10 @@ def literal_html(text: str) -> str:
     A fence left open (an answer still streaming its code block) runs to the end of the text, as
     Markdown renders it. Everything else (emphasis, lists, links, code) is Markdown as before.
     """
+    if "<" not in text and "&" not in text:   # most answers: nothing to escape (runs per frame)
+        return text
+    if "`" not in text and "~~~" not in text:  # no code anywhere
+        return _escape(text)
     out, at = [], 0
     for m in _CODE.finditer(text):
         out.append(_escape(text[at:m.start()]))
