@@ -79,9 +79,9 @@ def top_k_top_p_rows(x: torch.Tensor, ks: list[int], ps: list[float]) -> torch.T
     row takes them (equal logits in index order, as :func:`top_p_rows` and the one-row rule do):
     one ``topk``, a sort of the window, a softmax and a running sum over it, and one
     ``masked_fill`` of the row. Which tied tokens the nucleus keeps depends on the row alone,
-    never on the other rows' ``k``. Applying the filters one after the other cost two ``topk``, two copies of ``[N, V]``
-    and a ``[N, V]`` scatter, and a logit tied with the ``k``-th outside the second ``topk``'s
-    window escaped the nucleus.
+    never on the other rows' ``k``. Applying the filters one after the other cost two ``topk``,
+    two copies of ``[N, V]`` and a ``[N, V]`` scatter, and a logit tied with the ``k``-th
+    outside the second ``topk``'s window escaped the nucleus.
 
     Args:
         x: ``[N, V]`` fp32 logits (after penalties and temperature).

@@ -271,9 +271,9 @@ class CompiledBackend:
         configuration's graphs are not in the cache (:mod:`.compile_process`).
 
         The child is started before the thread lowers its priority: a child inherits its
-        parent thread's ``nice``, which it may not lower again without privileges, and at nice 10 it got
-        only what the eager steps left (under non-stop requests its graphs were ready 6-22 s
-        later; docs/performance.md, "A compile process")."""
+        parent thread's ``nice``, which it may not lower again without privileges, and at nice
+        10 it got only what the eager steps left (under non-stop requests its graphs were ready
+        6-22 s later; docs/performance.md, "A compile process")."""
         process = self._start_process()
         with _yielding():
             try:
