@@ -50,7 +50,7 @@ def test_matches_the_dequantized_fp32_product(weight):
     the fp32 answer rounded to bf16 and none is off by more than 1% of the largest."""
     *_, codes, sz, ref_w = weight
     g = torch.Generator().manual_seed(1)
-    for rows in (1, 3, 4, 7, 32, 100):
+    for rows in (1, 3, 4, 7, 32, 100, 131):
         x = torch.randn(rows, K, generator=g).to(torch.bfloat16)
         got = kernel.int4_mm(x, codes, sz)
         ref = F.linear(x.float(), ref_w)
@@ -72,6 +72,23 @@ def test_a_row_has_the_same_bits_alone_and_in_any_batch(weight, n):
         for i in (0, 5, 36):
             assert torch.equal(kernel.int4_mm(x[i:i + 1].contiguous(), codes, sz), full[i:i + 1])
     assert torch.equal(kernel.int4_mm(x, codes, sz), full)   # the other thread count
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_prompt_widened_once_has_the_same_bits_as_its_rows_alone(weight, n):
+    """Above 128 rows a column block's codes are widened once into a tile that every group of
+    four rows reads: the same numbers into the same instructions as widening them in the loop,
+    so every row of a 203-row prompt has the bits it has alone, at the tile's edge and past it."""
+    *_, codes, sz, _ = weight
+    x = torch.randn(203, K).to(torch.bfloat16)
+    with threads(n):
+        full = kernel.int4_mm(x, codes, sz)
+        for m in (128, 129, 130, 131, 132, 200):
+            assert torch.equal(kernel.int4_mm(x[:m], codes, sz), full[:m]), m
+        for i in (0, 127, 128, 202):
+            assert torch.equal(kernel.int4_mm(x[i:i + 1].contiguous(), codes, sz), full[i:i + 1]), i
+        alone = torch.cat([kernel.int4_mm(x[i:i + 4].contiguous(), codes, sz) for i in range(0, 200, 4)])
+        assert torch.equal(alone, full[:200])
 
 
 def test_the_pool_splits_columns_and_wakes_from_sleep(weight):
