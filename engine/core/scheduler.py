@@ -5,11 +5,12 @@ scheduler): every step, finished sequences have left; each running decode gets i
 (with speculative decoding, its pending token plus the draft tokens to verify,
 :mod:`engine.spec_decode.scheduling`); then each running prefill its next chunk and each request
 without a KV cache the next piece of its recompute, at most ``long_prefill_token_threshold``
-tokens each (vLLM's name); then waiting requests join, first come first served, while the
-step's token budget, the running-sequence limit and free KV blocks allow. While requests wait,
-the running chunks leave them one chunk of the budget, so a long prompt never holds a whole
-step and a short request that arrives meanwhile joins the next one. When blocks run
-out, the newest running sequence is preempted: its blocks are freed and it is recomputed later.
+tokens each (vLLM's name) unless it is the engine's only sequence; then waiting requests join,
+first come first served, while the step's token budget, the running-sequence limit and free KV
+blocks allow. While requests wait, the running chunks leave them one chunk of the budget, so a
+long prompt never holds a whole step and a short request that arrives meanwhile joins the next
+one. When blocks run out, the newest running sequence is preempted: its blocks are freed and it
+is recomputed later.
 
 After the model ran, :meth:`Scheduler.update_from_output` does every piece of bookkeeping in one
 place (computed tokens, prefix-cache keys, the sampled token, EOS / stop-token / length stops,
@@ -53,7 +54,11 @@ class Scheduler:
         long_prefill_token_threshold: most tokens of one prefill chunk or one piece of a
             no-cache recompute per step (vLLM's name); 0 = no cap beyond the budget. With a
             cap, a long prompt takes several smaller steps and every step has room for the
-            decodes and for new requests, so no one waits behind a whole-budget chunk.
+            decodes and for new requests, so no one waits behind a whole-budget chunk. A
+            sequence alone in the engine (nothing else running, no request waiting for a
+            seat) is not capped: there is no one to share its steps with, and fewer, larger
+            steps prefill a lone 1,024-token prompt sooner (docs/performance.md); a request
+            that arrives meanwhile waits for that one step, then shares the next ones.
     """
 
     def __init__(self, block_manager, eos_token_ids=(), max_queue: int = 32,
@@ -106,7 +111,7 @@ class Scheduler:
         its drafts); then running prefill chunks and no-cache recomputes, each capped at
         ``long_prefill_token_threshold`` and together leaving one capped chunk of room while
         requests wait; then waiting requests join, their first chunk capped too. So a long
-        prompt never takes a whole step while anyone else waits.
+        prompt never takes a whole step while anyone else runs or waits; alone, it does.
         """
         out = SchedulerOutput()
         budget = self._schedule_decodes(out)
@@ -120,10 +125,17 @@ class Scheduler:
             out.blocks_to_copy = [p for p in out.blocks_to_copy if p[1] in held]
         return out
 
-    def _cap(self, n: int) -> int:
-        """``n`` tokens of a prefill chunk or recompute, capped at the long-prefill threshold."""
+    def _cap(self, n: int, alone: bool = False) -> int:
+        """``n`` tokens of a prefill chunk or recompute, capped at the long-prefill threshold
+        unless the sequence is ``alone`` (:meth:`_alone`)."""
         cap = self.long_prefill_token_threshold
-        return min(n, cap) if cap > 0 else n
+        return min(n, cap) if cap > 0 and not alone else n
+
+    def _alone(self, seq: Sequence) -> bool:
+        """``seq`` has no one to share its steps with: it is the only running sequence, and no
+        request waits that could join (none waits, or every seat is taken)."""
+        return len(self.running) == 1 and self.running[0] is seq and (
+            not self.waiting or seats(self.running) >= self.max_num_seqs)
 
     def _left(self, out: SchedulerOutput) -> int:
         """Tokens of the step's budget not yet given to an entry."""
@@ -167,7 +179,7 @@ class Scheduler:
             if reserve and self.waiting and seats(self.running) < self.max_num_seqs \
                     and self.long_prefill_token_threshold > 0:
                 room -= min(self.long_prefill_token_threshold, budget)
-            n = min(self._cap(remaining), room)
+            n = min(self._cap(remaining, self._alone(seq)), room)
             if n <= 0:
                 break
             if not seq.use_kv_cache:
@@ -198,8 +210,9 @@ class Scheduler:
                     break
                 budget = self._left(out)
                 continue
+            alone = len(self.waiting) == 1 and not self.running  # the engine's only sequence
             if budget <= 0 or (seq.use_kv_cache and not self.bm.can_allocate(
-                    seq.all_ids, self._cap(budget), seq.cache_salt)):
+                    seq.all_ids, self._cap(budget, alone), seq.cache_salt)):
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
@@ -207,11 +220,12 @@ class Scheduler:
             if not seq.use_kv_cache:
                 seq.num_cached_tokens = max(seq.num_cached_tokens, 0)
                 seq.num_computed = 0
-                out.recompute.append(self._schedule(seq, min(self._cap(seq.num_tokens), budget)))
+                first = min(self._cap(seq.num_tokens, alone), budget)
+                out.recompute.append(self._schedule(seq, first))
                 budget = self._left(out)
                 continue
             seq.block_table, seq.num_computed, n = self.bm.allocate(
-                seq.all_ids, self._cap(budget), seq.cache_salt)
+                seq.all_ids, self._cap(budget, alone), seq.cache_salt)
             if seq.num_cached_tokens < 0:  # the first admission's hits (not a preempted retry's)
                 seq.num_cached_tokens = seq.num_computed
             seq.first_unkeyed = seq.num_computed // self.bm.block_size
