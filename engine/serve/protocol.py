@@ -77,7 +77,8 @@ class _Common(BaseModel):
 
     def sampling_params(self, max_tokens: int | None) -> SamplingParams:
         """The engine's settings for this request (OpenAI's defaults where a field is absent:
-        temperature 1, top_p 1, no penalties, ``max_tokens`` up to the context window).
+        temperature 1, top_p 1, no penalties; ``max_tokens`` as the caller passes it, ``None``
+        meaning up to the context window).
 
         Raises:
             APIError: 400 naming the field whose value the engine refuses.
@@ -139,9 +140,16 @@ class ChatCompletionRequest(_Common):
         return messages, params, (self.top_logprobs or 0) if self.logprobs else None
 
 
+COMPLETION_MAX_TOKENS = 16
+"""``max_tokens`` of a ``/v1/completions`` request that sets none (or sets ``null``): OpenAI's
+legacy completions and vLLM's default. Chat without a limit runs to the context window, as
+OpenAI's chat does."""
+
+
 class CompletionRequest(_Common):
     """``POST /v1/completions``: ``prompt`` is one string (or a list of one);
-    ``logprobs`` is how many alternatives per token (0-5)."""
+    ``logprobs`` is how many alternatives per token (0-5); ``max_tokens`` defaults to
+    :data:`COMPLETION_MAX_TOKENS`."""
 
     prompt: str | list[str]
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
@@ -170,7 +178,8 @@ class CompletionRequest(_Common):
             prompt = prompt[0]
         if not prompt:
             raise APIError(400, "prompt is empty", "prompt", "invalid_value")
-        return prompt, self.sampling_params(self.max_tokens), self.logprobs
+        max_tokens = COMPLETION_MAX_TOKENS if self.max_tokens is None else self.max_tokens
+        return prompt, self.sampling_params(max_tokens), self.logprobs
 
 
 def _check_user_text(messages: list[dict]) -> None:

@@ -139,6 +139,18 @@ def test_completion_logprobs_five_alternatives(client):
     assert lp.text_offset[0] == 0
 
 
+def test_a_completion_without_max_tokens_stops_at_16_as_openai_and_vllm_do(server):
+    """OpenAI's legacy completions and vLLM default ``max_tokens`` to 16; unset or ``null``,
+    a completion here stopped only at the context window (8,192 tokens)."""
+    for body in ({}, {"max_tokens": None}):
+        r = httpx.post(f"{server}/v1/completions", timeout=120, json={
+            "model": MODEL, "prompt": "Count upwards: 1, 2, 3,", "temperature": 0,
+            "ignore_eos": True, **body})
+        assert r.status_code == 200, r.text
+        usage, choice = r.json()["usage"], r.json()["choices"][0]
+        assert usage["completion_tokens"] == 16 and choice["finish_reason"] == "length", body
+
+
 @pytest.mark.parametrize("field, value", [
     ("temperature", -1), ("top_p", 0), ("top_p", 1.5), ("top_k", -5), ("min_p", 2),
     ("presence_penalty", 3), ("frequency_penalty", -3), ("repetition_penalty", 0),
