@@ -5,7 +5,7 @@ scheduler): every step, finished sequences have left; each running decode gets i
 (with speculative decoding, its pending token plus the draft tokens to verify,
 :mod:`engine.spec_decode.scheduling`); then each running prefill its next chunk and each request
 without a KV cache the next piece of its recompute, at most ``long_prefill_token_threshold``
-tokens each (vLLM's name; twice that for the engine's only sequence); then waiting requests join,
+tokens each (vLLM's name) unless it is the engine's only sequence; then waiting requests join,
 first come first served, while the step's token budget, the running-sequence limit and free KV
 blocks allow. While requests wait, the running chunks leave them one chunk of the budget, so a
 long prompt never holds a whole step and a short request that arrives meanwhile joins the next
@@ -36,13 +36,6 @@ from engine.worker.runner_output import ModelRunnerOutput
 from engine.spec_decode.scheduling import accept_tokens, draft_tokens
 from engine.structured.bookkeeping import append_forced
 
-ALONE_CHUNK_FACTOR = 2
-"""A sequence alone in the engine (:meth:`Scheduler._alone`) takes prefill chunks of up to this
-many times ``long_prefill_token_threshold``: fewer, larger steps prefill a lone 1,024-token int4
-prompt about 5% sooner (128 → 256 rows a step; the whole 512-token budget gained nothing more,
-docs/performance.md), while a request that arrives meanwhile waits for at most one such step,
-which grows with the prompt's position (its attention reads every earlier key)."""
-
 __all__ = ["Scheduler", "QueueFullError"]
 
 
@@ -63,9 +56,9 @@ class Scheduler:
             cap, a long prompt takes several smaller steps and every step has room for the
             decodes and for new requests, so no one waits behind a whole-budget chunk. A
             sequence alone in the engine (nothing else running, no request waiting for a
-            seat) has no one to share its steps with: its chunks may be
-            :data:`ALONE_CHUNK_FACTOR` times the cap; a request that arrives meanwhile waits
-            for that one step, then shares the next ones.
+            seat) is not capped: there is no one to share its steps with, and fewer, larger
+            steps prefill a lone 1,024-token prompt sooner (docs/performance.md); a request
+            that arrives meanwhile waits for that one step, then shares the next ones.
     """
 
     def __init__(self, block_manager, eos_token_ids=(), max_queue: int = 32,
@@ -118,8 +111,7 @@ class Scheduler:
         its drafts); then running prefill chunks and no-cache recomputes, each capped at
         ``long_prefill_token_threshold`` and together leaving one capped chunk of room while
         requests wait; then waiting requests join, their first chunk capped too. So a long
-        prompt never takes a whole step while anyone else runs or waits; alone, its chunks may
-        be :data:`ALONE_CHUNK_FACTOR` times larger.
+        prompt never takes a whole step while anyone else runs or waits; alone, it does.
         """
         out = SchedulerOutput()
         budget = self._schedule_decodes(out)
@@ -135,9 +127,9 @@ class Scheduler:
 
     def _cap(self, n: int, alone: bool = False) -> int:
         """``n`` tokens of a prefill chunk or recompute, capped at the long-prefill threshold
-        (:data:`ALONE_CHUNK_FACTOR` times it for a sequence ``alone``, :meth:`_alone`)."""
-        cap = self.long_prefill_token_threshold * (ALONE_CHUNK_FACTOR if alone else 1)
-        return min(n, cap) if cap > 0 else n
+        unless the sequence is ``alone`` (:meth:`_alone`)."""
+        cap = self.long_prefill_token_threshold
+        return min(n, cap) if cap > 0 and not alone else n
 
     def _alone(self, seq: Sequence) -> bool:
         """``seq`` has no one to share its steps with: it is the only running sequence, and no

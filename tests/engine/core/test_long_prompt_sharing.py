@@ -1,9 +1,9 @@
 """A small request beside a heavy one on the embedded model (fp32, CPU): a 1,500-token prompt
 prefilling, or an 800-word prompt decoded without a KV cache (the whole sequence recomputed
 per token), no longer holds whole steps: the small request waits at most for the one step the
-heavy request began alone (alone, its chunk may be twice the cap), joins the next step and
-finishes long before the heavy one, within 2 s on a quiet machine plus that one step (it waited
-8-24 s before); the bound grows with the load average, or with the small
+heavy request began alone (alone, a prompt is not capped: a whole budget of tokens), joins the
+next step and finishes long before the heavy one, within 2 s on a quiet machine plus that one
+step (it waited 8-24 s before); the bound grows with the load average, or with the small
 request's own time alone, when other jobs load the CPU, and on a machine where one capped chunk
 takes longer it is 1.5 times the small request's four steps, each beside one capped chunk (fp32
 products on the 2-core AMD EPYC: about 2.9 s beside a 1,694-token prefill, before and after
@@ -16,7 +16,6 @@ import pytest
 
 from engine import SamplingParams
 from engine.config import prefill_chunk_cap
-from engine.core.scheduler import ALONE_CHUNK_FACTOR
 
 SMALL = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 SMALL_PROMPT = "Say hi."
@@ -59,20 +58,19 @@ def chunk_s(engine, loaded) -> float:
     return min(runs)
 
 
-def bound_with_chunks(alone: float, chunk: float, lone_chunks: int) -> float:
+def bound_with_chunks(alone: float, chunk: float, budget_chunks: int) -> float:
     """:func:`bound_s`, or 1.5 × the small request's steps each beside one capped chunk when
     that is longer (a machine whose chunk steps are slower than the quiet 2-core one's), plus
-    the heavy request's step under way when the small one arrives: begun alone, it took
-    ``lone_chunks`` capped chunks' worth of tokens."""
+    the heavy request's step under way when the small one arrives: alone, it took a whole
+    budget, ``budget_chunks`` capped chunks' worth of tokens."""
     steps = SMALL.max_tokens
-    return max(bound_s(alone), 1.5 * steps * (chunk + alone / steps)) + lone_chunks * chunk
+    return max(bound_s(alone), 1.5 * steps * (chunk + alone / steps)) + budget_chunks * chunk
 
 
-def lone_chunks(engine) -> int:
-    """The tokens a lone prompt's step takes, in capped chunks: ``ALONE_CHUNK_FACTOR``, or
-    fewer when the step's budget is smaller."""
+def budget_chunks(engine) -> int:
+    """Capped chunks in one step's budget: the tokens a lone prompt's step takes, in chunks."""
     cfg = engine.config
-    return min(ALONE_CHUNK_FACTOR, -(-cfg.max_num_batched_tokens // prefill_chunk_cap(cfg)))
+    return -(-cfg.max_num_batched_tokens // prefill_chunk_cap(cfg))
 
 
 def words(n: int, tag: str) -> str:
@@ -113,7 +111,7 @@ def test_a_small_request_beside_a_long_prefill(engine, loaded):
         took = small_beside(engine, heavy)
     finally:
         heavy.result(300)
-    assert took < bound_with_chunks(alone, chunk, lone_chunks(engine)), \
+    assert took < bound_with_chunks(alone, chunk, budget_chunks(engine)), \
         f"the small request took {took:.2f} s beside a {n}-token prefill (a chunk alone: {chunk:.2f} s)"
 
 
@@ -134,13 +132,13 @@ def test_a_small_request_beside_a_no_cache_request(engine, loaded):
         took = small_beside(engine, heavy)
     finally:
         heavy.abort()
-    assert took < bound_with_chunks(alone, chunk, lone_chunks(engine)), \
+    assert took < bound_with_chunks(alone, chunk, budget_chunks(engine)), \
         f"the small request took {took:.2f} s beside an 800-word no-cache request (a piece alone: {chunk:.2f} s)"
 
 
 def test_a_chunked_prefill_reports_every_chunk_in_its_one_prefill_event(engine):
     """A prompt longer than a step's budget prefills over several steps (alone, in chunks of
-    twice the cap) but yields one prefill event: it counts every computed prompt token (none
+    the whole budget) but yields one prefill event: it counts every computed prompt token (none
     from the prefix cache: a fresh prompt) and spans from the first chunk's start (the page once
     showed the last chunk as 'computed' and the rest as 'from prefix cache')."""
     cap = engine.config.max_num_batched_tokens // 4

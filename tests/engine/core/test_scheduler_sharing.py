@@ -1,8 +1,7 @@
 """A long prompt shares every step (no model, made-up runner outputs): running decodes get their
 token first, a prefill chunk and a no-cache recompute are capped at
 ``long_prefill_token_threshold`` while anyone else runs or waits, and a request that arrives
-meanwhile joins the next step. Alone in the engine, a prompt's chunks may be twice the cap
-(``ALONE_CHUNK_FACTOR``)."""
+meanwhile joins the next step. Alone in the engine, a prompt takes the whole budget."""
 
 from engine.core.scheduler_output import SchedulerOutput
 from tests.engine.core.test_scheduler import make, runner_output, seq, step
@@ -23,7 +22,7 @@ def test_a_long_prefill_takes_capped_chunks_and_a_newcomer_joins_the_next_step()
     long = seq("long", 200)
     sched.add(long)
     so, _ = step(sched)
-    assert rows(so) == [("long", 16, "prefill")]  # alone: twice the cap, no one to share with
+    assert rows(so) == [("long", 32, "prefill")]  # alone: the whole budget, no one to share with
     sched.add(seq("small", 4, max_tokens=3, first=500))
     so, _ = step(sched)
     assert rows(so) == [("long", 8, "prefill"), ("small", 4, "prefill")]
@@ -33,26 +32,19 @@ def test_a_long_prefill_takes_capped_chunks_and_a_newcomer_joins_the_next_step()
     so, _ = step(sched)
     assert rows(so) == [("small", 1, "decode"), ("long", 8, "prefill")]  # its last token
     so, _ = step(sched)
-    assert rows(so) == [("long", 16, "prefill")]  # alone again: twice the cap again
+    assert rows(so) == [("long", 32, "prefill")]  # alone again: the whole budget again
 
 
 def test_without_a_free_seat_a_waiting_request_does_not_cap_the_lone_prompt():
     """Capping is for the others: with every seat taken the waiting request cannot join the
-    next step anyway, so the lone prompt keeps its larger chunks and is done sooner."""
+    next step anyway, so the lone prompt keeps whole-budget steps and is done sooner."""
     sched, _ = sharing(budget=32, cap=8, max_seqs=1)
     sched.add(seq("long", 100))
     so, _ = step(sched)
-    assert rows(so) == [("long", 16, "prefill")]
+    assert rows(so) == [("long", 32, "prefill")]
     sched.add(seq("small", 4, first=500))
     so, _ = step(sched)
-    assert rows(so) == [("long", 16, "prefill")] and len(sched.waiting) == 1
-
-
-def test_alone_a_chunk_is_still_bounded_by_the_budget():
-    sched, _ = sharing(budget=12, cap=8)
-    sched.add(seq("long", 100))
-    so, _ = step(sched)
-    assert rows(so) == [("long", 12, "prefill")]  # twice the cap is 16, the budget 12
+    assert rows(so) == [("long", 32, "prefill")] and len(sched.waiting) == 1
 
 
 def test_without_a_cap_the_running_prefill_takes_the_whole_budget():
@@ -99,7 +91,7 @@ def test_a_no_cache_recompute_counts_against_the_budget_in_capped_pieces():
         so, _ = step(sched)
         pieces.append((so.recompute[0].num_computed, so.recompute[0].num_new,
                        so.recompute[0].samples))
-    assert pieces == [(0, 16, False), (16, 4, True)]  # alone: pieces of twice the cap
+    assert pieces == [(0, 16, False), (16, 4, True)]  # alone: whole-budget pieces
     assert a.num_computed == 0  # the next token recomputes everything again
     sched.add(seq("small", 4, first=500))
     so, _ = step(sched)

@@ -272,7 +272,7 @@ def test_every_row_of_a_compiled_bucket_has_its_bits_alone(int4, monkeypatch):
         runner.run_rows = lambda rows: backend_calls.append(rows.used) or run_rows(rows)
         whole = eng.submit(PROMPTS[7], GREEDY)
         whole.result(600)
-        eng.scheduler.max_num_batched_tokens = 7   # chunks of 7 tokens (the cap is larger)
+        eng.scheduler.max_num_batched_tokens = 7   # chunks of 7 tokens (alone, a prompt is not capped)
         cut = eng.submit(PROMPTS[7], GREEDY)
         cut.result(600)
         assert not runner.rows_error and max(backend_calls) > 7 and 7 in backend_calls
