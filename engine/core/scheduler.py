@@ -5,12 +5,12 @@ scheduler): every step, finished sequences have left; each running decode gets i
 (with speculative decoding, its pending token plus the draft tokens to verify,
 :mod:`engine.spec_decode.scheduling`); then each running prefill its next chunk and each request
 without a KV cache the next piece of its recompute, at most ``long_prefill_token_threshold``
-tokens each (vLLM's name) unless it is the engine's only sequence; then waiting requests join,
-first come first served, while the step's token budget, the running-sequence limit and free KV
-blocks allow. While requests wait, the running chunks leave them one chunk of the budget, so a
-long prompt never holds a whole step and a short request that arrives meanwhile joins the next
-one. When blocks run out, the newest running sequence is preempted: its blocks are freed and it
-is recomputed later.
+tokens each (vLLM's name; more for the engine's only sequence near its prompt's start); then
+waiting requests join, first come first served, while the step's token budget, the
+running-sequence limit and free KV blocks allow. While requests wait, the running chunks leave
+them one chunk of the budget, so a long prompt never holds a whole step and a short request that
+arrives meanwhile joins the next one. When blocks run out, the newest running sequence is
+preempted: its blocks are freed and it is recomputed later.
 
 After the model ran, :meth:`Scheduler.update_from_output` does every piece of bookkeeping in one
 place (computed tokens, prefix-cache keys, the sampled token, EOS / stop-token / length stops,
@@ -23,6 +23,7 @@ moves sequences between ``waiting`` and ``running`` or finishes them.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from engine.core.batch_info import BatchInfo
@@ -56,9 +57,9 @@ class Scheduler:
             cap, a long prompt takes several smaller steps and every step has room for the
             decodes and for new requests, so no one waits behind a whole-budget chunk. A
             sequence alone in the engine (nothing else running, no request waiting for a
-            seat) is not capped: there is no one to share its steps with, and fewer, larger
-            steps prefill a lone 1,024-token prompt sooner (docs/performance.md); a request
-            that arrives meanwhile waits for that one step, then shares the next ones.
+            seat) has no one to share its steps with: its chunks may be larger,
+            :meth:`lone_chunk_tokens`; a request that arrives meanwhile waits for that one
+            step, then shares the next ones.
     """
 
     def __init__(self, block_manager, eos_token_ids=(), max_queue: int = 32,
@@ -111,7 +112,8 @@ class Scheduler:
         its drafts); then running prefill chunks and no-cache recomputes, each capped at
         ``long_prefill_token_threshold`` and together leaving one capped chunk of room while
         requests wait; then waiting requests join, their first chunk capped too. So a long
-        prompt never takes a whole step while anyone else runs or waits; alone, it does.
+        prompt never takes a whole step while anyone else runs or waits; alone, its chunks
+        grow to :meth:`lone_chunk_tokens`.
         """
         out = SchedulerOutput()
         budget = self._schedule_decodes(out)
@@ -125,11 +127,37 @@ class Scheduler:
             out.blocks_to_copy = [p for p in out.blocks_to_copy if p[1] in held]
         return out
 
-    def _cap(self, n: int, alone: bool = False) -> int:
-        """``n`` tokens of a prefill chunk or recompute, capped at the long-prefill threshold
-        unless the sequence is ``alone`` (:meth:`_alone`)."""
+    def _cap(self, n: int, alone: bool = False, position: int = 0) -> int:
+        """``n`` tokens of a prefill chunk or recompute, capped at the long-prefill threshold,
+        or for a sequence ``alone`` (:meth:`_alone`) whose next chunk starts at token
+        ``position``, at :meth:`lone_chunk_tokens`."""
         cap = self.long_prefill_token_threshold
-        return min(n, cap) if cap > 0 and not alone else n
+        if cap <= 0:
+            return n
+        return min(n, self.lone_chunk_tokens(position) if alone else cap)
+
+    def lone_chunk_tokens(self, position: int) -> int:
+        """Most tokens of a chunk starting at token ``position`` of a sequence alone in the
+        engine: the largest ``c`` with ``c · (position + c) ≤ budget²``, between the
+        long-prefill threshold and the step budget.
+
+        A chunk's products cost in proportion to ``c`` and its attention to ``c`` queries over
+        ``position + c/2`` keys each, so this keeps a lone chunk's step near what a whole-budget
+        chunk costs at the start of a prompt: a short or mid-length prompt takes the whole budget
+        (512 tokens) while it is near its start, a long one falls back to the threshold (128)
+        from about 2,000 tokens in. So a request that arrives meanwhile waits for one step of
+        bounded length whatever the prompt's length (docs/performance.md: a lone 1,024-token
+        int4 prompt 5-7% sooner than in 128-token chunks, a 7,500-token one level).
+
+        Args:
+            position: tokens of the sequence already computed (0 at its first chunk).
+
+        Returns:
+            Tokens (at least 1).
+        """
+        budget, cap = self.max_num_batched_tokens, self.long_prefill_token_threshold
+        c = int((math.sqrt(position * position + 4 * budget * budget) - position) / 2)
+        return max(1, min(budget, max(cap, c)))
 
     def _alone(self, seq: Sequence) -> bool:
         """``seq`` has no one to share its steps with: it is the only running sequence, and no
@@ -179,7 +207,7 @@ class Scheduler:
             if reserve and self.waiting and seats(self.running) < self.max_num_seqs \
                     and self.long_prefill_token_threshold > 0:
                 room -= min(self.long_prefill_token_threshold, budget)
-            n = min(self._cap(remaining, self._alone(seq)), room)
+            n = min(self._cap(remaining, self._alone(seq), seq.num_computed), room)
             if n <= 0:
                 break
             if not seq.use_kv_cache:
@@ -225,7 +253,8 @@ class Scheduler:
                 budget = self._left(out)
                 continue
             seq.block_table, seq.num_computed, n = self.bm.allocate(
-                seq.all_ids, self._cap(budget, alone), seq.cache_salt)
+                seq.all_ids, self._cap(budget, alone), seq.cache_salt)  # (from its start: a
+            # prefix-cache hit makes the first lone chunk start further in; one step, bounded)
             if seq.num_cached_tokens < 0:  # the first admission's hits (not a preempted retry's)
                 seq.num_cached_tokens = seq.num_computed
             seq.first_unkeyed = seq.num_computed // self.bm.block_size

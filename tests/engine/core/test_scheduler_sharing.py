@@ -1,7 +1,8 @@
 """A long prompt shares every step (no model, made-up runner outputs): running decodes get their
 token first, a prefill chunk and a no-cache recompute are capped at
 ``long_prefill_token_threshold`` while anyone else runs or waits, and a request that arrives
-meanwhile joins the next step. Alone in the engine, a prompt takes the whole budget."""
+meanwhile joins the next step. Alone in the engine, a prompt's chunk may be larger near its
+start (``Scheduler.lone_chunk_tokens``)."""
 
 from engine.core.scheduler_output import SchedulerOutput
 from tests.engine.core.test_scheduler import make, runner_output, seq, step
@@ -22,7 +23,7 @@ def test_a_long_prefill_takes_capped_chunks_and_a_newcomer_joins_the_next_step()
     long = seq("long", 200)
     sched.add(long)
     so, _ = step(sched)
-    assert rows(so) == [("long", 32, "prefill")]  # alone: the whole budget, no one to share with
+    assert rows(so) == [("long", 32, "prefill")]  # alone at its start: the whole budget
     sched.add(seq("small", 4, max_tokens=3, first=500))
     so, _ = step(sched)
     assert rows(so) == [("long", 8, "prefill"), ("small", 4, "prefill")]
@@ -32,19 +33,32 @@ def test_a_long_prefill_takes_capped_chunks_and_a_newcomer_joins_the_next_step()
     so, _ = step(sched)
     assert rows(so) == [("small", 1, "decode"), ("long", 8, "prefill")]  # its last token
     so, _ = step(sched)
-    assert rows(so) == [("long", 32, "prefill")]  # alone again: the whole budget again
+    # alone again, 56 tokens in: 14 = the largest c with c · (56 + c) <= 32²
+    assert rows(so) == [("long", 14, "prefill")] == [("long", sched.lone_chunk_tokens(56), "prefill")]
 
 
 def test_without_a_free_seat_a_waiting_request_does_not_cap_the_lone_prompt():
     """Capping is for the others: with every seat taken the waiting request cannot join the
-    next step anyway, so the lone prompt keeps whole-budget steps and is done sooner."""
+    next step anyway, so the lone prompt keeps its larger chunks and is done sooner."""
     sched, _ = sharing(budget=32, cap=8, max_seqs=1)
     sched.add(seq("long", 100))
     so, _ = step(sched)
     assert rows(so) == [("long", 32, "prefill")]
     sched.add(seq("small", 4, first=500))
     so, _ = step(sched)
-    assert rows(so) == [("long", 32, "prefill")] and len(sched.waiting) == 1
+    assert rows(so) == [("long", 19, "prefill")] and len(sched.waiting) == 1  # 19 · 51 <= 32²
+
+
+def test_a_lone_chunk_shrinks_with_its_position_to_the_cap():
+    """The engine's budget (512) and cap (128): the whole budget at a prompt's start, then less
+    as the chunk's attention reads more keys (c · (position + c) <= 512²), never below the cap
+    nor above the budget."""
+    sched, _ = sharing(budget=512, cap=128)
+    got = {p: sched.lone_chunk_tokens(p) for p in (0, 256, 512, 1024, 1500, 2000, 7000)}
+    assert got == {0: 512, 256: 399, 512: 316, 1024: 212, 1500: 158, 2000: 128, 7000: 128}
+    assert all(c * (p + c) <= 512 ** 2 for p, c in got.items() if c > 128)
+    sched.long_prefill_token_threshold = 0   # no cap at all: chunks are the budget's
+    assert sched._cap(10_000, True, 7000) == 10_000
 
 
 def test_without_a_cap_the_running_prefill_takes_the_whole_budget():
