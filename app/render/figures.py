@@ -95,7 +95,7 @@ def _scatter(name: str, x: list, y: list, mode: str, hovertemplate: str, **props
 def latency_figure(token_index: list[int], step_ms: list[float], phases: list[str],
                    prompt_tokens: int = 0, use_kv_cache: bool = True,
                    batch_sizes: list[int] | None = None, prefill_computed: int | None = None,
-                   spec: dict | None = None) -> PlainFigure:
+                   spec: dict | None = None, prefill_steps: int = 1) -> PlainFigure:
     """Per-token latency: how long each engine step took, prefill marked apart from decode.
 
     Args:
@@ -109,6 +109,8 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
         prefill_computed: prompt tokens the prefill pass computed, when fewer than
             ``prompt_tokens`` (the rest came from the prefix cache or earlier chunks).
         spec: a third trace marking speculative steps (:func:`app.render.spec.spec_trace`).
+        prefill_steps: engine steps the prefill took (a long prompt is prefilled in chunks,
+            one step each; its marker's time spans them all).
 
     Returns:
         A figure with a ``prefill`` trace (one marker) and a ``decode`` trace (a line).
@@ -122,7 +124,7 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
         ys.append(row[1])
         cs.append(row[3])
     traces = [
-        _scatter(_prefill_name(prompt_tokens, prefill_computed), pre[0], pre[1], "markers",
+        _scatter(_prefill_name(prompt_tokens, prefill_computed, prefill_steps), pre[0], pre[1], "markers",
                  "prefill → token %{x}<br>%{y:.1f} ms<br>batch of %{customdata}<extra></extra>",
                  customdata=pre[2], marker={"color": PREFILL, "size": 13, "symbol": "diamond"}),
         _scatter("decode (1 token per step)" if use_kv_cache else "decode (no cache: all tokens each step)",
@@ -141,13 +143,14 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
     return PlainFigure(traces, layout)
 
 
-def _prefill_name(prompt_tokens: int, computed: int | None) -> str:
+def _prefill_name(prompt_tokens: int, computed: int | None, steps: int = 1) -> str:
     if not prompt_tokens:
         return "prefill"
+    chunks = f" in {fmt_int(steps)} chunks" if steps > 1 else ""
     if computed is not None and 0 < computed < prompt_tokens:
-        return (f"prefill ({fmt_int(prompt_tokens)} tokens: {fmt_int(computed)} computed, "
+        return (f"prefill ({fmt_int(prompt_tokens)} tokens: {fmt_int(computed)} computed{chunks}, "
                 f"{fmt_int(prompt_tokens - computed)} from the prefix cache)")
-    return f"prefill ({fmt_int(prompt_tokens)} tokens in one pass)"
+    return f"prefill ({fmt_int(prompt_tokens)} tokens {chunks.strip() or 'in one pass'})"
 
 
 EMPTY_KV_TOKENS = 256

@@ -88,8 +88,9 @@ class RunState:
         submitted_prompt_tokens: the prompt's length as the engine counted it at submit
             (``RequestHandle.num_prompt_tokens``; ``None`` where unknown): shown while the prompt
             is read, before the prefill step reports ``prompt_tokens``.
-        prefill_computed: prompt tokens the prefill's (last) forward pass computed; fewer than
-            ``prompt_tokens`` when a prefix cache supplied the rest or the prompt came in chunks.
+        prefill_computed: prompt tokens the prefill computed (all its chunks); fewer than
+            ``prompt_tokens`` when a prefix cache supplied the rest.
+        prefill_steps: engine steps the prefill took (its chunks; 1 for a short prompt).
         cached_prompt_tokens: prompt tokens the prefix cache supplied (not computed).
         token_index: 1, 2, ... — the output token each step produced.
         step_ms: each step's duration (forward pass + sampling) in milliseconds.
@@ -115,6 +116,7 @@ class RunState:
     prompt_tokens: int = 0
     submitted_prompt_tokens: int | None = None
     prefill_computed: int = 0
+    prefill_steps: int = 1
     cached_prompt_tokens: int = 0
     token_index: list[int] = field(default_factory=list)
     step_ms: list[float] = field(default_factory=list)
@@ -148,6 +150,7 @@ class RunState:
             # forward pass may have computed fewer (prefix-cache hits, chunked prefill)
             self.prompt_tokens = int(ev.kv_tokens) if ev.kv_tokens else int(ev.num_tokens)
             self.prefill_computed = int(ev.num_tokens)
+            self.prefill_steps = int(getattr(ev, "num_steps", 1) or 1)
             self.cached_prompt_tokens = int(getattr(ev, "cached_tokens", 0) or 0)
         self.token_index.append(len(self.token_index) + 1)
         self.step_ms.append(max(0.0, (ev.end_s - ev.start_s) * 1000.0))

@@ -34,7 +34,8 @@ class StepEvent:
 
     Attributes:
         request_id: the request this step belongs to.
-        phase: ``"prefill"`` (the whole prompt in one forward pass) or ``"decode"`` (one token).
+        phase: ``"prefill"`` (the prompt, in one forward pass or in chunks: ``num_steps``) or
+            ``"decode"`` (one token).
         step: 0 for prefill, then 1, 2, ... for each decode step.
         token_id: the token sampled at this step.
         token_text: that token decoded alone (special tokens included, for inspection).
@@ -47,6 +48,8 @@ class StepEvent:
         num_tokens: tokens processed since the last event (the prompt tokens computed at
             prefill, all chunks together; 1 at decode with a KV cache, the whole sequence
             without one).
+        num_steps: engine steps (forward passes) that computed ``num_tokens``: 1, or a
+            prefill's chunks (a no-cache recompute's pieces).
         kv_tokens: tokens held in this request's KV cache after the step (0 without a cache).
         kv_bytes: bytes of the cache tensors after the step, measured as the sum of ``nbytes``.
         batch_size: sequences in the forward pass (1 with the one-at-a-time scheduler).
@@ -89,6 +92,7 @@ class StepEvent:
     num_tokens: int
     kv_tokens: int
     kv_bytes: int
+    num_steps: int = 1
     batch_size: int = 1
     finish_reason: FinishReason | None = None
     memory: Any = None

@@ -66,7 +66,8 @@ class GroupOutputs:
             return []
         start, end = runner_output.spans.get(sid, (runner_output.start_s, runner_output.end_s))
         common = dict(request_id=g.request_id, phase=e.phase, start_s=state.pending_start_s or start,
-                      end_s=end, num_tokens=e.num_new + state.pending_tokens, kv_tokens=runner_output.kv_tokens.get(sid, 0),
+                      end_s=end, num_tokens=e.num_new + state.pending_tokens,
+                      num_steps=1 + state.pending_steps, kv_tokens=runner_output.kv_tokens.get(sid, 0),
                       kv_bytes=state.last_kv_bytes,
                       batch_size=len(batch.request_ids) if batch is not None else 1,
                       memory=memory, batch=batch, block_table=list(seq.block_table))
@@ -84,7 +85,7 @@ class GroupOutputs:
                 step=g.steps - 1, token_id=tok, token_text=text(tok), text_delta="",
                 token_prob=1.0, top_candidates=[], beams=view,
                 finish_reason=self.finish_reason(g) if g.done else None, **common))
-            state.pending_start_s, state.pending_tokens = None, 0
+            state.pending_start_s, state.pending_tokens, state.pending_steps = None, 0, 0
             return []
         if runner_output.group_samples.get(sid) is not None:
             seqs = [s for s in g.seqs if len(s.output_ids) == 1]
@@ -93,6 +94,7 @@ class GroupOutputs:
             seqs, choices = [seq], [runner_output.sampled[sid]]
         else:  # an earlier chunk of the prompt: counted with the chunk that samples
             state.pending_tokens += e.num_new
+            state.pending_steps += 1
             return []
         self._token_time(state, end)
         stopped = []
@@ -111,7 +113,7 @@ class GroupOutputs:
                 finish_reason=reason, index=s.index,
                 **{**common, "block_table": list(s.block_table)},
                 **token_marks(s, len(s.output_ids) - 1, text)))
-        state.pending_start_s, state.pending_tokens = None, 0
+        state.pending_start_s, state.pending_tokens, state.pending_steps = None, 0, 0
         return stopped
 
     @staticmethod

@@ -39,6 +39,7 @@ class RequestState:
             spans several steps), ``None`` right after a token.
         pending_tokens: tokens computed by the steps since the last token that brought none
             (a chunked prefill's earlier chunks), so the next event counts the whole prefill.
+        pending_steps: those steps, counted (the next event's ``num_steps`` adds its own).
         stop_reason: the stop string that ended it, if one did.
         last_kv_bytes: KV bytes at its last step.
         last_memory: the memory breakdown of its last step.
@@ -53,6 +54,7 @@ class RequestState:
     emitted_len: int = 0
     pending_start_s: float | None = None
     pending_tokens: int = 0
+    pending_steps: int = 0
     stop_reason: str | None = None
     last_kv_bytes: int = 0
     last_memory: object = None
@@ -120,6 +122,7 @@ class OutputProcessor:
                 continue
             if choice is None:  # an earlier chunk of a prefill: counted with its last one
                 state.pending_tokens += e.num_new
+                state.pending_steps += 1
                 continue
             choices, accepted = [choice], 0
             if e.draft_ids:  # accepted drafts, then the model's token, as far as appended
@@ -146,7 +149,7 @@ class OutputProcessor:
                     top_candidates=[Candidate(i, text(i), p, _log(p))
                                     for i, p in zip(c.top_ids, c.top_probs)],
                     start_s=state.pending_start_s, end_s=end,
-                    num_tokens=e.num_new + state.pending_tokens,
+                    num_tokens=e.num_new + state.pending_tokens, num_steps=1 + state.pending_steps,
                     kv_tokens=runner_output.kv_tokens.get(sid, 0), kv_bytes=state.last_kv_bytes,
                     cached_tokens=max(0, seq.num_cached_tokens) if e.phase == "prefill" else 0,
                     batch_size=len(batch.request_ids) if batch is not None else 1,
@@ -156,7 +159,7 @@ class OutputProcessor:
                     tokens_in_step=len(choices), **token_marks(seq, first_step + j, text)))
                 if cut:
                     break
-            state.pending_start_s, state.pending_tokens = None, 0
+            state.pending_start_s, state.pending_tokens, state.pending_steps = None, 0, 0
         return stopped
 
     def _postprocess(self, state: RequestState, seq: Sequence, token: int,

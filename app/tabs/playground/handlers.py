@@ -153,7 +153,8 @@ def _figure_frame(pg, state: RunState, max_new: int, memory: bool = True) -> dic
                                           state.prompt_tokens, state.use_kv_cache, state.batch_sizes,
                                           state.prefill_computed,
                                           spec_trace(state.token_index, state.step_ms,
-                                                     state.drafted, state.step_out)),
+                                                     state.drafted, state.step_out),
+                                          state.prefill_steps),
         "kv": figures.kv_figure(state.kv_tokens, state.kv_bytes, pg.bytes_per_token, state.use_kv_cache,
                                 max_tokens_hint=(state.prompt_tokens + max_new)
                                 if state.prompt_tokens and not state.done else None),  # ended: its own tokens

@@ -17,7 +17,8 @@ from app.tabs.playground.live_channel import channel, html_panel
 from app.tabs.playground.plot_panel import plot_panel, serve_plotly_js
 
 INTRO = (
-    "Type a prompt and watch an LLM work. **Prefill** reads the whole prompt in one forward pass; "
+    "Type a prompt and watch an LLM work. **Prefill** reads the whole prompt in one forward pass "
+    "(a long one in chunks of a few hundred tokens, one engine step each); "
     "**decode** then adds one token per step, reusing the **KV cache** (the keys and values of "
     "every earlier token). Every panel on this page is measured on this machine while the answer "
     "streams."

@@ -22,6 +22,16 @@ def test_latency_figure_marks_prefill_apart():
     assert "plotted here" in empty.layout.annotations[0].text
 
 
+def test_a_chunked_prefill_is_named_by_its_chunks_not_one_pass():
+    """A long prompt is prefilled over several engine steps; the legend said "in one pass"."""
+    fig = figures.latency_figure([1, 2], [900.0, 50.0], ["prefill", "decode"], prompt_tokens=1751,
+                                 prefill_steps=7)
+    assert fig.data[0].name == "prefill (1,751 tokens in 7 chunks)"
+    cached = figures.latency_figure([1], [400.0], ["prefill"], prompt_tokens=800, prefill_computed=544,
+                                    prefill_steps=3)
+    assert cached.data[0].name == "prefill (800 tokens: 544 computed in 3 chunks, 256 from the prefix cache)"
+
+
 def test_kv_figure_measured_points_and_formula_line():
     fig = figures.kv_figure([10, 11, 12], [10 * BPT, 11 * BPT, 12 * BPT], BPT, max_tokens_hint=100)
     formula, measured = fig.data

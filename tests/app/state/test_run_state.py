@@ -120,3 +120,17 @@ def test_prefix_cache_hit_counts_the_whole_prompt():
     fig = figures.latency_figure(st.token_index, st.step_ms, st.phases, st.prompt_tokens, True,
                                  st.batch_sizes, st.prefill_computed)
     assert "41 tokens: 9 computed, 32 from the prefix cache" in fig.data[0].name
+
+
+def test_a_prefill_in_chunks_is_named_by_its_steps():
+    """The engine's prefill event counts its chunks (``num_steps``); the legend said "in one
+    pass" for a 1,751-token prompt prefilled in several steps."""
+    events = make_events(prompt_len=1751)
+    events[0].num_steps = 5
+    st = RunState()
+    for ev in events:
+        st.add(ev)
+    assert st.prefill_steps == 5
+    fig = figures.latency_figure(st.token_index, st.step_ms, st.phases, st.prompt_tokens, True,
+                                 st.batch_sizes, st.prefill_computed, prefill_steps=st.prefill_steps)
+    assert fig.data[0].name == "prefill (1,751 tokens in 5 chunks)"

@@ -153,5 +153,10 @@ def test_a_chunked_prefill_reports_every_chunk_in_its_one_prefill_event(engine):
     # every computed token counted; only the chat template's first block may come from the cache
     assert first.num_tokens + first.cached_tokens == first.kv_tokens >= n_prompt
     assert first.cached_tokens <= 32 and first.num_tokens > 2 * cap
+    # one step per chunk (alone in the engine: the budget at its start, less further in)
+    at, steps = first.cached_tokens + min(first.num_tokens, engine.config.max_num_batched_tokens), 1
+    while at < first.kv_tokens:
+        at, steps = at + engine.scheduler.lone_chunk_tokens(at), steps + 1
+    assert first.num_steps == steps >= 2
     chunk_steps = [e for e in h.events if e.phase == "decode"]
     assert first.end_s - first.start_s > 0 and all(e.num_tokens == 1 for e in chunk_steps)
