@@ -146,11 +146,12 @@ def latency_figure(token_index: list[int], step_ms: list[float], phases: list[st
 def _prefill_name(prompt_tokens: int, computed: int | None, steps: int = 1) -> str:
     if not prompt_tokens:
         return "prefill"
-    chunks = f" in {fmt_int(steps)} chunks" if steps > 1 else ""
+    passes = f"in {fmt_int(steps)} chunks" if steps > 1 else "in one pass"
     if computed is not None and 0 < computed < prompt_tokens:
-        return (f"prefill ({fmt_int(prompt_tokens)} tokens: {fmt_int(computed)} computed{chunks}, "
+        computed_how = f"{fmt_int(computed)} computed" + (f" {passes}" if steps > 1 else "")
+        return (f"prefill ({fmt_int(prompt_tokens)} tokens: {computed_how}, "
                 f"{fmt_int(prompt_tokens - computed)} from the prefix cache)")
-    return f"prefill ({fmt_int(prompt_tokens)} tokens {chunks.strip() or 'in one pass'})"
+    return f"prefill ({fmt_int(prompt_tokens)} tokens {passes})"
 
 
 EMPTY_KV_TOKENS = 256
