@@ -52,6 +52,46 @@ def build_cached(stem: str, key: str, command: Callable[[str], list[str]], timeo
     return target
 
 
+X86_64_LEVELS = (
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+    ("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}),
+    ("x86-64-v2", {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}),
+)
+"""The x86-64 psABI's microarchitecture levels, highest first, each with the ``/proc/cpuinfo``
+flags it adds to the level below it (``abm`` is LZCNT)."""
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags from ``/proc/cpuinfo`` (Linux); empty where it can't be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[-1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def x86_64_level(flags: set[str] | None = None) -> str | None:
+    """The highest x86-64 microarchitecture level (``"x86-64-v4"`` ... ``"x86-64-v2"``) whose
+    flags, and those of every level below it, this CPU has (:data:`X86_64_LEVELS`); ``None``
+    on another architecture, or when ``/proc/cpuinfo`` can't be read."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return None
+    have = cpu_flags() if flags is None else flags
+    needed: set[str] = set()
+    found = None
+    for level, added in reversed(X86_64_LEVELS):     # v2, then v3, then v4
+        needed |= added
+        if not needed <= have:
+            break
+        found = level
+    return found
+
+
 def cxx_compiler() -> str | None:
     """``$CXX``, else ``c++`` or ``g++`` on the PATH; ``None`` when there is none."""
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")

@@ -94,3 +94,46 @@ def test_setuptools_is_imported_before_a_background_build_starts():
             "assert seen == [True]\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_x86_64_level_is_the_highest_whose_flags_and_those_below_are_all_there(monkeypatch):
+    """The psABI levels build on each other: AVX-512 flags without AVX2's are not level 4."""
+    import platform
+
+    from engine import native_build
+    from engine.native_build import X86_64_LEVELS, x86_64_level
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    v2, v3, v4 = (added for _, added in reversed(X86_64_LEVELS))
+    assert x86_64_level(v2 | v3 | v4 | {"avx512_bf16"}) == "x86-64-v4"
+    assert x86_64_level(v2 | v3) == "x86-64-v3"
+    assert x86_64_level(v2 | v4) == "x86-64-v2"
+    assert x86_64_level(v2 - {"popcnt"} | v3 | v4) is None
+    monkeypatch.setattr(native_build, "cpu_flags", lambda: v2 | v3)
+    assert x86_64_level() == "x86-64-v3"
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert x86_64_level(v2 | v3 | v4) is None
+
+
+def test_the_attention_kernel_is_built_for_the_cpus_level_or_as_clones(monkeypatch):
+    """One target where the level is known (seconds instead of the clones' 14 s on a first
+    start), the clones where it is not, and the clones again when the compiler refuses the
+    level's name."""
+    from engine.worker.kernels import decode_attention as da
+
+    monkeypatch.setattr(da, "x86_64_level", lambda: "x86-64-v3")
+    assert da.build_flags() == (*da.FLAGS, "-march=x86-64-v3", "-DONE_TARGET")
+    monkeypatch.setattr(da, "x86_64_level", lambda: None)
+    assert da.build_flags() == da.FLAGS
+    tried = []
+
+    def build_with(compiler, flags):
+        tried.append(flags)
+        if "-DONE_TARGET" in flags:
+            raise RuntimeError("cc failed: unknown architecture")
+        return "clones.so"
+
+    monkeypatch.setattr(da, "x86_64_level", lambda: "x86-64-v9")
+    monkeypatch.setattr(da, "_build_with", build_with)
+    assert da._build("cc") == "clones.so"
+    assert tried == [(*da.FLAGS, "-march=x86-64-v9", "-DONE_TARGET"), da.FLAGS]

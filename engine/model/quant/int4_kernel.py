@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from engine.native_build import build_torch_library, cxx_compiler, wait_prebuilt
+from engine.native_build import build_torch_library, cpu_flags, cxx_compiler, wait_prebuilt
 from engine.native_build import prebuild as native_prebuild
 
 log = logging.getLogger("engine")
@@ -65,17 +65,7 @@ def _build(compiler: str) -> Path:
 
 
 def _cpu_has_bf16_dot() -> bool:
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = line
-                    break
-    except OSError:
-        return False
-    have = set(flags.split())
-    return {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= have
+    return {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"} <= cpu_flags()
 
 
 def prebuild() -> None:

@@ -11,8 +11,9 @@ only on its own query, keys and length, as before, at a few milliseconds per ste
 backend also runs its own paged attention kernel).
 
 The source is compiled with the machine's C compiler (``$CC``, ``cc`` or ``gcc``; ``-O3
--fopenmp`` without reassociation or contraction, one build for any x86-64 CPU through ``target_clones``) into
-``<cache_dir()>/kernels/paged_decode-<hash>.so`` the first time it is needed (about a second)
+-fopenmp`` without reassociation or contraction, for this CPU's x86-64 level, or through
+``target_clones`` for any x86-64 CPU where the level is unknown: :func:`build_flags`) into
+``<cache_dir()>/kernels/paged_decode-<hash>.so`` the first time it is needed (2-3 s)
 and loaded with ``ctypes``. Its OpenMP runtime is the one torch already loaded (same soname),
 so the two share one thread pool. Without a compiler the engine keeps PyTorch's SDPA per
 sequence (also batch-invariant, slower) and :func:`unavailable_reason` says why.
@@ -30,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from engine.native_build import build_cached, build_torch_library, cxx_compiler, wait_prebuilt
+from engine.native_build import (build_cached, build_torch_library, cxx_compiler, wait_prebuilt,
+                                 x86_64_level)
 from engine.native_build import prebuild as native_prebuild
 
 log = logging.getLogger("engine")
@@ -57,11 +59,36 @@ def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
 
 
+def build_flags() -> tuple[str, ...]:
+    """:data:`FLAGS`, and where this CPU's x86-64 level is known
+    (:func:`engine.native_build.x86_64_level`) code for that level only: ``-march=<level>``
+    with ``ONE_TARGET`` defined, which leaves out ``target_clones``. gcc 12 took 13.8 s to
+    compile the three clones (AVX-512, AVX2, plain) on this project's 2-core machine, and 2.3 s
+    for the AVX-512 one alone, at the same step speed and with the same tokens; the kernel's
+    build is on a first start's path to serving (docs/performance.md, "Time to full speed").
+    The level is in the flags, so in the cache's key: a cache carried to another CPU (a Docker
+    image built elsewhere) builds its own."""
+    level = x86_64_level()
+    return (*FLAGS, f"-march={level}", "-DONE_TARGET") if level else FLAGS
+
+
 def _build(compiler: str) -> Path:
-    """Compile the source into the cache (if not there yet) and return the library's path."""
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *FLAGS)).encode()).hexdigest()[:16]
+    """Compile the source into the cache (if not there yet) and return the library's path.
+    A compiler that does not know this CPU's level (older than gcc 11 or clang 12) builds the
+    clones instead."""
+    flags = build_flags()
+    try:
+        return _build_with(compiler, flags)
+    except RuntimeError:
+        if flags == FLAGS:
+            raise
+        return _build_with(compiler, FLAGS)
+
+
+def _build_with(compiler: str, flags: tuple[str, ...]) -> Path:
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join((compiler, *flags)).encode()).hexdigest()[:16]
     return build_cached("paged_decode", key,
-                        lambda tmp: [compiler, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], 120)
+                        lambda tmp: [compiler, *flags, "-o", tmp, str(SOURCE), "-lm"], 120)
 
 
 def prebuild() -> None:

@@ -30,8 +30,9 @@
  *   lens    [rows] int64 keys each row attends to (its own token included)
  *   out     [rows, heads, D] bf16 for a bf16 pool, else float
  *
- * Build: see FLAGS in decode_attention.py; target_clones picks AVX-512, AVX2 or plain code at
- * load time, so one build runs on any x86-64 CPU.
+ * Build: see build_flags() in decode_attention.py: code for the CPU's x86-64 level (ONE_TARGET
+ * defined), or, where that level is unknown, target_clones picking AVX-512, AVX2 or plain code
+ * at load time, so that one build runs on any x86-64 CPU.
  */
 #include <math.h>
 #include <stdint.h>
@@ -41,7 +42,7 @@
 #define MAX_D 256
 #define MAX_G 16
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(ONE_TARGET)
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CLONES
