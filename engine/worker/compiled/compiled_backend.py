@@ -263,7 +263,8 @@ class CompiledBackend:
         return (sorted(load_args.items()), tuple(pool.k[0].shape), str(pool.k[0].dtype),
                 str(self.forward_fn.dtype), self.width, self.buckets, self.max_rows,
                 self.threads.decode_threads, self.threads.few_rows, self.key_threads,
-                DYNAMIC_ROWS, PREFILL_ROWS, self.prompt_rows, INDUCTOR_THREADS, SIZE_ASSERTS)
+                DYNAMIC_ROWS, PREFILL_ROWS, self.prompt_rows, INDUCTOR_THREADS, SIZE_ASSERTS,
+                self.forward_fn.regions)
 
     def _compile_in_background(self) -> None:
         """The background thread's body: :meth:`compile_all`, yielding to serving

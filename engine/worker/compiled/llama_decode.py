@@ -11,6 +11,11 @@ arithmetic. This forward computes the same decode step (one new token per sequen
                      x = rms_norm(h);  h = h + down(silu(gate(x)) * up(x))
     logits = lm_head(rms_norm(h))
 
+Each layer is two calls, :meth:`LlamaDecodeForward._attention_inputs` (up to the rotated
+``q, k, v``) and :meth:`LlamaDecodeForward._layer_output` (from the attention's output to the next
+``h``), around the attention op; compiled, the two halves are regions traced and generated once
+and run for all layers (:data:`REGIONS`).
+
 The compiled graph ends at ``rms_norm(h)`` (:meth:`LlamaDecodeForward.hidden_states`) and the LM
 head runs after it, so prompt tokens can be rows of the same graph without paying for logits
 nobody reads. It holds no weights of its own: the linear layers are the model's modules (``nn.Linear``,
@@ -22,6 +27,7 @@ as transformers' forward through the paged attention (checked in the tests).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +37,16 @@ from engine.model.families import COMPILED_FAMILIES, compiled_unsupported_reason
 from engine.model.quant.fused import FusedMember
 import engine.worker.compiled.barrier_op  # noqa: F401 - registers the fusion barrier
 from engine.worker.compiled.attention_op import attention_for
+
+REGIONS = os.environ.get("LLM_PLAYGROUND_REGIONS", "1") != "0"
+"""Compile a layer's two halves once and run them for every layer
+(``torch.compiler.nested_compile_region``): the halves before and after the attention op, which
+writes the KV pool and so stays in the outer graph (a region may not mutate its inputs). The
+embedded model's 30 layers are then one traced and generated pair of subgraphs instead of 30
+copies: inductor has a thirtieth of the graph to schedule and fuse (docs/performance.md, "Time to
+full speed", for the compile seconds and the step speed). The bits are the same: no fusion
+crosses the residual add at a half's end in either form. ``LLM_PLAYGROUND_REGIONS=0`` inlines
+every layer (for the before/after benchmark)."""
 
 FAMILIES = COMPILED_FAMILIES
 """``model_type`` values this forward computes (:data:`engine.model.families.COMPILED_FAMILIES`)."""
@@ -121,6 +137,7 @@ class LlamaDecodeForward:
             cos, sin = inner.rotary_emb(probe, positions)                # [1, P, d]
         self.cos, self.sin = cos[0].clone(), sin[0].clone()
         self.attend = attention_for(probe, self.k_pool[0].dtype)   # C++ op where it applies
+        self.regions = REGIONS
 
     def _rms_norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """transformers' ``LlamaRMSNorm``: fp32 statistics, the weight applied in ``h``'s dtype."""
@@ -134,6 +151,26 @@ class LlamaDecodeForward:
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
+
+    def _attention_inputs(self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor,
+                          sin: torch.Tensor):
+        """A layer's first half: ``h [B, hidden]`` → rotated ``q [B, heads, d]``, ``k`` and
+        ``v [B, kv_heads, d]``."""
+        b = h.shape[0]
+        x = self._rms_norm(h, layer.ln1)
+        q, k, v = layer.qkv(x)
+        q = self._rotate(q.view(b, self.heads, self.head_dim), cos, sin)
+        k = self._rotate(k.view(b, self.kv_heads, self.head_dim), cos, sin)
+        return q, k, v.reshape(b, self.kv_heads, self.head_dim)
+
+    def _layer_output(self, layer: _Layer, h: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """A layer's second half: the residual stream ``h [B, hidden]`` and the attention's
+        output ``o [B, heads, d]`` → the next layer's ``h``."""
+        b = h.shape[0]
+        h = h + layer.o_proj(o.reshape(b, self.heads * self.head_dim))
+        x = self._rms_norm(h, layer.ln2)
+        gate, up = layer.gate_up(x)
+        return h + layer.down(F.silu(gate) * up)
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
                  blocks: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
@@ -164,21 +201,30 @@ class LlamaDecodeForward:
         Returns:
             ``[B, hidden]`` in the model's dtype.
         """
-        b = input_ids.shape[0]
         # the lookup is kept out of the norms' kernels: batch invariance (barrier_op.py)
         h = torch.ops.playground.fusion_barrier(self.embed(input_ids))     # [B, hidden]
         cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]   # [B, 1, d]
-        attend = self.attend
+        first, second = ((_attention_inputs, _layer_output) if self.regions else
+                         (LlamaDecodeForward._attention_inputs, LlamaDecodeForward._layer_output))
         for i, layer in enumerate(self.layers):
-            x = self._rms_norm(h, layer.ln1)
-            q, k, v = layer.qkv(x)
-            q = self._rotate(q.view(b, self.heads, self.head_dim), cos, sin)
-            k = self._rotate(k.view(b, self.kv_heads, self.head_dim), cos, sin)
-            v = v.reshape(b, self.kv_heads, self.head_dim)
-            o = attend(q, k, v, self.k_pool[i], self.v_pool[i], slots, blocks, lens,
-                       self.block_size, self.scale)
-            h = h + layer.o_proj(o.reshape(b, self.heads * self.head_dim))
-            x = self._rms_norm(h, layer.ln2)
-            gate, up = layer.gate_up(x)
-            h = h + layer.down(F.silu(gate) * up)
+            q, k, v = first(self, layer, h, cos, sin)
+            o = self.attend(q, k, v, self.k_pool[i], self.v_pool[i], slots, blocks, lens,
+                            self.block_size, self.scale)
+            h = second(self, layer, h, o)
         return self._rms_norm(h, self.norm)
+
+
+@torch.compiler.nested_compile_region
+def _attention_inputs(forward: LlamaDecodeForward, layer: _Layer, h: torch.Tensor,
+                      cos: torch.Tensor, sin: torch.Tensor):
+    """:meth:`LlamaDecodeForward._attention_inputs` as a region compiled once for every layer
+    (:data:`REGIONS`); the layer's weights are the region's inputs."""
+    return forward._attention_inputs(layer, h, cos, sin)
+
+
+@torch.compiler.nested_compile_region
+def _layer_output(forward: LlamaDecodeForward, layer: _Layer, h: torch.Tensor,
+                  o: torch.Tensor) -> torch.Tensor:
+    """:meth:`LlamaDecodeForward._layer_output` as a region compiled once for every layer
+    (:data:`REGIONS`)."""
+    return forward._layer_output(layer, h, o)

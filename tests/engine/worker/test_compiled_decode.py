@@ -436,3 +436,52 @@ def test_without_dynamos_cache_entries_the_buckets_run_through_its_hook(int4, ea
         assert eng.compile_status().steps_compiled > 0
     finally:
         eng.shutdown()
+
+
+def test_the_layers_halves_are_traced_once_for_every_layer(int4, monkeypatch):
+    """With regions (the default), Dynamo's graph calls two subgraphs, each once per layer, and
+    no layer's operations are inlined: inductor generates one layer, not 30 (the cold compile's
+    cost, docs/performance.md "Time to full speed"). Inlined, the graph calls none. Both give
+    the eager forward's hidden states bit for bit."""
+    from engine.worker.compiled import llama_decode
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)    # the runner's own stays eager
+    eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1,), telemetry=False)
+    try:
+        runner = eng.runner.backend
+        fwd = runner.forward_fn
+        bufs = runner.inputs.new_static(4, runner.width)
+        bs = runner.inputs.block_size
+        for j in range(4):
+            bufs.input_ids.view(-1)[j], bufs.position_ids.view(-1)[j] = 100 + j, j
+            bufs.blocks[j, 0] = 0
+            bufs.slots[j] = j
+            bufs.lens[j] = j + 1
+        assert bs > 4
+        args = runner._args(bufs)
+        with torch.inference_mode():
+            want = fwd.hidden_states(*args)
+        layers = len(fwd.layers)
+        for regions, calls, subgraphs in ((True, 2 * layers, 2), (False, 0, 0)):
+            graphs = []
+
+            def capture(gm, example_inputs):
+                graphs.append(gm)
+                return gm.forward
+
+            monkeypatch.setattr(fwd, "regions", regions)
+            torch._dynamo.reset()
+            with torch.inference_mode():
+                got = real_compile(fwd.hidden_states, backend=capture, fullgraph=True)(*args)
+            assert torch.equal(got, want)
+            (gm,) = graphs
+            invoked = [n for n in gm.graph.nodes
+                       if n.target is torch.ops.higher_order.invoke_subgraph]
+            assert len(invoked) == calls
+            assert len({n.args[0].target for n in invoked}) == subgraphs
+            attention = [n for n in gm.graph.nodes if "attention" in str(n.target)]
+            assert len(attention) == layers          # the op that writes the pool stays outside
+    finally:
+        torch._dynamo.reset()
+        eng.shutdown()
