@@ -53,6 +53,13 @@ SILENT_S = 900.0
 """Seconds the child may go without reporting a bucket before it is taken for hung and killed
 (the serving process then compiles the rest itself). A cold graph takes 35-50 s on 2 cores."""
 
+HOLD_S = 60.0
+"""Seconds the child waits, after its first graph (bucket 1), for the serving process to load
+that graph from the cache before it compiles the next (:meth:`CompileProcess.go`). Under
+non-stop requests the serving process's trace of bucket 1 took 23 s while the child compiled the
+shared graph beside it, and bucket 1 was ready at 69 s from launch (docs/performance.md, "Time to
+full speed"); a serving process that never says go costs the child this long."""
+
 _SOURCES = ("engine/worker/compiled", "engine/worker/kernels", "engine/model/quant")
 
 
@@ -189,6 +196,16 @@ class CompileProcess:
                 self._changed.wait(0.2)
         return False
 
+    def go(self) -> None:
+        """Tell the child that the serving process has loaded a graph: after its first graph
+        the child waits for this (:data:`HOLD_S`), so the serving process traces bucket 1 from
+        the cache with the cores to itself and the engine's steps."""
+        try:
+            self.proc.stdin.write(b"g")
+            self.proc.stdin.flush()
+        except (OSError, ValueError):   # the child is gone: nothing to tell
+            pass
+
     def why(self) -> str:
         """The child's exit code and the end of what it wrote to standard error."""
         tail = " | ".join(line for line in list(self.stderr)[-3:] if line)
@@ -205,10 +222,14 @@ class CompileProcess:
         self.proc.wait()
 
 
+_GO = threading.Event()
+
+
 def _exit_when_parent_goes() -> None:
-    """Watch standard input; its end means the serving process is gone: exit at once."""
+    """Watch standard input: a byte is the serving process's go-ahead (:meth:`CompileProcess.go`),
+    the end means it is gone: exit at once."""
     while os.read(0, 4096):
-        pass
+        _GO.set()
     os._exit(0)
 
 
@@ -242,8 +263,13 @@ def main() -> int:
 
     loaded = load_model(**job.load_args, progress=None)
 
+    first = []
+
     def report(rows: int | str) -> None:
         print(f"{READY}{rows}", flush=True)
+        if not first:          # bucket 1: wait while the serving process loads it (HOLD_S)
+            first.append(rows)
+            _GO.wait(HOLD_S)
 
     parts = build_parts(loaded, job.config,
                         compile_hooks={"background": False, "on_ready": report, "expect_key": job.key})

@@ -332,6 +332,8 @@ class CompiledBackend:
             except Exception as exc:  # noqa: BLE001 - any compiler failure: stay eager
                 self._compile_failed(exc)
                 return
+            if process is not None:
+                process.go()
             with self._lock:
                 self.buffers[(rows, self.width)] = bufs
                 self.state.compile_s[rows] = time.perf_counter() - start

@@ -95,10 +95,23 @@ def test_a_child_compiles_first_and_the_engine_loads_its_kernels(int4, monkeypat
     """Forced on (a test machine's cache may hold these graphs already): the serving engine
     waits for the child's report of each bucket, compiles it from the cache, and answers with
     the eager engine's tokens; the configuration is marked compiled for the next start. The
-    child runs at the serving process's priority, not at the compile thread's lower one."""
+    child runs at the serving process's priority, not at the compile thread's lower one, and
+    after bucket 1 it waits, idle, until the serving process has loaded that graph."""
     monkeypatch.setenv(compile_process.ENV, "1")
-    seen, nice = [], []
+    seen, nice, held = [], [], []
     real = CompileProcess.wait_for
+    real_go = CompileProcess.go
+
+    def cpu_s(pid):
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def go(self):
+        if not held:       # bucket 1 is loaded: the child has not gone on to the next graph
+            before = cpu_s(self.proc.pid)
+            time.sleep(2.0)
+            held.append((sorted(self.ready), cpu_s(self.proc.pid) - before))
+        real_go(self)
 
     def wait_for(self, rows):
         if not nice:  # the child is compiling bucket 1 now
@@ -108,6 +121,7 @@ def test_a_child_compiles_first_and_the_engine_loads_its_kernels(int4, monkeypat
         return ok
 
     monkeypatch.setattr(CompileProcess, "wait_for", wait_for)
+    monkeypatch.setattr(CompileProcess, "go", go)
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1, 2), telemetry=False)
     ref = LLMEngine(int4, compile="off", telemetry=False)
     try:
@@ -117,6 +131,8 @@ def test_a_child_compiles_first_and_the_engine_loads_its_kernels(int4, monkeypat
         assert status.cache_hits > 0                       # the child's kernels, loaded here
         assert [(rows, ok) for rows, ok, _ in seen] == [(1, True), (2, True), (None, True)]
         assert 1 in seen[0][2]                             # the child had reported bucket 1
+        (ready, busy_s), = held
+        assert ready == [1] and busy_s < 0.3, held         # and then waited
         assert nice == [os.getpriority(os.PRIO_PROCESS, 0)]
         assert compile_process.compiled_before(eng.runner.backend.key)
         prompt = "The capital of France is"
