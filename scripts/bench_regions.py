@@ -2,11 +2,12 @@
 the graph (``REGIONS`` off) against a layer's two halves compiled once as regions that every
 layer runs (on, the default; ``engine.worker.compiled.llama_decode.REGIONS``), each engine
 compiled into an empty cache folder of its own. Decode at batch 1, 2, 8 and 32 (48 greedy
-tokens a sequence), and the time to first token of one prompt of about 1,100 tokens; six rounds alternate the order (A B, then B A), the first a warm-up; each
-round's figure is the TPOT median over its sequences (the TTFT for the prompt), the result the
-median of the rounds, and whether both gave the same greedy tokens. The compile seconds printed
-are in one process (the second engine may find kernels the first generated in memory); a cold
-start's are measured by ``scripts/cold_start.py``. Usage::
+tokens a sequence), and the time to first token of one prompt of about 1,100 tokens; six
+rounds alternate the order (A B, then B A), the first a warm-up; each round's figure is the
+TPOT median over its sequences (the TTFT for the prompt), the result the median of the rounds,
+and whether both gave the same greedy tokens. The compile seconds printed are in one process
+(the second engine may find kernels the first generated in memory); a cold start's are
+measured by ``scripts/cold_start.py``. Usage (``WEIGHTS=bf16`` for the bf16 weights)::
 
     .venv/bin/python scripts/bench_regions.py > regions-ab.json
 """
@@ -24,7 +25,7 @@ from engine.model.loader import load_model
 
 SIZES = (1, 2, 8, 32)
 ROUNDS = 6
-m = load_model("smollm2-135m")
+m = load_model("smollm2-135m", weights=os.environ.get("WEIGHTS", "auto"))
 engines, compile_s = {}, {}
 for mode in ("inlined", "regions"):
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"inductor-{mode}-")
@@ -38,7 +39,7 @@ for mode in ("inlined", "regions"):
 decode = SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)
 first = SamplingParams(temperature=0, max_tokens=1)
 words = ("river", "stone", "light", "garden", "paper", "window", "cloud", "music")
-res = {"compile_s": compile_s}
+res = {"weights": os.environ.get("WEIGHTS", "auto"), "compile_s": compile_s}
 
 
 def run(mode, case, r):

@@ -440,11 +440,9 @@ def test_without_dynamos_cache_entries_the_buckets_run_through_its_hook(int4, ea
 
 def test_the_layers_halves_are_traced_once_for_every_layer(int4, monkeypatch):
     """With regions (the default), Dynamo's graph calls two subgraphs, each once per layer, and
-    no layer's operations are inlined: inductor generates one layer, not 30 (the cold compile's
-    cost, docs/performance.md "Time to full speed"). Inlined, the graph calls none. Both give
-    the eager forward's hidden states bit for bit."""
-    from engine.worker.compiled import llama_decode
-
+    holds no layer's norms itself: inductor generates one layer, not 30 (the cold compile's
+    cost, docs/performance.md "Bucket 1 within a minute"). Inlined, the graph calls none and
+    holds every norm. Both give the eager forward's hidden states bit for bit."""
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)    # the runner's own stays eager
     eng = LLMEngine(int4, compile="on", compile_batch_sizes=(1,), telemetry=False)
@@ -463,7 +461,8 @@ def test_the_layers_halves_are_traced_once_for_every_layer(int4, monkeypatch):
         with torch.inference_mode():
             want = fwd.hidden_states(*args)
         layers = len(fwd.layers)
-        for regions, calls, subgraphs in ((True, 2 * layers, 2), (False, 0, 0)):
+        for regions, calls, subgraphs, norms in ((True, 2 * layers, 2, 1),
+                                                 (False, 0, 0, 2 * layers + 1)):
             graphs = []
 
             def capture(gm, example_inputs):
@@ -480,6 +479,7 @@ def test_the_layers_halves_are_traced_once_for_every_layer(int4, monkeypatch):
                        if n.target is torch.ops.higher_order.invoke_subgraph]
             assert len(invoked) == calls
             assert len({n.args[0].target for n in invoked}) == subgraphs
+            assert sum(n.target is torch.rsqrt for n in gm.graph.nodes) == norms
             attention = [n for n in gm.graph.nodes if "attention" in str(n.target)]
             assert len(attention) == layers          # the op that writes the pool stays outside
     finally:
