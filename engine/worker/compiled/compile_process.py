@@ -51,14 +51,15 @@ READY = "compile-process: ready "
 
 SILENT_S = 900.0
 """Seconds the child may go without reporting a bucket before it is taken for hung and killed
-(the serving process then compiles the rest itself). A cold graph takes 35-50 s on 2 cores."""
+(the serving process then compiles the rest itself). A cold graph takes about 20 s on 2 cores
+(35-50 s before the layers became regions)."""
 
 HOLD_S = 60.0
 """Seconds the child waits, after its first graph (bucket 1), for the serving process to load
 that graph from the cache before it compiles the next (:meth:`CompileProcess.go`). Under
 non-stop requests the serving process's trace of bucket 1 took 23 s while the child compiled the
-shared graph beside it, and bucket 1 was ready at 69 s from launch (docs/performance.md, "Time to
-full speed"); a serving process that never says go costs the child this long."""
+shared graph beside it, and bucket 1 was ready at 69 s from launch (docs/performance.md, "Bucket 1
+within a minute"); a serving process that never says go costs the child this long."""
 
 _SOURCES = ("engine/worker/compiled", "engine/worker/kernels", "engine/model/quant")
 

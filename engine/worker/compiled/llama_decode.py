@@ -43,10 +43,11 @@ REGIONS = os.environ.get("LLM_PLAYGROUND_REGIONS", "1") != "0"
 (``torch.compiler.nested_compile_region``): the halves before and after the attention op, which
 writes the KV pool and so stays in the outer graph (a region may not mutate its inputs). The
 embedded model's 30 layers are then one traced and generated pair of subgraphs instead of 30
-copies: inductor has a thirtieth of the graph to schedule and fuse (docs/performance.md, "Time to
-full speed", for the compile seconds and the step speed). The bits are the same: no fusion
-crosses the residual add at a half's end in either form. ``LLM_PLAYGROUND_REGIONS=0`` inlines
-every layer (for the before/after benchmark)."""
+copies: inductor has a thirtieth of the graph to schedule and fuse (docs/performance.md, "Bucket 1
+within a minute", for the compile seconds and the step speed). The bits are the same: where the
+inlined graph fuses a layer's last residual add into the next layer's norm, the sum is rounded to
+the model's dtype before the norm reads it (``emulate_precision_casts``), as it is between two
+regions. ``LLM_PLAYGROUND_REGIONS=0`` inlines every layer (for the before/after benchmark)."""
 
 FAMILIES = COMPILED_FAMILIES
 """``model_type`` values this forward computes (:data:`engine.model.families.COMPILED_FAMILIES`)."""

@@ -65,7 +65,7 @@ def build_flags() -> tuple[str, ...]:
     with ``ONE_TARGET`` defined, which leaves out ``target_clones``. gcc 12 took 13.8 s to
     compile the three clones (AVX-512, AVX2, plain) on this project's 2-core machine, and 2.3 s
     for the AVX-512 one alone, at the same step speed and with the same tokens; the kernel's
-    build is on a first start's path to serving (docs/performance.md, "Time to full speed").
+    build is on a first start's path to serving (docs/performance.md, "Bucket 1 within a minute").
     The level is in the flags, so in the cache's key: a cache carried to another CPU (a Docker
     image built elsewhere) builds its own."""
     level = x86_64_level()
