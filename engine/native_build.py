@@ -6,8 +6,10 @@ operator) and :mod:`engine.model.quant.int4_kernel` (C++, a torch operator libra
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -61,24 +63,24 @@ X86_64_LEVELS = (
 flags it adds to the level below it (``abm`` is LZCNT)."""
 
 
-def cpu_flags() -> set[str]:
-    """This CPU's feature flags from ``/proc/cpuinfo`` (Linux); empty where it can't be read."""
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags from ``/proc/cpuinfo`` (Linux), read once per process; empty
+    where it can't be read."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return set(line.split(":", 1)[-1].split())
+                    return frozenset(line.split(":", 1)[-1].split())
     except OSError:
         pass
-    return set()
+    return frozenset()
 
 
-def x86_64_level(flags: set[str] | None = None) -> str | None:
+def x86_64_level(flags: frozenset[str] | set[str] | None = None) -> str | None:
     """The highest x86-64 microarchitecture level (``"x86-64-v4"`` ... ``"x86-64-v2"``) whose
     flags, and those of every level below it, this CPU has (:data:`X86_64_LEVELS`); ``None``
     on another architecture, or when ``/proc/cpuinfo`` can't be read."""
-    import platform
-
     if platform.machine() not in ("x86_64", "AMD64"):
         return None
     have = cpu_flags() if flags is None else flags

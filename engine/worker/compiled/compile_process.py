@@ -264,12 +264,13 @@ def main() -> int:
 
     loaded = load_model(**job.load_args, progress=None)
 
-    first = []
+    held = False
 
     def report(rows: int | str) -> None:
+        nonlocal held
         print(f"{READY}{rows}", flush=True)
-        if not first:          # bucket 1: wait while the serving process loads it (HOLD_S)
-            first.append(rows)
+        if not held:          # the first graph (bucket 1): wait while the serving process loads it
+            held = True
             _GO.wait(HOLD_S)
 
     parts = build_parts(loaded, job.config,
