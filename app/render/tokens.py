@@ -99,10 +99,21 @@ window.addEventListener('scroll', () => {
   const out = (a) => a.bottom < 0 || a.top > window.innerHeight;
   if (out(r) || r.bottom < box.top || r.top > box.bottom) hide(); else place();
 }, true);
-const follow = (fn) => {  // follow the newest chip, unless the reader is looking at earlier ones
-  const bottom = body.scrollTop + body.clientHeight >= body.scrollHeight - 24;
+// follow the newest chip, unless the reader has scrolled back to earlier ones. Whether the body
+// sits at its bottom is read when it scrolls, and it is scrolled down once per animation frame:
+// reading its layout before and after every append forced two layouts of the page per frame
+let atBottom = true, pinned = false;
+body.addEventListener('scroll', () => {
+  atBottom = body.scrollTop + body.clientHeight >= body.scrollHeight - 24;
+}, {passive: true});
+const follow = (fn) => {
   fn();
-  if (bottom && !body.matches(':hover')) body.scrollTop = body.scrollHeight;
+  if (pinned || !atBottom) return;
+  pinned = true;
+  requestAnimationFrame(() => {
+    pinned = false;
+    if (atBottom && !body.matches(':hover')) body.scrollTop = body.scrollHeight;
+  });
 };
 const chips = (html) => { const t = document.createElement('template'); t.innerHTML = html; return t.content; };
 function draw(value) {
@@ -113,6 +124,7 @@ function draw(value) {
       body.appendChild(chips(value.slice(drawn.length)));
     } else {
       body.replaceChildren(chips(value));
+      atBottom = true;   // a new answer is followed from its start
       if (current && !current.isConnected) hide();
     }
   });

@@ -242,6 +242,26 @@ class RunState:
             out["tpot_s"] = out["decode_tokens_per_s"] = None
         return out
 
+    def ends_within(self, max_tokens: int, seconds: float, window: int = 8) -> bool:
+        """Whether the answer should reach ``max_tokens`` within ``seconds`` at its recent decode
+        rate: the remaining tokens times the mean gap between its last ``window`` tokens.
+
+        ``True`` once it has ended (its last frame comes next); ``False`` before two tokens or
+        when the rate is unknown. An answer that ends sooner (end of sequence, a stop string)
+        only ends earlier than this says.
+
+        Args:
+            max_tokens: the request's token limit (tokens); seconds: the horizon (seconds).
+        """
+        n = len(self.token_times)
+        if self.done or n >= max_tokens:
+            return True
+        if n < 2:
+            return False
+        recent = self.token_times[-min(window, n):]
+        gap = (recent[-1] - recent[0]) / (len(recent) - 1)
+        return gap > 0 and (max_tokens - n) * gap < seconds
+
     def step_sum_s(self) -> float:
         """Seconds of this request's own steps: the sum of each step's ``end_s − start_s`` (its
         forward pass and sampling), a step counted once when several of its tokens share it

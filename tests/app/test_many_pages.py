@@ -260,6 +260,24 @@ def test_plots_keep_the_last_answer_until_their_first_interval(tmp_path, monkeyp
     assert frames[-1]["latency"].data[0].x == [1]               # this request's prefill
 
 
+@pytest.mark.parametrize("last_part, middle_draws", [(0.0, True), (1e18, False)])
+def test_figures_due_just_before_the_answers_end_are_left_to_its_last_frame(tmp_path, monkeypatch,
+                                                                            last_part, middle_draws):
+    """A figure falling due when the answer should reach its token limit within
+    ``FIGURES_LAST_PART`` of an interval is not drawn: the last frame draws it moments later."""
+    pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)
+    monkeypatch.setattr(handlers, "FIGURES_EVERY_S", 1e-9)  # due at every text frame
+    monkeypatch.setattr(handlers, "TEXT_EVERY_S", 0.0)      # a text frame for every event
+    monkeypatch.setattr(handlers, "FIGURES_LAST_PART", last_part)
+    frames = list(handlers.generate(pg, "sess", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 8, -1, True))
+    drawn = [i for i, f in enumerate(frames) if "latency" in f]
+    assert drawn[-1] == len(frames) - 1 and len(frames) >= 8
+    if middle_draws:
+        assert len(drawn) >= 6, drawn
+    else:  # only at the first token (no decode rate yet) and in the last frame
+        assert len(drawn) <= 2 and frames[drawn[0]]["latency"].data[0].x == [1], drawn
+
+
 def test_a_request_waiting_in_the_queue_gets_empty_plots(tmp_path, monkeypatch):
     monkeypatch.setattr(handlers, "PLOTS_RESET_S", 0.0)
     pg = Playground(FakeEngine("slow"), trace_dir=tmp_path, monitor=False)

@@ -18,7 +18,9 @@ frames a second, every token when decode runs at 10 tokens/s or less): the text 
 every frame, the heavier parts join a text frame when their own interval has passed, so the
 plots cost about 3 Plotly redraws a second in all (each one 10-20 ms of the browser's time).
 The figures are first due one interval after the start: until then the last answer's plots
-stay, and an answer shorter than that draws its plots once, in its last frame.
+stay, and an answer shorter than that draws its plots once, in its last frame. Figures that fall
+due when the answer should reach its token limit within half an interval (at its recent decode
+rate) are left to the last frame as well: the page drew them twice in under half a second.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 TEXT_EVERY_S = 0.1     # text, token chips, stat cards and the KV formula line
 FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
+FIGURES_LAST_PART = 0.5  # figures due this part of an interval before the answer's expected end wait for it
 MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)
 BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
 

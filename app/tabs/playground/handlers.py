@@ -23,7 +23,8 @@ from app.render.structured import KINDS, structure_from
 from app.state.shared_views import shared
 from app.render.chat_text import literal_html, shown_messages
 from app.render.tokens import TokenChips, tokens_html
-from app.tabs.playground.frames import FIGURES_EVERY_S, MEMORY_EVERY_S, PLOT_KEYS, TEXT_EVERY_S
+from app.tabs.playground.frames import (FIGURES_EVERY_S, FIGURES_LAST_PART, MEMORY_EVERY_S, PLOT_KEYS,
+                                        TEXT_EVERY_S)
 
 BATCH_MAX_AGE_S = 0.5  # the batching section, drawn once for all pages, at most this long ago
 PLOTS_RESET_S = 0.5    # the last answer's plots stay until the first token, or this long in the queue
@@ -263,7 +264,8 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     # the plots keep the last answer until this one's figures are first due, one figure interval
     # after the start: an answer shorter than that draws its plots once, in its last frame (each
     # figure drawn twice instead was about a fifth of a short answer's browser work); a request
-    # still queued after PLOTS_RESET_S gets empty plots
+    # still queued after PLOTS_RESET_S gets empty plots. Figures due when the answer should reach
+    # its token limit within FIGURES_LAST_PART of an interval are left to the last frame too.
     panels = empty_panels(pg, "Queued…")
     first = {**{k: v for k, v in panels.items() if k not in PLOT_KEYS},
              **_text_frame(state, mode, shown, message, chips), "busy": True}
@@ -289,7 +291,8 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
         if text_due.due():
             frame.update(_text_frame(state, mode, shown, message, chips))
             frame["kv_formula"] = _kv_formula(pg, state)
-            if len(state.token_index) > drawn and figs_due.due():
+            if (len(state.token_index) > drawn and figs_due.due()
+                    and not state.ends_within(params.max_tokens, figs_due.interval_s * FIGURES_LAST_PART)):
                 frame.update(_figure_frame(pg, state, params.max_tokens, memory_due.due()))
                 drawn = len(state.token_index)
             elif (reset_at is not None and not drawn and not state.token_times

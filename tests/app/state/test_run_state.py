@@ -97,6 +97,20 @@ def test_throttle():
     assert th.due()
 
 
+def test_ends_within_reads_the_remaining_tokens_at_the_recent_decode_rate():
+    events = make_events(texts=tuple("abcdefghij"), decode_s=0.05, finish=None)  # 10 tokens
+    st = RunState()
+    st.add(events[0])
+    assert not st.ends_within(11, 10.0)                   # one token: no rate yet
+    for ev in events[1:]:
+        st.add(ev)
+    # the last 8 gaps are decode steps of 0.05 s; 20 tokens left take 1.0 s
+    assert st.ends_within(30, 1.01) and not st.ends_within(30, 0.99)
+    assert st.ends_within(10, 0.0)                        # at its limit
+    st.finish_reason = "stop"
+    assert st.ends_within(30, 0.0)                        # ended: its last frame comes next
+
+
 def test_batch_size_shows_in_status_and_latency_hover():
     events = make_events()
     for ev in events[1:]:
