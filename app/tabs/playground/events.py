@@ -214,12 +214,8 @@ def _wire_clear_and_mode(page, pg) -> None:
         # loading status of an output this event unmounts, and its status tracker then redraws
         # at every animation frame for as long as the page is open (3 such loops held an idle
         # page at 10% of a core)
-        # the hidden chat box still takes every frame's value (it is one of Generate's outputs):
-        # without autoscroll it doesn't read its layout for each one (about 25 ms of a page's
-        # CPU per 64-token answer in raw mode)
         chat, raw = (True, "hidden") if mode == "chat" else ("hidden", True)
-        return (gr.Chatbot(visible=chat, autoscroll=mode == "chat"), gr.Textbox(visible=chat),
-                gr.Textbox(visible=raw))
+        return gr.Chatbot(visible=chat), gr.Textbox(visible=chat), gr.Textbox(visible=raw)
 
     page.mode.change(guard(on_mode), page.mode, [page.chatbot, page.system_prompt, page.completion], **PRIVATE)
 

@@ -61,16 +61,3 @@ def test_a_bad_settings_value_is_refused_by_name(tmp_path):
     finally:
         demo.close()
         pg.close()
-
-
-def test_the_mode_switch_hides_without_unmounting_and_the_hidden_chat_box_does_not_scroll(tmp_path):
-    """Raw mode hides the chat box (``"hidden"``: mounted, so its loading status still ends) and
-    turns its autoscroll off: it still takes every frame of Generate's stream, and scrolling
-    reads its layout for each one."""
-    demo = build_demo(Playground(FakeEngine(), trace_dir=tmp_path, monitor=False))
-    switch = next(f for f in demo.fns.values() if f.name == "on_mode")
-    chat_box, system, completion = switch.fn("raw")
-    assert (chat_box.visible, chat_box.autoscroll) == ("hidden", False)
-    assert (system.visible, completion.visible) == ("hidden", True)
-    chat_box, system, completion = switch.fn("chat")
-    assert (chat_box.visible, chat_box.autoscroll, completion.visible) == (True, True, "hidden")
