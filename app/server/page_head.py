@@ -27,15 +27,21 @@ loops of trackers unmounted while pending, which nobody sees. Each run costs the
 TRACKER_FRAMES_JS = """<script>(() => {
   const frame = window.requestAnimationFrame.bind(window);
   window.requestAnimationFrame = (callback) => {
-    if (!(new Error().stack || '').includes('/statustracker')) return frame(callback);
-    const every = document.querySelector('.progress-text') ? __EVERY__ : __UNSEEN__;
-    return setTimeout(() => frame(callback), every);
+    const stack = new Error().stack || '';
+    const tracker = stack.includes('/statustracker'), motion = stack.includes('at Object.tick (');
+    if (!tracker && !motion) return frame(callback);
+    const shown = document.querySelector('.progress-text');
+    if (shown && !tracker) return frame(callback);   // a loader on screen moves smoothly
+    return setTimeout(() => frame(callback), shown ? __EVERY__ : __UNSEEN__);
   };
 })();</script>""".replace("__EVERY__", str(TRACKER_EVERY_MS)).replace("__UNSEEN__", str(TRACKER_UNSEEN_MS))
 """The wrapper of ``window.requestAnimationFrame`` (a ``<script>`` element): a callback asked
 for from Gradio's status tracker module runs at the first frame after :data:`TRACKER_EVERY_MS`
 while a tracker on the page shows its timer (``.progress-text``), after
-:data:`TRACKER_UNSEEN_MS` while none does; every other caller is untouched."""
+:data:`TRACKER_UNSEEN_MS` while none does. Svelte's motion loop (its ``raf.tick``: the springs
+of a tracker's loader, which also run on for a tracker unmounted while pending, about 24 frames
+a second on an idle page) runs every frame while a tracker shows, and after
+:data:`TRACKER_UNSEEN_MS` while none does. Every other caller is untouched."""
 
 
 class PageHead:
