@@ -57,7 +57,9 @@ def _sidebar(pg) -> dict:
         # browser (app.tabs.playground.settings)
         s["settings"] = gr.Textbox(settings.initial(s), visible=False, elem_id="settings")
         gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
-        s["decode_step"] = gr.HTML(cards.decode_step_html(pg.engine.compile_status()),
+        # read at each page load (a page opened after compiling ended must not show the start's
+        # "compiling ... 2 s so far" until the timer's first tick)
+        s["decode_step"] = gr.HTML(lambda: cards.decode_step_html(pg.engine.compile_status()),
                                    elem_id="decode-step")
         return s
 
