@@ -55,6 +55,14 @@ def page_line(demo) -> str:
     return line
 
 
+def loaded_line(demo) -> str:
+    """What the decode-step line shows on a page opened now (its value, read at each load)."""
+    target = next(b._id for b in demo.blocks.values() if getattr(b, "elem_id", None) == "decode-step")
+    load = next(f for f in demo.fns.values() if f.outputs and f.outputs[0]._id == target
+                and any(t[1] == "load" for t in f.targets))
+    return load.fn()
+
+
 def test_page_and_api_answer_while_compiling_and_the_line_reports_progress(loaded, held_compiler):
     eng = LLMEngine(loaded, compile="on", compile_batch_sizes=BUCKETS, telemetry=False)
     pg = Playground(eng, monitor=False)
@@ -65,6 +73,7 @@ def test_page_and_api_answer_while_compiling_and_the_line_reports_progress(loade
             assert (status.status, status.ready) == ("compiling", ())
             line = page_line(demo)
             assert "<b>eager</b> meanwhile" in line and "compiling 1 of 3 batch buckets" in line
+            assert "compiling 1 of 3 batch buckets" in loaded_line(demo)
             assert value(scrape(api), "playground_decode_bucket_compiled", bucket="1") == 0
 
             # nothing compiled yet: both answer, eagerly
@@ -95,6 +104,8 @@ def test_page_and_api_answer_while_compiling_and_the_line_reports_progress(loade
             assert "decode step: <b>compiled</b> (torch.compile, batch buckets 1, 2, 4" in page_line(demo)
             assert value(scrape(api), "playground_decode_bucket_compiled", bucket="4") == 1
             assert page_line(demo) == decode_step_html(eng.compile_status())
+            # a page opened now reads the line at its load, not the start's "compiling"
+            assert loaded_line(demo) == decode_step_html(eng.compile_status())
     finally:
         demo.close()
         eng.shutdown()
