@@ -57,9 +57,7 @@ def _sidebar(pg) -> dict:
         # browser (app.tabs.playground.settings)
         s["settings"] = gr.Textbox(settings.initial(s), visible=False, elem_id="settings")
         gr.HTML(cards.model_badge_html(pg.info, pg.remote_view))
-        # read at each page load (a page opened after compiling ended must not show the start's
-        # "compiling ... 2 s so far" until the timer's first tick)
-        s["decode_step"] = gr.HTML(lambda: cards.decode_step_html(pg.engine.compile_status()),
+        s["decode_step"] = gr.HTML(cards.decode_step_html(pg.engine.compile_status()),
                                    elem_id="decode-step")
         return s
 
@@ -82,17 +80,23 @@ DECODE_STEP_EVERY_S = 5.0
 """How often the sidebar's decode-step line is refreshed while the step compiles."""
 
 
-def _wire_decode_step(pg, decode_step, private: dict) -> None:
-    """Refresh the decode-step line (:func:`app.render.cards.decode_step_html`) every
-    :data:`DECODE_STEP_EVERY_S` while the engine compiles; the timer stops once compiling has
-    ended (compiled, failed or off), so an idle page sends no more events for it."""
+def _wire_decode_step(demo, pg, decode_step, private: dict) -> None:
+    """Refresh the decode-step line (:func:`app.render.cards.decode_step_html`) at the page's
+    load and every :data:`DECODE_STEP_EVERY_S` while the engine compiles; the timer stops once
+    compiling has ended (compiled, failed or off), so an idle page sends no more events for it.
+    Without the load, a page opened after compiling had ended showed the start's "compiling ...
+    2 s so far" until the timer's first tick."""
     timer = gr.Timer(DECODE_STEP_EVERY_S)
 
     def on_tick():
         status = pg.engine.compile_status()
         return cards.decode_step_html(status), gr.Timer(active=status.status == "compiling")
 
+    def on_load():
+        return cards.decode_step_html(pg.engine.compile_status())
+
     timer.tick(guard(on_tick), None, [decode_step, timer], **private)
+    demo.load(guard(on_load), None, decode_step, **private)
 
 
 def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
@@ -130,7 +134,7 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
         # the sidebar's sampling controls belong to the Playground: the Compare, Lessons and Beams
         # tabs have their own, so the sidebar closes there
         private = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
-        _wire_decode_step(pg, decode_step, private)
+        _wire_decode_step(demo, pg, decode_step, private)
         # the Lessons tab's refresh timers tick, and its profile sidebar shows, only while it is
         # selected; the sidebar opens and closes in the browser (SIDEBAR_JS)
         def on_select(lessons_shown: bool):
