@@ -92,11 +92,8 @@ def _wire_decode_step(demo, pg, decode_step, private: dict) -> None:
         status = pg.engine.compile_status()
         return cards.decode_step_html(status), gr.Timer(active=status.status == "compiling")
 
-    def on_load():
-        return cards.decode_step_html(pg.engine.compile_status())
-
-    timer.tick(guard(on_tick), None, [decode_step, timer], **private)
-    demo.load(guard(on_load), None, decode_step, **private)
+    # one handler for both: a page opened after compiling has ended stops its timer at once
+    gr.on([timer.tick, demo.load], guard(on_tick), None, [decode_step, timer], **private)
 
 
 def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,

@@ -60,7 +60,8 @@ def loaded_line(demo) -> str:
     target = next(b._id for b in demo.blocks.values() if getattr(b, "elem_id", None) == "decode-step")
     load = next(f for f in demo.fns.values() if f.outputs and f.outputs[0]._id == target
                 and any(t[1] == "load" for t in f.targets))
-    return load.fn()
+    line, _ = load.fn()
+    return line
 
 
 def test_page_and_api_answer_while_compiling_and_the_line_reports_progress(loaded, held_compiler):
