@@ -146,4 +146,5 @@ def build_demo(pg, max_concurrency: int = 36, with_lessons: bool = True,
         untrack_hidden_progress(demo)  # last: every listener is attached (app.server.progress)
     demo.compare_engines = compared["engines"]  # its variant engines: shut down with the page
     link_trace_buttons(demo, getattr(pg, "trace_links", None))  # downloads by opaque link, never a server path
+    demo.live_feeds = getattr(pg, "live_feeds", None)  # read over app.server.live_route
     return demo

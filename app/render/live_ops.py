@@ -114,7 +114,8 @@ class LiveLog:
     line differs), and the browser starts over.
 
     :attr:`head`, the first line alone, is what a run ends on: a value the drawn log starts with
-    changes nothing in the browser.
+    changes nothing in the browser. :attr:`last_line` is the line :meth:`add` appended (empty when
+    it appended none), which a run read over its feed (:mod:`app.state.live_feeds`) sends there.
 
     Args:
         run_id: a name unique on this page (a new run's log must not start like the last one's).
@@ -129,17 +130,18 @@ class LiveLog:
         self.frames = 0
         self.parts = 1
         self.last_frame_bytes = 0
+        self.last_line = ""
         self._recent: deque[str] = deque(maxlen=CARRY)
 
     def add(self, ops: dict) -> str:
         """Append one frame (panel name -> op; empty ops add nothing) and return the log."""
         ops = {k: v for k, v in ops.items() if v is not None}
         if not ops:
-            self.last_frame_bytes = 0
+            self.last_frame_bytes, self.last_line = 0, ""
             return self.value
         line = orjson.dumps({**ops, "_n": self.frames}, option=orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
         self.frames += 1
-        self.last_frame_bytes = len(line)
+        self.last_frame_bytes, self.last_line = len(line), line
         if len(self.value) + len(line) > self.limit and self._recent:
             self.parts += 1
             self.value = self.head + f"~{self.parts}\n" + "".join(self._recent)

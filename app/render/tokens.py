@@ -99,28 +99,8 @@ window.addEventListener('scroll', () => {
   const out = (a) => a.bottom < 0 || a.top > window.innerHeight;
   if (out(r) || r.bottom < box.top || r.top > box.bottom) hide(); else place();
 }, true);
-// follow the newest chip, unless the reader has scrolled back to earlier ones. Whether the body
-// sits at its bottom is read when the reader scrolls it, and it is scrolled down once per
-// animation frame: reading its layout before and after every append forced two layouts of the
-// page per frame. The scroll event of its own scrolling comes a frame later, when more chips
-// (a line break's chip adds a line at once) may have moved the bottom: that one is not the reader's
-let atBottom = true, pinned = false, ownTop = -1;
-body.addEventListener('scroll', () => {
-  if (body.scrollTop === ownTop) { ownTop = -1; return; }
-  atBottom = body.scrollTop + body.clientHeight >= body.scrollHeight - 24;
-}, {passive: true});
-const follow = (fn) => {
-  fn();
-  if (pinned || !atBottom) return;
-  pinned = true;
-  requestAnimationFrame(() => {
-    pinned = false;
-    if (!atBottom || body.matches(':hover')) return;
-    const before = body.scrollTop;
-    body.scrollTop = body.scrollHeight;
-    if (body.scrollTop !== before) ownTop = body.scrollTop;   // its scroll event is ours
-  });
-};
+// follow the newest chip, unless the reader has scrolled back to earlier ones or points at one
+const follow = live.follower(body, () => body.matches(':hover'));
 const chips = (html) => { const t = document.createElement('template'); t.innerHTML = html; return t.content; };
 function draw(value) {
   value = value || '';
@@ -130,7 +110,7 @@ function draw(value) {
       body.appendChild(chips(value.slice(drawn.length)));
     } else {
       body.replaceChildren(chips(value));
-      atBottom = true;   // a new answer is followed from its start
+      follow.restart();   // a new answer is followed from its start
       if (current && !current.isConnected) hide();
     }
   });

@@ -1,11 +1,13 @@
-"""Reading a request's whole body inside ASGI middleware, and handing it on.
+"""Reading a request's whole body inside ASGI middleware, handing it on, and answering JSON.
 
 The page's middlewares (:mod:`app.server.launch`'s defaults for REST calls,
 :mod:`app.server.limits`, :mod:`app.server.rest_calls`) each need the body before the app sees
-it; they share these two helpers.
+it; they share these helpers, and the page's own routes answer with :func:`json_response`.
 """
 
 from __future__ import annotations
+
+import json
 
 
 async def read_body(receive) -> bytes | None:
@@ -34,3 +36,11 @@ def replay(body: bytes, receive):
         return await receive()
 
     return again
+
+
+async def json_response(send, status: int, doc: dict) -> None:
+    """Answer an ASGI request with ``doc`` as a JSON body and HTTP status ``status``."""
+    payload = json.dumps(doc).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})

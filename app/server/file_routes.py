@@ -15,8 +15,7 @@
 
 from __future__ import annotations
 
-import json
-
+from app.server.asgi_body import json_response
 from app.state.trace_links import TRACE_ROUTE
 
 STATIC_ROUTE = "/playground-static/"
@@ -76,7 +75,7 @@ class FileRoutes:
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         if path.rstrip("/") == _UPLOAD or path.startswith(_UPLOAD + "/"):
-            return await _json(send, 403, {"detail": "uploads are off on this server: paste "
+            return await json_response(send, 403, {"detail": "uploads are off on this server: paste "
                                            "the config.json's text instead"})
         if path.startswith(STATIC_ROUTE) and scope.get("method") in ("GET", "HEAD"):
             name = path[len(STATIC_ROUTE):]
@@ -86,11 +85,11 @@ class FileRoutes:
                 response = FileResponse(self.files[name], headers={
                     "cache-control": "public, max-age=86400"})
                 return await response(scope, receive, send)
-            return await _json(send, 404, {"detail": "no such file"})
+            return await json_response(send, 404, {"detail": "no such file"})
         if path.startswith(TRACE_ROUTE) and scope.get("method") in ("GET", "HEAD"):
             found = self.traces.resolve(path) if self.traces is not None else None
             if found is None:
-                return await _json(send, 404, {"detail": "no such trace (traces are deleted "
+                return await json_response(send, 404, {"detail": "no such trace (traces are deleted "
                                                "with their session)"})
             from starlette.responses import FileResponse
 
@@ -99,9 +98,3 @@ class FileRoutes:
             return await response(scope, receive, send)
         return await self.app(scope, receive, send)
 
-
-async def _json(send, status: int, doc: dict) -> None:
-    payload = json.dumps(doc).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})

@@ -146,6 +146,7 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
 
     from .file_routes import FileRoutes
     from .limits import TextLimit, page_body_limit
+    from .live_route import LiveRoute
     from .page_head import PageHead
     from .quiet_errors import QueueGuard, install
     from .rest_calls import RestCalls
@@ -153,6 +154,7 @@ def launch(demo, host: str = "127.0.0.1", port: int | None = None, share: bool =
     middleware = [Middleware(page_body_limit),  # outermost first
                   Middleware(PageHead),
                   Middleware(FileRoutes, traces=getattr(demo, "trace_links", None)),
+                  Middleware(LiveRoute, feeds=getattr(demo, "live_feeds", None)),
                   Middleware(TextLimit), Middleware(QueueGuard, demo=demo),
                   Middleware(RestCalls, demo=demo),
                   Middleware(RestDefaults, defaults=api_defaults(demo))]

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import anyio
 
-from app.server.asgi_body import read_body
+from app.server.asgi_body import json_response, read_body
 
 _CALL = re.compile(r"^/gradio_api/call/(?:v2/)?([^/]+)/?$")
 _GET = re.compile(r"^/gradio_api/call/(?:v2/)?([^/]+)/([^/]+)/?$")
@@ -76,7 +76,7 @@ class RestCalls:
             if name in self.direct:
                 return await self._result(event_id, send)
             if not self._known(event_id):
-                return await _json(send, 404, {"detail": f"no event {event_id[:64]!r}: unknown, "
+                return await json_response(send, 404, {"detail": f"no event {event_id[:64]!r}: unknown, "
                                                "or its result was already read"})
         return await self.app(scope, receive, send)
 
@@ -89,7 +89,7 @@ class RestCalls:
         except ValueError:
             doc = None
         if not isinstance(doc, dict) or not isinstance(doc.get("data", []), list):
-            return await _json(send, 422, {"detail": 'the body must be {"data": [...], '
+            return await json_response(send, 422, {"detail": 'the body must be {"data": [...], '
                                            '"session_hash": "..."}'})
         session = doc.get("session_hash")
         result = False
@@ -99,11 +99,11 @@ class RestCalls:
         self.results[event_id] = result
         while len(self.results) > MAX_RESULTS:
             self.results.popitem(last=False)
-        await _json(send, 200, {"event_id": event_id})
+        await json_response(send, 200, {"event_id": event_id})
 
     async def _result(self, event_id: str, send) -> None:
         if event_id not in self.results:
-            return await _json(send, 404, {"detail": f"no event {event_id[:64]!r}: unknown, or "
+            return await json_response(send, 404, {"detail": f"no event {event_id[:64]!r}: unknown, or "
                                            "its result was already read"})
         payload = f"event: complete\ndata: {json.dumps([self.results.pop(event_id)])}\n\n"
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -120,9 +120,3 @@ class RestCalls:
         return any(event_id in ids for ids in getattr(queue, "pending_event_ids_session",
                                                       {}).values())
 
-
-async def _json(send, status: int, doc: dict) -> None:
-    payload = json.dumps(doc).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})

@@ -33,6 +33,7 @@ from engine.protocol import BlockPoolSnapshot, EngineClient, EngineStats
 
 from app.render.cards import kv_element_bytes
 from app.state.device_monitor import DeviceMonitor
+from app.state.live_feeds import LiveFeeds
 from app.state.trace_links import TraceLinks
 
 KEEP_TRACES = 100  # trace file pairs kept on disk
@@ -72,6 +73,7 @@ class Playground:
         self.trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._trace_dirs: dict[str, Path] = {}  # session -> its private trace folder
         self.trace_links = TraceLinks()  # what clients get instead of the traces' paths
+        self.live_feeds = LiveFeeds()  # runs' frames read by their pages (app.server.live_route)
         self.pool_bytes = engine.pool_bytes
         # the blocks the scheduler hands out and their size (the pool may keep one more as the
         # compiled step's scratch), for the KV formula line; (0, 0) without a block pool

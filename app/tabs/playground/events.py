@@ -36,7 +36,7 @@ END_JS = end_js("generate-btn", "stop-btn")
 """The browser-only step after Generate's stream: Generate on, Stop off."""
 
 
-def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | None = None):
+def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | None = None, feed=None):
     """Handler frames as the values of Generate's one stream: the live channel's log, one value
     per ``STREAM_KEYS`` name (the chat, the completion, the prompt box), the trace downloads
     (``DOWNLOAD_KEYS``) and the ``END_KEYS`` outputs (the conversation).
@@ -44,10 +44,19 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
     The live panels (``LIVE_KEYS``) reach the page as ops in the channel's log, one line per
     frame with what changed (:mod:`app.render.live_ops`); Gradio's streaming diff sends that line
     alone. The chat and the completion are values of their own (their diffs are the new text).
-    An output keeps its latest value while unchanged (a streamed value equal to the last one
-    reaches the browser as an empty diff; a ``gr.skip()`` or a ``gr.update`` costs a component
-    rebuild on the server): the downloads are emptied and switched off by the first frame's
-    update and switched on with the new trace by the last frame's, plain values in between.
+    An output the run has not changed is a ``gr.skip()``, which the browser leaves alone (a
+    value, even an equal one, makes Gradio's front end hand it to its component again: the
+    hidden chat box of raw mode measured its layout at every message); once changed, it keeps
+    its latest value (an equal value is an empty diff, cheaper on the server than a skip). The
+    downloads are emptied and switched off by the first frame's update and switched on with the
+    new trace by the last frame's, plain values in between.
+
+    With ``feed`` (an :class:`app.state.live_feeds.LiveFeed`, raw mode), the first frame names
+    it (``_feed``) and the completion is a live panel too (its text appended by ops, its Gradio
+    value sent by the last frame only). From the moment the page reads the feed, each frame's
+    line goes there, and a frame is yielded to Gradio only when one of its outputs changes (the
+    prompt box, the downloads, the conversation, the final text), with the log cut back to its
+    first line; if the page stops reading, frames are yielded as before.
 
     Args:
         frames: the frames of :func:`app.tabs.playground.handlers.generate`.
@@ -56,6 +65,7 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
             mode, the completion and the prompt box as the browser sent them, the conversation).
         encode: output name -> function turning a value into what the browser receives (the
             component's own postprocessing, done here once per new value; see :func:`encoder`).
+        feed: the run's live feed, or ``None`` (every frame by Gradio).
 
     Yields:
         ``[log, *stream values, *downloads, *end values]``. After the last frame, once more with
@@ -63,32 +73,52 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
     """
     encode = encode or {}
     log = LiveLog(run_id, templates=(TEMPLATE,))
-    panels = LiveEncoder(append=LIVE_APPEND, figures=LIVE_FIGURES)
+    by_feed = frozenset(FEED_TEXT) if feed is not None else frozenset()
+    panels = LiveEncoder(append=LIVE_APPEND | by_feed, figures=LIVE_FIGURES)
     raw = dict(held or {})
     last = {k: (encode[k](v) if k in encode else v) for k, v in raw.items()}
     n = len(DOWNLOAD_KEYS)
     kept = None  # the downloads' plain values once a frame has set them
-    for frame in frames:
-        value = log.add(panels.ops({k: frame[k] for k in LIVE_KEYS if k in frame}))
+    sent = set()  # outputs given a new value in this run: plain values from then on
+    deferred = {}  # the latest values of the outputs the feed's ops draw
+    for i, frame in enumerate(frames):
+        ops = panels.ops({k: frame[k] for k in LIVE_KEYS + tuple(by_feed) if k in frame})
+        if i == 0 and feed is not None:
+            ops["_feed"] = feed.path
+        value = log.add(ops)
+        end = frame.get("busy") is False
+        fresh = False  # a Gradio output changes in this frame
         for k in STREAM_KEYS + END_KEYS:
-            if k in frame and raw.get(k, _NOTHING) is not frame[k]:  # a new value: encoded once
+            if k in by_feed and k in frame and not end:
+                deferred[k] = frame[k]  # drawn by the ops; its value waits for the last frame
+            elif k in frame and raw.get(k, _NOTHING) is not frame[k]:  # a new value: encoded once
                 raw[k] = frame[k]
                 last[k] = encode[k](frame[k]) if k in encode else frame[k]
-        if frame.get("busy") is False and frame.get("trace"):
+                sent.add(k)
+                deferred.pop(k, None)
+                fresh = True
+        if feed is not None and i > 0 and not (fresh or end) and log.last_line and feed.put(log.last_line):
+            continue  # read over the feed; nothing of Gradio's changes
+        if end and frame.get("trace"):
             kept = [encode[k](p) if k in encode else p for k, p in zip(DOWNLOAD_KEYS, frame["trace"])]
             downloads = [gr.update(value=v, interactive=True) for v in kept]
         elif kept is not None:
             downloads = kept
-        elif frame.get("busy") is False:  # refused before it ran: the last trace stays downloadable
-            downloads = [gr.skip()] * n
+        elif end:  # refused before it ran: the last trace stays downloadable
+            downloads = [SKIP] * n
         else:  # the run's first frame: the last trace's downloads emptied until the new one exists
             downloads, kept = [gr.update(value=None, interactive=False)] * n, [None] * n
-        yield [value] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] \
+        if feed is not None and i > 0 and log.last_line and feed.put(log.last_line):
+            value = log.head  # this frame's line went by the feed
+        yield [value] + [last[k] if k in sent else SKIP for k in STREAM_KEYS] \
             + downloads + [last.get(k) for k in END_KEYS]
+    for k, v in deferred.items():  # a run that ended without its last frame: its latest text
+        if raw.get(k, _NOTHING) is not v:
+            raw[k], last[k] = v, (encode[k](v) if k in encode else v)
     # Gradio's closing message carries each output's last value whole: the log cut back to its
     # first line keeps it small (the browser keeps what it drew from a value that starts it)
-    downloads = kept if kept is not None else [gr.skip()] * n
-    yield [log.head] + [last[k] if k in last else gr.skip() for k in STREAM_KEYS] + downloads \
+    downloads = kept if kept is not None else [SKIP] * n
+    yield [log.head] + [last[k] if k in last else SKIP for k in STREAM_KEYS] + downloads \
         + [last.get(k) for k in END_KEYS]
 
 
@@ -100,6 +130,9 @@ def clear_log(pg) -> str:
 
 
 _NOTHING = object()
+SKIP = gr.skip()
+FEED_TEXT = ("completion",)
+"""``STREAM_KEYS`` a run read over a feed draws as live panels (its text appended by ops)."""
 _RUNS = itertools.count(1)
 
 
@@ -164,15 +197,21 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
                                        s["temperature"], s["top_p"], s["top_k"], s["min_p"], s["rep_penalty"],
                                        s["max_tokens"], s["seed"], s["use_kv"], notify=gr.Warning,
                                        structure_kind=s["structure_kind"], structure_text=s["structure_text"])
-        # outputs keep the values they hold (sending them back costs less than a skip): the hidden
-        # chatbot of raw mode, the completion box in chat mode, the prompt box in raw mode, the
-        # conversation until the run's last frame
+        # what the outputs hold already (an output the run leaves unchanged is not sent): the
+        # hidden chatbot of raw mode, the completion box in chat mode, the prompt box in raw
+        # mode, the conversation until the run's last frame
         held = {"completion": completion if isinstance(completion, str) else "",
                 "message": message if isinstance(message, str) else "",
                 "history": history if isinstance(history, list) else []}
         if mode != "chat":
             held["chat"] = shown_messages(handlers.plain_history(history))
-        yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode)
+        feeds = getattr(pg, "live_feeds", None)
+        feed = feeds.open() if feeds is not None and mode == "raw" else None
+        try:
+            yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode, feed)
+        finally:
+            if feed is not None:
+                feeds.close(feed)
 
     # the sidebar's settings as one value (app.tabs.playground.settings), joined in the browser
     controls = [getattr(page, name) for name in settings.NAMES]

@@ -76,7 +76,7 @@ def _conversation(empty: dict) -> dict:
         c["stop_btn"] = gr.Button("Stop", variant="stop", interactive=False, elem_id="stop-btn", min_width=70)
         c["clear_btn"] = gr.Button("Clear", elem_id="clear-btn", min_width=70)
     c["status"] = html_panel(empty["status"], "status", "status")
-    c["live"] = channel("live-channel", "playground")
+    c["live"] = channel("live-channel", "playground", boxes={"completion": "completion"})
     return c
 
 

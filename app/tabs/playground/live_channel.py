@@ -18,13 +18,58 @@ both paths end in the same drawing code.
 
 from __future__ import annotations
 
+import json
+
 import gradio as gr
 
 from app.render.live_js import REGISTRY_JS
 
 CHANNEL_JS = REGISTRY_JS + r"""
-const CH = '__CHANNEL__';
-let drawn = '', run = null, seen = -1;
+const CH = '__CHANNEL__', BOXES = __BOXES__;
+let drawn = '', run = null, seen = -1, waiting = {}, gapTimer = 0, reader = null;
+// frames are applied in the order of their numbers, whichever way they came (the log's value
+// or the run's feed); a frame whose predecessor has not come waits for it up to a second
+const apply = (ops) => {
+  seen = ops._n; delete ops._n;
+  if (ops._feed) { read(ops._feed, run); delete ops._feed; }
+  live.push(CH, ops);
+};
+const drain = () => { while (waiting[seen + 1]) { const f = waiting[seen + 1]; delete waiting[seen + 1]; apply(f); } };
+const take = (ops) => {
+  if (ops._n === undefined) { live.push(CH, ops); return; }
+  if (ops._n <= seen) return;
+  if (ops._n > seen + 1) {
+    waiting[ops._n] = ops;
+    if (!gapTimer) gapTimer = setTimeout(() => {   // never came: go on without it
+      gapTimer = 0;
+      const n = Math.min(...Object.keys(waiting).map(Number));
+      if (n !== Infinity) { seen = n - 1; drain(); }
+    }, 1000);
+    return;
+  }
+  apply(ops); drain();
+};
+// the run's frames over the page's own route (app.state.live_feeds): one JSON line each
+const read = async (path, id) => {
+  if (reader) reader.abort();
+  const ctl = reader = new AbortController();
+  try {
+    const r = await fetch(path, {signal: ctl.signal, cache: 'no-store'});
+    if (!r.ok || !r.body) return;
+    const body = r.body.getReader(), dec = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const {value, done} = await body.read();
+      if (done || run !== id) break;
+      buf += dec.decode(value, {stream: true});
+      const end = buf.lastIndexOf('\n');
+      if (end < 0) continue;
+      for (const line of buf.slice(0, end).split('\n')) if (line.charCodeAt(0) === 123) take(JSON.parse(line));
+      buf = buf.slice(end + 1);
+    }
+  } catch (e) {   // aborted, or the connection broke: the run's frames come by the log again
+  } finally { if (reader === ctl) reader = null; }
+};
 const feed = () => {
   const v = props.value || '';
   if (drawn.startsWith(v)) return;   // the same log, or its first line alone (a run's end)
@@ -32,17 +77,27 @@ const feed = () => {
   if (drawn && v.startsWith(drawn)) rest = v.slice(drawn.length);
   else {   // a new run (or Clear) starts over; a new part of this run's log goes on
     const id = v.slice(0, v.indexOf('\n') + 1);
-    if (id !== run) { live.reset(CH); run = id; seen = -1; }
+    if (id !== run) {
+      live.reset(CH); run = id; seen = -1; waiting = {};
+      if (reader) reader.abort();
+    }
     rest = v;
   }
   drawn = v;
-  for (const line of rest.split('\n')) {
-    if (line.charCodeAt(0) !== 123) continue;
-    const ops = JSON.parse(line);
-    if (ops._n !== undefined) { if (ops._n <= seen) continue; seen = ops._n; delete ops._n; }
-    live.push(CH, ops);
-  }
+  for (const line of rest.split('\n')) if (line.charCodeAt(0) === 123) take(JSON.parse(line));
 };
+// text boxes (gr.Textbox) whose text the ops draw: set in place, following its end
+for (const [name, id] of Object.entries(BOXES)) {
+  let text = '', area = null, follow = null;
+  live.register(name, (op) => {
+    if (op.set !== undefined) text = op.set; else if (op.app !== undefined) text += op.app; else return;
+    if (!area || !area.isConnected) {
+      area = document.querySelector('#' + id + ' textarea');
+      follow = area && live.follower(area);
+    }
+    if (area) follow(() => { area.value = text; });
+  });
+}
 watch('value', feed);
 feed();
 """
@@ -83,11 +138,16 @@ if ('__NAME__') live.register('__NAME__', (op) => {
 HTML_TEMPLATE = "<div class='live-html'></div>"
 
 
-def channel(elem_id: str, name: str) -> gr.HTML:
+def channel(elem_id: str, name: str, boxes: dict[str, str] | None = None) -> gr.HTML:
     """The hidden component whose streamed value is a run's log (``name``: the channel's name,
-    unique on the page)."""
-    return gr.HTML("", html_template="<div class='live-channel'></div>",
-                   js_on_load=CHANNEL_JS.replace("__CHANNEL__", name), elem_id=elem_id,
+    unique on the page); it reads the run's feed when the log names one.
+
+    Args:
+        boxes: op name -> ``elem_id`` of a ``gr.Textbox`` whose text the channel's ops draw in
+            place (``set``/``app``), scrolled to its end unless the reader scrolled up.
+    """
+    js = CHANNEL_JS.replace("__CHANNEL__", name).replace("__BOXES__", json.dumps(boxes or {}))
+    return gr.HTML("", html_template="<div class='live-channel'></div>", js_on_load=js, elem_id=elem_id,
                    elem_classes=["live-channel-block"], container=False, padding=False)
 
 
