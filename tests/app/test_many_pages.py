@@ -2,9 +2,9 @@
 
 Plain figures are valid Plotly figures; the batching section is read from the engine and drawn
 once per refresh for every page, each page only marking its own requests; the Device panel is
-drawn once per sample; streamed frames send values rather than ``gr.skip()`` (which Gradio 6.31
-processes as a component rebuild); Gradio's own cost of a streamed frame stays around a
-millisecond.
+drawn once per sample; a streamed frame leaves an output the run has not changed alone
+(``gr.skip()``) and sends plain values once it has (a skip is a component rebuild on the server);
+Gradio's own cost of a streamed frame stays around a millisecond.
 """
 
 from __future__ import annotations
