@@ -16,8 +16,9 @@ measures:
 - the browser's CPU seconds (every Chromium process this driver started, ``psutil``), per
   streamed token;
 - the server's CPU seconds (the child process, every thread);
-- the bytes and the number of chunks each page's stream delivered (Chromium's DevTools
-  protocol, ``Network.dataReceived`` on ``queue/data``), and the page's script, style and layout
+- the bytes and the number of chunks each page's streams delivered (Chromium's DevTools
+  protocol, ``Network.dataReceived`` on ``queue/data`` and on the run's feed,
+  ``/playground-live/``), and the page's script, style and layout
   time (``Performance.getMetrics``).
 
 Last, one page is left open and idle after an answer, and the browser's and server's CPU per
@@ -343,8 +344,12 @@ class ComparePageSide(PageSide):
         page.locator("#cmp-prompt textarea").fill(prompt)
 
 
+STREAMS = ("queue/data", "/playground-live/")
+"""What a page's frames come by: Gradio's stream, and a run's feed (:mod:`app.state.live_feeds`)."""
+
+
 def watch_stream(cdp, chunks: list) -> None:
-    """Record ``(wall time, bytes)`` for each chunk of the page's ``queue/data`` stream: the
+    """Record ``(wall time, bytes)`` for each chunk of the page's streams (:data:`STREAMS`): the
     browser's own arrival time (its monotonic ``timestamp``, put on the wall clock with the
     ``wallTime`` a request's start gives beside it), not the moment this script hears of it."""
     urls: dict = {}
@@ -357,7 +362,7 @@ def watch_stream(cdp, chunks: list) -> None:
     cdp.send("Network.enable")
     cdp.on("Network.requestWillBeSent", sent)
     cdp.on("Network.dataReceived", lambda e: chunks.append((e["timestamp"] + offset[0], e["dataLength"]))
-           if "queue/data" in urls.get(e["requestId"], "") else None)
+           if any(s in urls.get(e["requestId"], "") for s in STREAMS) else None)
 
 
 def perf_metrics(cdp) -> dict:
