@@ -137,6 +137,20 @@ def test_device_panel_and_rolling_table_drawn_once_for_all_pages(tmp_path):
     assert shared(pg) is shared(pg)
 
 
+def test_the_timer_resends_the_rolling_table_only_when_it_changed(tmp_path):
+    """Each page's timer got the rolling table's 10 kB of HTML every 2 s, changed or not."""
+    pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    first, seen = handlers.timer_frame(pg, "alice", None)
+    assert {"device", "rolling"} <= set(first)
+    again, seen = handlers.timer_frame(pg, "alice", seen)
+    assert "rolling" not in again and "device" in again
+    list(handlers.generate(pg, "alice", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 8, -1, True))
+    ended, seen = handlers.timer_frame(pg, "alice", seen)  # a request ended: a new table
+    assert ended["rolling"] != first["rolling"]
+    assert "rolling" not in handlers.timer_frame(pg, "alice", seen)[0]
+    assert handlers.timer_frame(pg, "bob", None)[0]["rolling"] == ended["rolling"]  # a new page: whole
+
+
 def _update(value):
     import gradio as gr
 

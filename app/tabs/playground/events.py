@@ -269,9 +269,7 @@ def _wire_timer(demo, page, pg) -> None:
     """The timer (and the page's load): the device panel, the rolling table and, while the
     session isn't streaming, the batching section (the outputs with ``timer`` in the schema)."""
     def on_tick(seen, request: gr.Request):
-        frame = handlers.device_frame(pg)
-        batch, seen = handlers.batch_tick_frame(pg, request.session_hash, seen)
-        frame.update(batch)
+        frame, seen = handlers.timer_frame(pg, request.session_hash, seen)
         return [(as_value(frame[k]) if k in FIGURE_KEYS else frame[k]) if k in frame else gr.skip()
                 for k in TIMER_KEYS] + [seen]
 

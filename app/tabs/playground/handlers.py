@@ -361,6 +361,28 @@ def batch_tick_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tup
     return section.frame(mine), sig
 
 
+def timer_frame(pg, session_id: str, seen: dict | None) -> tuple[dict, dict]:
+    """The page timer's refresh for one page: the Device panel, the rolling table when it
+    changed since this page last got it (a request ended; its 10 kB of HTML were resent every
+    2 s), and the batching section when it changed (:func:`batch_tick_frame`).
+
+    Args:
+        seen: what the page got last, as this function returned it (``None`` at first).
+
+    Returns:
+        ``(frame, seen)``.
+    """
+    seen = dict(seen) if isinstance(seen, dict) else {}
+    frame = device_frame(pg)
+    if seen.get("rolling") == frame["rolling"]:
+        del frame["rolling"]
+    else:
+        seen["rolling"] = frame["rolling"]
+    batch, seen["batch"] = batch_tick_frame(pg, session_id, seen.get("batch"))
+    frame.update(batch)
+    return frame, seen
+
+
 def device_frame(pg) -> dict:
     """The Device panel and the rolling table (refreshed by a timer on every open page; both
     drawn once for all pages, see :mod:`app.state.shared_views`)."""
