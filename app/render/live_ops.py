@@ -45,6 +45,11 @@ def text_op(old: str | None, new: str, append: bool = False) -> dict | None:
     return {"set": new}
 
 
+def js_length(text: str) -> int:
+    """``text.length`` in the browser: UTF-16 code units (a character beyond U+FFFF is two)."""
+    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
+
+
 def _arrays_equal_prefix(old: list, new: list) -> bool:
     return len(new) >= len(old) and new[:len(old)] == old
 
@@ -156,12 +161,18 @@ class LiveEncoder:
     Args:
         append: names of HTML panels whose values grow at their end (the token chips).
         figures: names of panels that hold :class:`PlainFigure` values.
+        counted: names among ``append`` whose appends also carry the length they extend
+            (``"at"``, in :func:`js_length` units), so a text box that missed a frame appends
+            nothing rather than text in the wrong place.
     """
 
-    def __init__(self, append: frozenset[str] = frozenset(), figures: frozenset[str] = frozenset()) -> None:
+    def __init__(self, append: frozenset[str] = frozenset(), figures: frozenset[str] = frozenset(),
+                 counted: frozenset[str] = frozenset()) -> None:
         self.append = append
         self.figures = figures
+        self.counted = counted
         self._last: dict = {}
+        self._length: dict[str, int] = {}  # the counted panels' lengths as the browser counts
 
     def ops(self, frame: dict) -> dict:
         """``{name: op}`` for the panels of ``frame`` (name -> full value) that changed."""
@@ -174,6 +185,12 @@ class LiveEncoder:
                 op = figure_op(old, value)
             else:
                 op = text_op(old, value, name in self.append)
+                if name in self.counted and op is not None:
+                    if "app" in op:  # the length grows by the part appended, not recounted
+                        op["at"] = self._length[name]
+                        self._length[name] += js_length(op["app"])
+                    else:
+                        self._length[name] = js_length(value)
             self._last[name] = value
             if op is not None:
                 out[name] = op

@@ -84,6 +84,18 @@ def test_a_read_feed_carries_every_frame_after_the_first_and_gradio_only_what_it
     assert all(out[AT["chat"]] == gr.skip() for out in outs[:-1])
 
 
+def test_the_completions_appends_say_where_they_go_in_the_browsers_units():
+    """An append to the completion carries the length it extends, counted as the browser counts
+    (UTF-16: an emoji is two), so a box that missed a frame can tell and append nothing."""
+    from app.render.live_ops import LiveEncoder
+
+    enc = LiveEncoder(append=frozenset({"completion"}), counted=frozenset({"completion"}))
+    ops = [enc.ops({"completion": t})["completion"] for t in ("Hi", "Hi 😀", "Hi 😀 ok", "new")]
+    assert ops == [{"set": "Hi"}, {"app": " 😀", "at": 2}, {"app": " ok", "at": 5}, {"set": "new"}]
+    plain = LiveEncoder(append=frozenset({"tokens"}))  # the chips' appends stay as they were
+    assert plain.ops({"tokens": "a"}) and plain.ops({"tokens": "ab"}) == {"tokens": {"app": "b"}}
+
+
 def test_an_unread_feed_leaves_every_frame_to_gradio(tmp_path, monkeypatch):
     outs, _, feed = _run(tmp_path, monkeypatch, read=False)
     assert feed.state == "closed"

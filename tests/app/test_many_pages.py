@@ -214,7 +214,10 @@ def test_generate_is_one_gradio_event_with_the_buttons_switched_in_the_browser(t
 
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     demo = build_demo(pg)
-    gen = next(f for f in demo.fns.values() if f.name == "on_generate")
+    gens = [f for f in demo.fns.values() if f.name == "on_generate" and f.js == wiring.START_JS]
+    assert len(gens) == 1  # the button and Shift+Enter: one event, which starts nothing while it runs
+    gen = gens[0]
+    assert len(gen.targets) == 2 and gen.trigger_mode == "once"
     assert gen.js == wiring.START_JS and "disabled = running" in wiring.START_JS
     after = [f for f in demo.fns.values() if f.trigger_after == gen._id]
     assert len(after) == 1 and after[0].fn is None and after[0].js == wiring.END_JS

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+import time
 
 import pytest
 
@@ -71,3 +72,41 @@ def test_a_512_token_answer_equals_the_apis_and_its_frames_do_not_grow(page_url,
     # the page read its run's feed: the frames came that way (Gradio's stream carried the first
     # frame, the final text once and the downloads, besides the page timer's refreshes)
     assert sum(feed) > 0.8 * sum(sizes), (sum(feed), sum(sizes))
+
+
+def test_clear_and_shift_enter_during_an_answer_leave_its_text_right_and_the_next_one_followed(
+        page_url, browser):
+    """Mid-answer, the reader scrolls the completion box up, presses Shift+Enter in the prompt box
+    (it starts nothing while the run streams: as a second event it started a second run into the
+    same panels) and clicks Clear (the run goes on; its frames come by Gradio again, from the
+    log's latest part): the box ends on the API's text, not on appends put in the wrong place. The
+    next answer is followed to its end again."""
+    from gradio_client import Client
+
+    tokens, prompt = 200, "Once upon a time, in a small village by the sea,"  # words: it overflows the box
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = ctx.new_page()
+    raw_greedy(page, page_url, prompt, max_tokens=tokens)
+    finished = "(document.querySelector('#status') || {textContent: ''}).textContent.includes('Finished')"
+    box = "#completion textarea"
+    page.locator("#generate-btn").click()
+    assert wait_until(lambda: page.locator("#tokens .tok").count() >= 40, 300, every=0.2)
+    page.evaluate(f"document.querySelector('{box}').scrollTop = 0")
+    page.locator("#prompt textarea").press("Shift+Enter")
+    page.locator("#clear-btn").click()
+    assert wait_until(lambda: page.evaluate(finished), 600, every=0.5)
+    shown = page.locator(box).input_value()
+    answer = Client(page_url, verbose=False).predict(
+        prompt=prompt, temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
+        max_tokens=tokens, seed=0, raw=True, api_name="/generate")
+    assert shown == prompt + answer
+    assert f"{tokens} tokens" in page.locator("#status").inner_text()  # one run, not two
+
+    page.locator("#generate-btn").click()  # the box was scrolled up in the last answer
+    assert wait_until(lambda: not page.evaluate(finished), 60, every=0.1)
+    assert wait_until(lambda: page.evaluate(finished), 600, every=0.5)
+    time.sleep(0.5)  # the last frame's scroll, one animation frame later
+    top, height, full = page.evaluate(f"(() => {{ const t = document.querySelector('{box}'); "
+                                      "return [t.scrollTop, t.clientHeight, t.scrollHeight]; })()")
+    ctx.close()
+    assert full > height + 100 and top + height >= full - 30, (top, height, full)  # at its end

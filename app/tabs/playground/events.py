@@ -74,7 +74,7 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
     encode = encode or {}
     log = LiveLog(run_id, templates=(TEMPLATE,))
     by_feed = frozenset(FEED_TEXT) if feed is not None else frozenset()
-    panels = LiveEncoder(append=LIVE_APPEND | by_feed, figures=LIVE_FIGURES)
+    panels = LiveEncoder(append=LIVE_APPEND | by_feed, figures=LIVE_FIGURES, counted=by_feed)
     raw = dict(held or {})
     last = {k: (encode[k](v) if k in encode else v) for k, v in raw.items()}
     n = len(DOWNLOAD_KEYS)
@@ -220,14 +220,14 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
     # the conversation comes from the session's own state, never from the browser: a client
     # could otherwise send a forged Chatbot value (file or component messages naming server files)
     gen_inputs = [page.message, page.history, page.completion, page.settings]
-    for trigger in (page.gen_btn.click, page.message.submit):
-        run = trigger(
-            fn=guard(on_generate), inputs=gen_inputs, outputs=stream_outputs, js=START_JS,
-            show_progress="hidden", concurrency_limit=max_concurrency, concurrency_id="engine",
-            api_visibility="private",
-            postprocess=False,  # live_updates encodes the values (see encoder)
-        )
-        wire_run(run, "generate-btn", "stop-btn")  # END_JS, after the stream ended or failed
+    # one event for the button and Shift+Enter, which starts nothing while a run of it streams
+    # (as two events, Shift+Enter during a run started a second one into the same panels)
+    run = gr.on([page.gen_btn.click, page.message.submit],
+                fn=guard(on_generate), inputs=gen_inputs, outputs=stream_outputs, js=START_JS,
+                show_progress="hidden", concurrency_limit=max_concurrency, concurrency_id="engine",
+                api_visibility="private", trigger_mode="once",
+                postprocess=False)  # live_updates encodes the values (see encoder)
+    wire_run(run, "generate-btn", "stop-btn")  # END_JS, after the stream ended or failed
 
 
 def _on_stop(pg):

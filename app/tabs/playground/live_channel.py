@@ -27,11 +27,12 @@ from app.render.live_js import REGISTRY_JS
 CHANNEL_JS = REGISTRY_JS + r"""
 const CH = '__CHANNEL__', BOXES = __BOXES__;
 let drawn = '', run = null, seen = -1, waiting = {}, gapTimer = 0, reader = null;
+const opened = new Set();   // feeds read already (a replayed first frame names its feed again)
 // frames are applied in the order of their numbers, whichever way they came (the log's value
 // or the run's feed); a frame whose predecessor has not come waits for it up to a second
 const apply = (ops) => {
   seen = ops._n; delete ops._n;
-  if (ops._feed) { read(ops._feed, run); delete ops._feed; }
+  if (ops._feed) { if (!opened.has(ops._feed)) { opened.add(ops._feed); read(ops._feed, run); } delete ops._feed; }
   live.push(CH, ops);
 };
 const drain = () => { while (waiting[seen + 1]) { const f = waiting[seen + 1]; delete waiting[seen + 1]; apply(f); } };
@@ -86,16 +87,22 @@ const feed = () => {
   drawn = v;
   for (const line of rest.split('\n')) if (line.charCodeAt(0) === 123) take(JSON.parse(line));
 };
-// text boxes (gr.Textbox) whose text the ops draw: set in place, following its end
+// text boxes (gr.Textbox) whose text the ops draw: set in place, following its end. An append
+// says the length it extends ("at"): after a missed frame (Clear during a run, a part of the log
+// not seen) the box appends nothing more, and the run's last Gradio value sets the whole text
 for (const [name, id] of Object.entries(BOXES)) {
   let text = '', area = null, follow = null;
   live.register(name, (op) => {
-    if (op.set !== undefined) text = op.set; else if (op.app !== undefined) text += op.app; else return;
+    if (op.set !== undefined) text = op.set;
+    else if (op.app !== undefined && (op.at === undefined || op.at === text.length)) text += op.app;
+    else return;
     if (!area || !area.isConnected) {
       area = document.querySelector('#' + id + ' textarea');
       follow = area && live.follower(area);
     }
-    if (area) follow(() => { area.value = text; });
+    if (!area) return;
+    if (op.set !== undefined) follow.restart();   // a new answer is followed from its start
+    follow(() => { area.value = text; });
   });
 }
 watch('value', feed);
