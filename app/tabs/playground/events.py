@@ -72,11 +72,15 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
         the log cut back to its first line (:attr:`LiveLog.head`).
     """
     encode = encode or {}
+
+    def enc(k, v):  # what the browser receives for output k's value v
+        return encode[k](v) if k in encode else v
+
     log = LiveLog(run_id, templates=(TEMPLATE,))
     by_feed = frozenset(FEED_TEXT) if feed is not None else frozenset()
     panels = LiveEncoder(append=LIVE_APPEND | by_feed, figures=LIVE_FIGURES, counted=by_feed)
     raw = dict(held or {})
-    last = {k: (encode[k](v) if k in encode else v) for k, v in raw.items()}
+    last = {k: enc(k, v) for k, v in raw.items()}
     n = len(DOWNLOAD_KEYS)
     kept = None  # the downloads' plain values once a frame has set them
     sent = set()  # outputs given a new value in this run: plain values from then on
@@ -92,15 +96,16 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
             if k in by_feed and k in frame and not end:
                 deferred[k] = frame[k]  # drawn by the ops; its value waits for the last frame
             elif k in frame and raw.get(k, _NOTHING) is not frame[k]:  # a new value: encoded once
-                raw[k] = frame[k]
-                last[k] = encode[k](frame[k]) if k in encode else frame[k]
+                raw[k], last[k] = frame[k], enc(k, frame[k])
                 sent.add(k)
                 deferred.pop(k, None)
                 fresh = True
-        if feed is not None and i > 0 and not (fresh or end) and log.last_line and feed.put(log.last_line):
-            continue  # read over the feed; nothing of Gradio's changes
+        if feed is not None and i > 0 and log.last_line and feed.put(log.last_line):
+            if not (fresh or end):
+                continue  # read over the feed; nothing of Gradio's changes
+            value = log.head  # this frame's line went by the feed
         if end and frame.get("trace"):
-            kept = [encode[k](p) if k in encode else p for k, p in zip(DOWNLOAD_KEYS, frame["trace"])]
+            kept = [enc(k, p) for k, p in zip(DOWNLOAD_KEYS, frame["trace"])]
             downloads = [gr.update(value=v, interactive=True) for v in kept]
         elif kept is not None:
             downloads = kept
@@ -108,13 +113,11 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
             downloads = [SKIP] * n
         else:  # the run's first frame: the last trace's downloads emptied until the new one exists
             downloads, kept = [gr.update(value=None, interactive=False)] * n, [None] * n
-        if feed is not None and i > 0 and log.last_line and feed.put(log.last_line):
-            value = log.head  # this frame's line went by the feed
         yield [value] + [last[k] if k in sent else SKIP for k in STREAM_KEYS] \
             + downloads + [last.get(k) for k in END_KEYS]
     for k, v in deferred.items():  # a run that ended without its last frame: its latest text
         if raw.get(k, _NOTHING) is not v:
-            raw[k], last[k] = v, (encode[k](v) if k in encode else v)
+            raw[k], last[k] = v, enc(k, v)
     # Gradio's closing message carries each output's last value whole: the log cut back to its
     # first line keeps it small (the browser keeps what it drew from a value that starts it)
     downloads = kept if kept is not None else [SKIP] * n
