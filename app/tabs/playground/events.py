@@ -100,7 +100,8 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
                 sent.add(k)
                 deferred.pop(k, None)
                 fresh = True
-        if feed is not None and i > 0 and log.last_line and feed.put(log.last_line):
+        # read over the feed: this frame's line goes there (a frame with no line has nothing for it)
+        if feed is not None and i > 0 and (feed.put(log.last_line) if log.last_line else feed.read):
             if not (fresh or end):
                 continue  # read over the feed; nothing of Gradio's changes
             value = log.head  # this frame's line went by the feed
