@@ -137,18 +137,54 @@ def test_device_panel_and_rolling_table_drawn_once_for_all_pages(tmp_path):
     assert shared(pg) is shared(pg)
 
 
-def test_the_timer_resends_the_rolling_table_only_when_it_changed(tmp_path):
-    """Each page's timer got the rolling table's 10 kB of HTML every 2 s, changed or not."""
+def test_the_timer_resends_the_rolling_table_only_when_it_changed(tmp_path, monkeypatch):
+    """Each page's timer got the rolling table's 10 kB of HTML every 2 s, changed or not; the
+    device panel too comes again only when a new sample changed it."""
+    from app.state.shared_views import shared
+
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    now = [0.0]
+    shared(pg).clock = lambda: now[0]
     first, seen = handlers.timer_frame(pg, "alice", None)
     assert {"device", "rolling"} <= set(first)
     again, seen = handlers.timer_frame(pg, "alice", seen)
-    assert "rolling" not in again and "device" in again
+    assert "rolling" not in again and "device" not in again
+    now[0] += 5.0  # the device figure is redrawn: from a new sample
+    monkeypatch.setattr(pg.device, "samples", lambda: [{"t": -1.0, "cpu_util": 42.0, "rss_bytes": 10**8}])
+    assert "device" in handlers.timer_frame(pg, "alice", seen)[0]
     list(handlers.generate(pg, "alice", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 8, -1, True))
     ended, seen = handlers.timer_frame(pg, "alice", seen)  # a request ended: a new table
     assert ended["rolling"] != first["rolling"]
     assert "rolling" not in handlers.timer_frame(pg, "alice", seen)[0]
     assert handlers.timer_frame(pg, "bob", None)[0]["rolling"] == ended["rolling"]  # a new page: whole
+
+
+def test_the_timer_draws_its_panels_through_its_own_channel(tmp_path):
+    """A tick's value is the timer channel's log of one frame: ops for the timer's panels that
+    changed (the same op handlers a run's frames use, so a run's ops never leave a panel that a
+    tick can't redraw), the Plotly template with the page's first refresh only; a tick with
+    nothing new leaves the channel alone."""
+    from types import SimpleNamespace
+
+    from app.page import build_demo
+
+    pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
+    demo = build_demo(pg)
+    tick = next(f for f in demo.fns.values()
+                if f.name == "on_tick" and getattr(f.outputs[0], "elem_id", None) == "timer-channel")
+    assert len(tick.outputs) == 2  # the channel and the page's state, not one output per panel
+    alice = SimpleNamespace(session_hash="alice")
+
+    def ops(value):
+        lines = [json.loads(x) for x in value.split("\n") if x.startswith("{")]
+        return {k for line in lines for k in line if k != "_n"}
+
+    value, seen = tick.fn(None, alice)
+    assert ops(value) == {"_tpl", *schema.TIMER_KEYS}
+    assert tick.fn(seen, alice) == (wiring.SKIP, seen)
+    list(handlers.generate(pg, "alice", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 8, -1, True))
+    value, seen = tick.fn(seen, alice)  # a request ended: a new rolling table, no template again
+    assert "rolling" in ops(value) and "_tpl" not in ops(value)
 
 
 def _update(value):
@@ -325,9 +361,9 @@ def test_a_refused_request_keeps_the_last_trace(tmp_path):
 
 
 def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
-    """Gradio's own work on one streamed frame: seven outputs (the live channel, the chat, the
-    completion, the prompt box, the two trace downloads and the conversation), whatever the
-    number of live panels."""
+    """Gradio's own work on one streamed frame: eight outputs (the live channel, the chat, the
+    completion, the prompt box, the two trace downloads, the conversation and the page timer,
+    paused by the first update and resumed by the last), whatever the number of live panels."""
     from gradio.state_holder import SessionState
 
     from app.page import build_demo
@@ -336,7 +372,8 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
     demo = build_demo(pg)
     fn = next(f for f in demo.fns.values() if f.name == "on_generate")
     names = schema.STREAM_KEYS + schema.DOWNLOAD_KEYS + schema.END_KEYS
-    assert fn.postprocess is False and len(fn.outputs) == 1 + len(names) == 7
+    assert fn.postprocess is False and len(fn.outputs) == 1 + len(names) + 1 == 8
+    assert fn.outputs[-1].__class__.__name__ == "Timer"
     encode = {name: wiring.encoder(c) for name, c in zip(names, fn.outputs[1:])}
     state = SessionState(demo)
     st = RunState()
@@ -344,10 +381,14 @@ def test_gradio_cost_of_a_streamed_frame_is_small(tmp_path):
         st.add(ev)
     text = handlers._text_frame(st, "raw", [], "Count:")
     frames = [{**handlers.empty_panels(pg), **text, "busy": True}, text]
-    outs = list(wiring.live_updates(frames, "r", {"chat": [], "completion": "", "message": ""}, encode=encode))
+    outs = list(wiring.live_updates(frames, "r", {"chat": [], "completion": "", "message": ""}, encode=encode,
+                                    timer=True))
+    timer = []
     for out in outs:
         sent = asyncio.run(demo.postprocess_data(fn, list(out), state))
         assert len(sent) == len(fn.outputs)
+        timer.append(sent[-1].get("active") if isinstance(sent[-1], dict) else sent[-1])
+    assert timer[0] is False and timer[-1] is True, timer
 
 
 def test_plotly_js_url_names_no_installed_package_path():

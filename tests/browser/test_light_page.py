@@ -39,6 +39,7 @@ def test_a_512_token_answer_equals_the_apis_and_its_frames_do_not_grow(page_url,
            if "queue/data" in urls.get(e["requestId"], "") else feed.append(e["dataLength"])
            if "/playground-live/" in urls.get(e["requestId"], "") else None)
     raw_greedy(page, page_url, PROMPT, max_tokens=TOKENS)
+    clicked = page.evaluate("performance.now()")
     page.locator("#generate-btn").click()
     # the same request through the API meanwhile: the two share the engine's steps (greedy
     # tokens do not depend on the batch), so the test waits for one answer's time, not two
@@ -49,15 +50,29 @@ def test_a_512_token_answer_equals_the_apis_and_its_frames_do_not_grow(page_url,
         max_tokens=TOKENS, seed=0, raw=True, api_name="/generate")))
     api_thread.start()
     finished = "(document.querySelector('#status') || {textContent: ''}).textContent.includes('Finished')"
-    assert wait_until(lambda: page.evaluate(finished), 600, every=0.5)
+    mine = []  # the block pool's squares of this page's request, seen while it streams
+
+    def done():
+        mine.append(page.evaluate("document.querySelectorAll('#block-pool .bp-mine').length"))
+        return page.evaluate(finished)
+
+    assert wait_until(done, 600, every=0.5)
+    ended = page.evaluate("performance.now()")
+    ticks = page.evaluate("([a, b]) => performance.getEntriesByType('resource').filter((e) => "
+                          "e.name.includes('queue/join') && e.startTime > a && e.startTime < b).length",
+                          [clicked + 1000, ended])
     shown = page.locator("#completion textarea").input_value()
     chips = page.locator("#tokens .tok").count()
     points = page.evaluate(PLOT_POINTS, "#latency-plot")
     # each frame the live channel delivered, as the JSON line Gradio's diff appended to its log
     sizes = page.evaluate("window.playgroundLive.frames.playground.map(f => JSON.stringify(f).length)")
-    ctx.close()
-
     api_thread.join(600)
+    # the page timer paused while the answer streamed (its frames drew the batching section: the
+    # request's blocks grew in the pool) and drew the section again once the answer had ended
+    tables = "document.querySelector('#block-tables').textContent"
+    assert wait_until(lambda: "No request is running" in page.evaluate(tables), 30, every=0.5)
+    ctx.close()
+    assert ticks == 0 and max(mine) > min(x for x in mine if x) > 0, (ticks, mine)
     assert shown == PROMPT + api_answer["text"]  # the same greedy answer, every character
     assert chips == TOKENS and sum(points) == TOKENS  # one chip and one latency point per token
 

@@ -15,6 +15,8 @@ import gradio as gr
 
 from app.tabs.context import TabContext
 from app.tabs.playground import events, handlers, layout
+from app.tabs.playground.frames import TIMER_EVERY_S
+from app.tabs.playground.live_channel import channel
 
 
 def build(ctx: TabContext) -> SimpleNamespace:
@@ -28,7 +30,8 @@ def build(ctx: TabContext) -> SimpleNamespace:
     empty = handlers.empty_panels(pg)
     conversation = layout.first_screen(pg, empty)
     panels = layout.panels(pg, empty, {**conversation, **ctx.sidebar})
-    page = SimpleNamespace(**ctx.sidebar, **conversation, **panels, timer=gr.Timer(2.0),
+    page = SimpleNamespace(**ctx.sidebar, **conversation, **panels, timer=gr.Timer(TIMER_EVERY_S),
+                           timer_live=channel("timer-channel", "timer"),
                            batch_seen=gr.State(None), history=gr.State([]))
     events.wire(ctx.demo, page, pg, ctx.max_concurrency)
     return page

@@ -24,7 +24,6 @@ from app.tabs.playground.frames import (CLEAR_KEYS, DOWNLOAD_KEYS, END_KEYS, FIG
                                         components)
 from app.server.errors import guard
 from app.tabs.run_buttons import end_js, start_js, wire_run
-from app.tabs.playground.plot_panel import as_value
 from app.state.shared_views import shared
 
 PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
@@ -36,7 +35,8 @@ END_JS = end_js("generate-btn", "stop-btn")
 """The browser-only step after Generate's stream: Generate on, Stop off."""
 
 
-def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | None = None, feed=None):
+def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | None = None, feed=None,
+                 timer: bool = False):
     """Handler frames as the values of Generate's one stream: the live channel's log, one value
     per ``STREAM_KEYS`` name (the chat, the completion, the prompt box), the trace downloads
     (``DOWNLOAD_KEYS``) and the ``END_KEYS`` outputs (the conversation).
@@ -66,10 +66,12 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
         encode: output name -> function turning a value into what the browser receives (the
             component's own postprocessing, done here once per new value; see :func:`encoder`).
         feed: the run's live feed, or ``None`` (every frame by Gradio).
+        timer: add the page timer's value: :data:`TIMER_OFF` in the first update,
+            :data:`TIMER_ON` in the closing one, skipped between.
 
     Yields:
-        ``[log, *stream values, *downloads, *end values]``. After the last frame, once more with
-        the log cut back to its first line (:attr:`LiveLog.head`).
+        ``[log, *stream values, *downloads, *end values]`` (and ``timer``'s value). After the
+        last frame, once more with the log cut back to its first line (:attr:`LiveLog.head`).
     """
     encode = encode or {}
 
@@ -115,7 +117,7 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
         else:  # the run's first frame: the last trace's downloads emptied until the new one exists
             downloads, kept = [gr.update(value=None, interactive=False)] * n, [None] * n
         yield [value] + [last[k] if k in sent else SKIP for k in STREAM_KEYS] \
-            + downloads + [last.get(k) for k in END_KEYS]
+            + downloads + [last.get(k) for k in END_KEYS] + ([TIMER_OFF if i == 0 else SKIP] if timer else [])
     for k, v in deferred.items():  # a run that ended without its last frame: its latest text
         if raw.get(k, _NOTHING) is not v:
             raw[k], last[k] = v, enc(k, v)
@@ -123,7 +125,12 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
     # first line keeps it small (the browser keeps what it drew from a value that starts it)
     downloads = kept if kept is not None else [SKIP] * n
     yield [log.head] + [last[k] if k in last else SKIP for k in STREAM_KEYS] + downloads \
-        + [last.get(k) for k in END_KEYS]
+        + [last.get(k) for k in END_KEYS] + ([TIMER_ON] if timer else [])
+
+
+TIMER_OFF, TIMER_ON = gr.update(active=False), gr.update(active=True)
+"""The page timer's value in a run's first update (paused: the run's frames carry its outputs,
+see :func:`app.tabs.playground.handlers.generate`) and in its last (running again)."""
 
 
 def clear_log(pg) -> str:
@@ -185,12 +192,12 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
     conversation set by its last frame (:func:`live_updates`), and the browser switches the
     buttons back (:data:`END_JS`, no server step)."""
     outputs = STREAM_KEYS + DOWNLOAD_KEYS + END_KEYS
-    stream_outputs = [page.live] + components(page, outputs)
+    stream_outputs = [page.live] + components(page, outputs) + [page.timer]
     encode = {name: encoder(c) for name, c in zip(outputs, components(page, outputs))}
 
     defaults = json.loads(page.settings.value)  # the sidebar's start values (settings.initial)
 
-    def on_generate(message, history, completion, chosen, request: gr.Request):
+    def on_generate(message, history, completion, timer_seen, chosen, request: gr.Request):
         try:
             s = settings.parse(chosen, defaults)
         except ValueError as exc:
@@ -200,7 +207,8 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
             frames = handlers.generate(pg, request.session_hash, mode, message, history, s["system_prompt"],
                                        s["temperature"], s["top_p"], s["top_k"], s["min_p"], s["rep_penalty"],
                                        s["max_tokens"], s["seed"], s["use_kv"], notify=gr.Warning,
-                                       structure_kind=s["structure_kind"], structure_text=s["structure_text"])
+                                       structure_kind=s["structure_kind"], structure_text=s["structure_text"],
+                                       timer_seen=timer_seen)
         # what the outputs hold already (an output the run leaves unchanged is not sent): the
         # hidden chatbot of raw mode, the completion box in chat mode, the prompt box in raw
         # mode, the conversation until the run's last frame
@@ -212,7 +220,11 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
         feeds = getattr(pg, "live_feeds", None)
         feed = feeds.open() if feeds is not None and mode == "raw" else None
         try:
-            yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode, feed)
+            yield from live_updates(frames, f"{request.session_hash}-{next(_RUNS)}", held, encode, feed,
+                                    timer=True)
+        except Exception:  # the timer goes on before the error goes to Gradio
+            yield [SKIP] * (len(stream_outputs) - 1) + [TIMER_ON]
+            raise
         finally:
             if feed is not None:
                 feeds.close(feed)
@@ -223,7 +235,7 @@ def _wire_generate(page, pg, max_concurrency: int) -> None:
           api_visibility="private", queue=False, show_progress="hidden")
     # the conversation comes from the session's own state, never from the browser: a client
     # could otherwise send a forged Chatbot value (file or component messages naming server files)
-    gen_inputs = [page.message, page.history, page.completion, page.settings]
+    gen_inputs = [page.message, page.history, page.completion, page.batch_seen, page.settings]
     # one event for the button and Shift+Enter, which starts nothing while a run of it streams
     # (as two events, Shift+Enter during a run started a second one into the same panels)
     run = gr.on([page.gen_btn.click, page.message.submit],
@@ -264,20 +276,42 @@ def _wire_clear_and_mode(page, pg) -> None:
 
     def on_reset_rolling():
         pg.reset_rolling()
-        return shared(pg).rolling_html()
+        return tick_log({"rolling": shared(pg).rolling_html()})
 
-    page.rolling_reset.click(guard(on_reset_rolling), None, page.rolling, **PRIVATE)
+    page.rolling_reset.click(guard(on_reset_rolling), None, page.timer_live, **PRIVATE)
+
+
+TIMER_FIGURES = frozenset(k for k in TIMER_KEYS if k in FIGURE_KEYS)
+_TICKS = itertools.count(1)
+
+
+def tick_log(frame: dict, templates: bool = False) -> str:
+    """The timer channel's value for one refresh: a log of one frame drawing the ``TIMER_KEYS``
+    panels of ``frame`` (HTML set, figures whole) through the same op handlers a run's frames
+    use (``templates``: with the Plotly template, which a page's first refresh must carry)."""
+    log = LiveLog(f"tick-{next(_TICKS)}", templates=(TEMPLATE,) if templates else ())
+    return log.add(LiveEncoder(figures=TIMER_FIGURES).ops(frame))
 
 
 def _wire_timer(demo, page, pg) -> None:
-    """The timer (and the page's load): the device panel, the rolling table and, while the
-    session isn't streaming, the batching section (the outputs with ``timer`` in the schema)."""
+    """The timer (and the page's load): the device panel, the rolling table and the batching
+    section (the outputs with ``timer`` in the schema), those that changed since the page's last
+    refresh, drawn through the timer's own channel (``page.timer_live``).
+
+    The panels take ops from the page's runs too (while its answer streams the timer pauses and
+    the run's frames carry them), so the timer draws them the same way: a panel's own Gradio
+    value, which a run's ops leave behind, would not redraw it when a refresh brought that
+    value back (Gradio sees no change), and the tick's Gradio message holds two outputs, not
+    seven."""
     def on_tick(seen, request: gr.Request):
         frame, seen = handlers.timer_frame(pg, request.session_hash, seen)
-        return [(as_value(frame[k]) if k in FIGURE_KEYS else frame[k]) if k in frame else gr.skip()
-                for k in TIMER_KEYS] + [seen]
+        if not frame:
+            return SKIP, seen
+        first = not seen.get("templates")
+        seen["templates"] = True
+        return tick_log(frame, templates=first), seen
 
-    tick_outputs = components(page, TIMER_KEYS) + [page.batch_seen]
+    tick_outputs = [page.timer_live, page.batch_seen]
     page.timer.tick(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
     demo.load(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
 

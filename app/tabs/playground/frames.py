@@ -9,9 +9,12 @@ list (the stream's outputs, the timer's, Clear's, the batching section's) is der
 :data:`OUTPUTS`: adding a panel is one entry here (and its component in the layout).
 
 While an answer streams, the panels marked ``live`` are drawn from the live channel's ops
-(:mod:`app.tabs.playground.live_channel`: each frame carries what changed), the chat and the
-completion are Gradio values of their own, and the batching section, the device panel and the
-rolling table are the page timer's (drawn once for every page).
+(:mod:`app.tabs.playground.live_channel`: each frame carries what changed) and the chat and the
+completion are Gradio values of their own. The batching section, the device panel and the
+rolling table are the page timer's (drawn once for every page); while the page's own answer
+streams, its timer pauses and the answer's frames carry them, as ops, at the timer's interval: a
+timer tick is a Gradio event of its own, which cost a streaming page more of its browser's time
+than the tick's panels (and its pool HTML went whole where the ops patch what changed).
 
 Refresh cadences while an answer streams (``Playground.follow`` polls every 0.1 s: at most 10
 frames a second, every token when decode runs at 10 tokens/s or less): the text parts ride
@@ -31,13 +34,13 @@ TEXT_EVERY_S = 0.1     # text, token chips, stat cards and the KV formula line
 FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
 FIGURES_LAST_PART = 0.5  # figures due this part of an interval before the answer's expected end wait for it
 MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)
-BATCH_EVERY_S = 1.0    # the batching section (block pool, block tables, recent steps)
+TIMER_EVERY_S = 2.0    # the page timer (device, rolling table, batching section), and a run's frames of them
 
 # cadences
 TEXT, FIGURES, MEMORY, BATCH = "text", "figures", "memory", "batch"
 ONCE = "once"    # set by the first frame only (the prompt box, emptied in chat mode)
 END = "end"      # set by the last frame (the conversation)
-TIMER = "timer"  # only by the page's timer (the device panel, the rolling table)
+TIMER = "timer"  # by the page's timer (the device panel, the rolling table), or a run of its page
 
 EMPTY = "empty"  # Clear: the value of ``handlers.empty_panels``
 
@@ -53,8 +56,9 @@ class Output:
         figure: a Plotly figure (sent as JSON through ``app.tabs.playground.plot_panel``).
         live: drawn from the live channel's ops while an answer streams
             (:mod:`app.tabs.playground.live_channel`), not by its own Gradio value.
-        stream: part of Generate's frames.
-        timer: refreshed by the page's timer while the session is not streaming.
+        stream: part of Generate's frames at its own cadence (a ``timer`` output is part of
+            them at :data:`TIMER_EVERY_S`, while the page's timer pauses).
+        timer: refreshed by the page's timer while the page's own answer is not streaming.
         clear: what Clear puts there: :data:`EMPTY`, a literal (``[]``, ``""``), or ``None``
             (Clear leaves it).
     """
@@ -81,12 +85,12 @@ OUTPUTS: tuple[Output, ...] = (
     Output("kv", "kv_plot", FIGURES, figure=True, live=True, clear=EMPTY),
     Output("kv_formula", "kv_formula", TEXT, live=True, clear=EMPTY),
     Output("memory", "memory", MEMORY, figure=True, live=True, clear=EMPTY),
-    Output("batch_stats", "batch_stats", BATCH, stream=False, timer=True),
-    Output("pool", "pool", BATCH, stream=False, timer=True),
-    Output("tables", "tables", BATCH, stream=False, timer=True),
-    Output("strip", "strip", BATCH, figure=True, stream=False, timer=True),
-    Output("rolling", "rolling", TIMER, stream=False, timer=True),
-    Output("device", "device", TIMER, figure=True, stream=False, timer=True),
+    Output("batch_stats", "batch_stats", BATCH, live=True, timer=True),
+    Output("pool", "pool", BATCH, live=True, timer=True),
+    Output("tables", "tables", BATCH, live=True, timer=True),
+    Output("strip", "strip", BATCH, figure=True, live=True, timer=True),
+    Output("rolling", "rolling", TIMER, live=True, timer=True),
+    Output("device", "device", TIMER, figure=True, live=True, timer=True),
 )
 BY_NAME = {o.name: o for o in OUTPUTS}
 

@@ -24,7 +24,7 @@ from app.state.shared_views import shared
 from app.render.chat_text import literal_html, shown_messages
 from app.render.tokens import TokenChips, tokens_html
 from app.tabs.playground.frames import (FIGURES_EVERY_S, FIGURES_LAST_PART, MEMORY_EVERY_S, PLOT_KEYS,
-                                        TEXT_EVERY_S)
+                                        TEXT_EVERY_S, TIMER_EVERY_S)
 
 BATCH_MAX_AGE_S = 0.5  # the batching section, drawn once for all pages, at most this long ago
 PLOTS_RESET_S = 0.5    # the last answer's plots stay until the first token, or this long in the queue
@@ -176,7 +176,7 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
              temperature: float, top_p: float, top_k: int, min_p: float, repetition_penalty: float,
              max_tokens: int, seed: int | None, use_kv_cache: bool,
              notify: Callable[[str], None] | None = None, structure_kind: str = "none",
-             structure_text: str = "") -> Iterator[dict]:
+             structure_text: str = "", timer_seen: dict | None = None) -> Iterator[dict]:
     """Run one request for the page and yield frames while it streams.
 
     Args:
@@ -190,6 +190,10 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         notify: called with a message for every refused or failed request (a toast in the page).
         structure_kind, structure_text: the sidebar's structured output
             (:func:`app.render.structured.structure_from`); a bad one is refused by name.
+        timer_seen: what the page's timer sent this page last (:func:`timer_frame`'s ``seen``):
+            while the answer streams, its frames carry the timer's outputs every
+            :data:`~app.tabs.playground.frames.TIMER_EVERY_S` instead (the page pauses its
+            timer), those that changed since.
 
     Yields:
         Frames (dicts keyed by the frame schema's names). The last frame has ``busy=False`` and,
@@ -223,7 +227,8 @@ def generate(pg, session_id: str, mode: str, message: str, history: list | None,
         yield from refused(log_internal("Generate", exc), notify)
         return
     try:
-        yield from _stream(pg, session_id, handle, state, mode, history, message, params, notify)
+        yield from _stream(pg, session_id, handle, state, mode, history, message, params, notify,
+                           timer_seen)
     except Exception as exc:  # noqa: BLE001 - end the stream with a status, buttons restored
         yield from refused(log_internal("Generate", exc), notify)
     finally:
@@ -239,13 +244,14 @@ def refused(message: str, notify: Callable[[str], None] | None = None) -> Iterat
 
 
 def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
-            params: SamplingParams, notify) -> Iterator[dict]:
+            params: SamplingParams, notify, timer_seen: dict | None = None) -> Iterator[dict]:
     """:func:`generate`'s frames once the request is in the engine, until its final frame; the
     page counts in the server's frame budget (:mod:`app.state.frame_budget`) while it streams."""
     budget = shared(pg).frames
     token = budget.open()
     try:
-        for frame in _frames(pg, session_id, handle, state, mode, history, message, params, notify, budget):
+        for frame in _frames(pg, session_id, handle, state, mode, history, message, params, notify, budget,
+                             timer_seen):
             budget.frame(token)
             yield frame
     finally:
@@ -253,9 +259,11 @@ def _stream(pg, session_id: str, handle, state: RunState, mode: str, history: li
 
 
 def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: list[dict], message: str,
-            params: SamplingParams, notify, budget) -> Iterator[dict]:
+            params: SamplingParams, notify, budget, timer_seen: dict | None = None) -> Iterator[dict]:
     """The frames of :func:`_stream`; every redraw interval stretched by ``budget.stretch()``
-    when more pages stream than get the full cadence."""
+    when more pages stream than get the full cadence. The timer's outputs (:func:`timer_frame`,
+    continuing ``timer_seen``) join a text frame every ``TIMER_EVERY_S``, the first one
+    ``TIMER_EVERY_S`` after the start."""
     state.request_id = handle.request_id
     state.submitted_prompt_tokens = handle.num_prompt_tokens
     chat_base = history + [{"role": "user", "content": message}]
@@ -276,9 +284,12 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     text_due, figs_due = Throttle(TEXT_EVERY_S), Throttle(FIGURES_EVERY_S)
     figs_due.due()  # starts the interval: the figures are first due FIGURES_EVERY_S from now
     memory_due = Throttle(MEMORY_EVERY_S)
+    timer_due = Throttle(TIMER_EVERY_S)
+    timer_due.due()
     drawn = 0  # steps the figures showed when last drawn
     stopping_shown = False
-    paced = ((text_due, TEXT_EVERY_S), (figs_due, FIGURES_EVERY_S), (memory_due, MEMORY_EVERY_S))
+    paced = ((text_due, TEXT_EVERY_S), (figs_due, FIGURES_EVERY_S), (memory_due, MEMORY_EVERY_S),
+             (timer_due, TIMER_EVERY_S))
     for batch in pg.follow(handle):
         stretch = budget.stretch()
         for throttle, every_s in paced:
@@ -300,6 +311,9 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
                 frame.update({k: panels[k] for k in PLOT_KEYS})
             if drawn or "latency" in frame:
                 reset_at = None
+            if timer_due.due():  # the page's timer pauses while its answer streams
+                tick, timer_seen = timer_frame(pg, session_id, timer_seen)
+                frame.update(tick)
         if handle.abort_requested and ("status" in frame or not stopping_shown):
             frame["status"] = cards.status_html(STOPPING, "warn")
             stopping_shown = True
@@ -362,9 +376,10 @@ def batch_tick_frame(pg, session_id: str, seen: tuple | None) -> tuple[dict, tup
 
 
 def timer_frame(pg, session_id: str, seen: dict | None) -> tuple[dict, dict]:
-    """The page timer's refresh for one page: the Device panel, the rolling table when it
-    changed since this page last got it (a request ended; its 10 kB of HTML were resent every
-    2 s), and the batching section when it changed (:func:`batch_tick_frame`).
+    """The page timer's refresh for one page: the Device panel and the rolling table when they
+    changed since this page last got them (a new device sample; a request ended: the table's
+    10 kB of HTML were resent every 2 s), and the batching section when it changed
+    (:func:`batch_tick_frame`).
 
     Args:
         seen: what the page got last, as this function returned it (``None`` at first).
@@ -374,6 +389,11 @@ def timer_frame(pg, session_id: str, seen: dict | None) -> tuple[dict, dict]:
     """
     seen = dict(seen) if isinstance(seen, dict) else {}
     frame = device_frame(pg)
+    device = frame["device"].to_json()  # the figure is redrawn at most once per device sample
+    if seen.get("device") == device:
+        del frame["device"]
+    else:
+        seen["device"] = device
     if seen.get("rolling") == frame["rolling"]:
         del frame["rolling"]
     else:

@@ -104,11 +104,12 @@ def panels(pg, empty: dict, inputs: dict) -> dict:
     p.update(_batching(pg, head))
     with gr.Row():
         p["memory"] = plot_panel(empty["memory"], "memory-plot", head, live_name="memory")
-        p["device"] = plot_panel(figures.device_figure([], False, pg.device.reason), "device-plot", head)
+        p["device"] = plot_panel(figures.device_figure([], False, pg.device.reason), "device-plot", head,
+                                 live_name="device")
     with gr.Row():
         with gr.Column(scale=3):
             gr.Markdown("### Recent requests (every user of this server)")
-            p["rolling"] = gr.HTML(cards.rolling_table_html(pg.rolling_summary()), elem_id="rolling")
+            p["rolling"] = html_panel(cards.rolling_table_html(pg.rolling_summary()), "rolling", "rolling")
             p["rolling_reset"] = gr.Button("Reset the table (for every user)", size="sm",
                                            elem_id="rolling-reset")
         with gr.Column(scale=2):
@@ -129,14 +130,14 @@ def _batching(pg, head: str) -> dict:
     show = bool(stats.batching)
     gr.Markdown(BATCH_INTRO, elem_id="batching-intro")
     gr.Markdown(PREFIX_SHARED if pg.prefix_cache_shared else PREFIX_PER_SESSION, elem_id="prefix-cache-note")
-    b = {"batch_stats": gr.HTML(first["batch_stats"], elem_id="batch-stats")}
+    # drawn by the page's timer, and by the ops of the page's own answer while it streams
+    b = {"batch_stats": html_panel(first["batch_stats"], "batch-stats", "batch_stats")}
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
-            b["pool"] = gr.HTML(first["pool"], visible=show, elem_id="block-pool",
-                                js_on_load=batch_view.POOL_HOVER_JS)
-            b["tables"] = gr.HTML(first["tables"], visible=show, elem_id="block-tables")
+            b["pool"] = html_panel(first["pool"], "block-pool", "pool", js=batch_view.POOL_HOVER_JS, visible=show)
+            b["tables"] = html_panel(first["tables"], "block-tables", "tables", visible=show)
         with gr.Column(scale=4):
-            b["strip"] = plot_panel(first["strip"], "step-strip", head, visible=show)
+            b["strip"] = plot_panel(first["strip"], "step-strip", head, visible=show, live_name="strip")
     return b
 
 

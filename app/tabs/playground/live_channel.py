@@ -158,8 +158,9 @@ def channel(elem_id: str, name: str, boxes: dict[str, str] | None = None) -> gr.
                    elem_classes=["live-channel-block"], container=False, padding=False)
 
 
-def html_panel(value: str, elem_id: str, name: str, **kwargs) -> gr.HTML:
+def html_panel(value: str, elem_id: str, name: str, js: str = "", **kwargs) -> gr.HTML:
     """An HTML panel drawn from its value and from the channel's ops for ``name`` (``set`` or
-    ``app``), patched in place where it changed (a stat card's number, not the whole grid)."""
-    return gr.HTML(value, html_template=HTML_TEMPLATE, js_on_load=HTML_PANEL_JS.replace("__NAME__", name),
-                   elem_id=elem_id, **kwargs)
+    ``app``), patched in place where it changed (a stat card's number, not the whole grid);
+    ``js``: more of the component's script, run after the panel's (``element`` is the block)."""
+    return gr.HTML(value, html_template=HTML_TEMPLATE,
+                   js_on_load=HTML_PANEL_JS.replace("__NAME__", name) + js, elem_id=elem_id, **kwargs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 from app.render import batch as batch_view
@@ -179,15 +180,54 @@ def test_session_request_ids_belong_to_their_session(tmp_path):
     assert not pg.session_busy("alice")
 
 
-def test_the_timer_draws_the_batching_section_while_the_session_streams(tmp_path):
+def test_the_timer_draws_the_batching_section_after_a_short_answer(tmp_path):
     pg = Playground(BatchingFake(), trace_dir=tmp_path, monitor=False)
     frames = list(handlers.generate(pg, "alice", "chat", "Hi", [], "", 0.7, 0.95, 50, 0.0, 1.1, 32, -1, True))
-    assert not set(schema.BATCH_KEYS) & {k for f in frames for k in f}  # the stream leaves it to the timer
+    # an answer shorter than the timer's interval leaves the section to the timer
+    assert not set(schema.BATCH_KEYS) & {k for f in frames for k in f}
     frame, seen = handlers.batch_tick_frame(pg, "alice", None)
     assert set(frame) == set(schema.BATCH_KEYS)
     assert frame["pool"].count("bp-cell bp-mine' title") == 1  # req-0 is alice's
     names = {t.name: list(t.x) for t in frame["strip"].data}
     assert names["your request: decode"] == [1] and names["other requests: decode"] == [1]
+
+
+def test_a_streaming_answer_carries_the_timers_panels_that_changed(tmp_path, monkeypatch):
+    """While a page's own answer streams, its timer pauses and the answer's frames carry the
+    timer's outputs every ``TIMER_EVERY_S`` (here: every text frame): the device panel, the
+    rolling table and the batching section when they changed since what the page got
+    last (the section's numbers change with the streaming pages), as ops in the live channel's
+    log: the pool's HTML once, then nothing while it is the same."""
+    from app.tabs.playground import events
+
+    for name in ("TIMER_EVERY_S", "TEXT_EVERY_S", "BATCH_MAX_AGE_S"):
+        monkeypatch.setattr(handlers, name, 0.0)
+    pg = Playground(BatchingFake(), trace_dir=tmp_path, monitor=False)
+    pg.engine.script = "slow"  # one token per poll: a text frame each
+    tick, seen = handlers.timer_frame(pg, "alice", None)  # what the page's timer sent before the run
+    assert set(tick) == set(schema.TIMER_KEYS)
+    assert handlers.timer_frame(pg, "alice", seen)[0] == {}  # nothing new
+    frames = list(handlers.generate(pg, "alice", "raw", "Count:", [], "", 1.0, 1.0, 0, 0.0, 1.0, 32, -1, True,
+                                    timer_seen=seen))
+    assert not set(schema.TIMER_KEYS) & (set(frames[0]) | set(frames[-1]))
+    carried = [f for f in frames[1:-1] if set(schema.TIMER_KEYS) & set(f)]
+    assert len(carried) >= 3, [sorted(f) for f in frames]
+    # the request was submitted (a new rolling row in this fake) and is alice's in the pool
+    assert set(schema.TIMER_KEYS) - {"device"} <= set(carried[0])
+    assert "bp-cell bp-mine' title" in carried[0]["pool"]
+    assert all("rolling" not in f for f in carried[1:])  # unchanged since
+    assert not any("device" in f for f in frames)  # no new device sample (no monitor here)
+    updates = list(events.live_updates(iter(frames), "r", timer=True))
+    assert [u[-1] for u in updates] == [events.TIMER_OFF] + [events.SKIP] * (len(updates) - 2) + [events.TIMER_ON]
+    lines = {}  # the log's frames by number (a new part of the log repeats a few)
+    for u in updates:
+        for x in u[0].split("\n"):
+            if x.startswith("{"):
+                op = json.loads(x)
+                if "_n" in op:  # not the template line
+                    lines[op.pop("_n")] = op
+    pools = [op["pool"] for op in lines.values() if "pool" in op]
+    assert len(pools) == 1 and pools[0] == {"set": carried[0]["pool"]}
 
 
 def test_the_timer_skips_an_unchanged_section_busy_or_not(tmp_path, monkeypatch):

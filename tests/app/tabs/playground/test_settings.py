@@ -31,7 +31,8 @@ def test_generate_takes_the_sidebar_as_one_input_joined_in_the_browser(tmp_path)
     demo = build_demo(Playground(FakeEngine(), trace_dir=tmp_path, monitor=False))
     gen = next(f for f in demo.fns.values() if f.name == "on_generate")
     ids = [getattr(c, "elem_id", None) for c in gen.inputs]
-    assert ids == ["prompt", None, "completion", "settings"]  # the conversation is a server State
+    # the conversation and what the page timer sent last are server States
+    assert ids == ["prompt", None, "completion", None, "settings"]
     box = gen.inputs[-1]
     assert json.loads(box.value) == {
         "mode": "chat", "system_prompt": None, "temperature": 0.7, "top_p": 0.95, "top_k": 50,
