@@ -27,6 +27,10 @@ from app.tabs.run_buttons import end_js, start_js, wire_run
 from app.state.shared_views import shared
 
 PRIVATE = dict(api_visibility="private", concurrency_limit=None, show_progress="hidden")
+TICK = dict(api_visibility="private", show_progress="hidden", queue=False)
+"""The page timer's refreshes: one HTTP call each, not a queued event (whose join, estimation,
+start and completion messages each had the browser update the event's loading statuses: an idle
+page cost 2.6 -> 2.2% of a core); the handler reads drawings shared by all pages."""
 
 
 START_JS = start_js("generate-btn", "stop-btn")
@@ -312,6 +316,6 @@ def _wire_timer(demo, page, pg) -> None:
         return tick_log(frame, templates=first), seen
 
     tick_outputs = [page.timer_live, page.batch_seen]
-    page.timer.tick(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
-    demo.load(guard(on_tick), page.batch_seen, tick_outputs, **PRIVATE)
+    page.timer.tick(guard(on_tick), page.batch_seen, tick_outputs, **TICK)
+    demo.load(guard(on_tick), page.batch_seen, tick_outputs, **TICK)
 
