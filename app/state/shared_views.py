@@ -69,13 +69,19 @@ class SharedViews:
 
     def device_figure(self):
         """The Device panel, redrawn at most once per device sample."""
+        return self.device_drawing()[1]
+
+    def device_drawing(self) -> tuple[float, object]:
+        """``(drawn_at, figure)``: the Device panel and when it was drawn (this object's clock,
+        seconds), so a page can tell a new drawing from the one it has without comparing the
+        figures."""
         with self._lock:
             now = self.clock()
             if self._device is None or now - self._device_at >= DEVICE_EVERY_S:
                 mon = self.pg.device
                 self._device = figures.device_figure(mon.samples(), mon.gpu_available, mon.reason, mon.name)
                 self._device_at = now
-            return self._device
+            return self._device_at, self._device
 
     def rolling_html(self) -> str:
         """The recent-requests table, redrawn when a request has ended or the table was reset."""

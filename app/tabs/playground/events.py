@@ -19,9 +19,8 @@ from app.tabs.playground import handlers, settings
 from app.render.chat_text import shown_messages
 from app.render.live_ops import LiveEncoder, LiveLog
 from app.render.plainfig import TEMPLATE
-from app.tabs.playground.frames import (CLEAR_KEYS, DOWNLOAD_KEYS, END_KEYS, FIGURE_KEYS, LIVE_APPEND,
-                                        LIVE_FIGURES, LIVE_KEYS, STREAM_KEYS, TIMER_KEYS, clear_value,
-                                        components)
+from app.tabs.playground.frames import (CLEAR_KEYS, DOWNLOAD_KEYS, END_KEYS, LIVE_APPEND, LIVE_FIGURES,
+                                        LIVE_KEYS, STREAM_KEYS, clear_value, components)
 from app.server.errors import guard
 from app.tabs.run_buttons import end_js, start_js, wire_run
 from app.state.shared_views import shared
@@ -137,11 +136,17 @@ TIMER_OFF, TIMER_ON = gr.update(active=False), gr.update(active=True)
 see :func:`app.tabs.playground.handlers.generate`) and in its last (running again)."""
 
 
+def frame_log(name: str, frame: dict, templates: bool = True) -> str:
+    """A channel's value that draws the live panels of ``frame`` once: a log (named ``name``
+    and a new number) of one frame of ops, HTML set and figures whole (``templates``: with the
+    Plotly template, which a page's first drawing must carry)."""
+    log = LiveLog(f"{name}-{next(_RUNS)}", templates=(TEMPLATE,) if templates else ())
+    return log.add(LiveEncoder(figures=LIVE_FIGURES).ops({k: v for k, v in frame.items() if k in LIVE_KEYS}))
+
+
 def clear_log(pg) -> str:
     """The live channel's value after Clear: a log of one frame drawing every live panel empty."""
-    panels = handlers.empty_panels(pg)
-    log = LiveLog(f"clear-{next(_RUNS)}", templates=(TEMPLATE,))
-    return log.add(LiveEncoder(figures=LIVE_FIGURES).ops({k: panels[k] for k in LIVE_KEYS if k in panels}))
+    return frame_log("clear", handlers.empty_panels(pg))
 
 
 _NOTHING = object()
@@ -285,16 +290,10 @@ def _wire_clear_and_mode(page, pg) -> None:
     page.rolling_reset.click(guard(on_reset_rolling), None, page.timer_live, **PRIVATE)
 
 
-TIMER_FIGURES = frozenset(k for k in TIMER_KEYS if k in FIGURE_KEYS)
-_TICKS = itertools.count(1)
-
-
 def tick_log(frame: dict, templates: bool = False) -> str:
-    """The timer channel's value for one refresh: a log of one frame drawing the ``TIMER_KEYS``
-    panels of ``frame`` (HTML set, figures whole) through the same op handlers a run's frames
-    use (``templates``: with the Plotly template, which a page's first refresh must carry)."""
-    log = LiveLog(f"tick-{next(_TICKS)}", templates=(TEMPLATE,) if templates else ())
-    return log.add(LiveEncoder(figures=TIMER_FIGURES).ops(frame))
+    """The timer channel's value for one refresh: :func:`frame_log` of the ``TIMER_KEYS``
+    panels of ``frame``, drawn through the same op handlers a run's frames use."""
+    return frame_log("tick", frame, templates)
 
 
 def _wire_timer(demo, page, pg) -> None:

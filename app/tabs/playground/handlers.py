@@ -389,11 +389,11 @@ def timer_frame(pg, session_id: str, seen: dict | None) -> tuple[dict, dict]:
     """
     seen = dict(seen) if isinstance(seen, dict) else {}
     frame = device_frame(pg)
-    device = frame["device"].to_json()  # the figure is redrawn at most once per device sample
-    if seen.get("device") == device:
+    drawn_at, frame["device"] = shared(pg).device_drawing()  # redrawn at most once per sample
+    if seen.get("device") == drawn_at:
         del frame["device"]
     else:
-        seen["device"] = device
+        seen["device"] = drawn_at
     if seen.get("rolling") == frame["rolling"]:
         del frame["rolling"]
     else:
