@@ -264,9 +264,9 @@ STAMPS_JS = """(ids) => {
   new MutationObserver(() => {
     if (b.armed && st.textContent.trim().startsWith('Finished')) { b.finished = now(); b.armed = false; }
   }).observe(st, {subtree: true, childList: true, characterData: true});
-  const body = document.querySelector(ids.tokens);
-  new MutationObserver(() => { b.lastChip = now(); b.chips = body.childElementCount; })
-    .observe(body, {childList: true, subtree: ids.subtree || false});
+  const body = document.querySelector(ids.tokens), chips = body.getElementsByClassName('tok');
+  new MutationObserver(() => { b.lastChip = now(); b.chips = chips.length; })
+    .observe(body, {childList: true, subtree: true});
 }"""
 CLICK_AT = """([t, run]) => setTimeout(() => {
   const b = window.__bench;
@@ -330,7 +330,7 @@ class ComparePageSide(PageSide):
     on one prompt: "Finished" stamped on the Compare status line."""
 
     requests_per_page = 2
-    ids = {"status": "#cmp-status", "tokens": "#cmp-left", "run": "#cmp-run", "subtree": True}
+    ids = {"status": "#cmp-status", "tokens": "#cmp-left", "run": "#cmp-run"}
 
     def set_up(self, page, url: str, prompt: str, tokens: int) -> None:
         open_page(page, url)
@@ -494,9 +494,10 @@ def long_answer(server: Server, browser, tokens: int, log, window: int = 100) ->
     web = PageSide(browser, server.url, 1, tokens)
     page = web.pages[0]
     page.evaluate("""() => { const b = window.__bench, body = document.querySelector('#tokens .tok-body');
-      b.chipTimes = []; new MutationObserver(() => { const n = body.childElementCount;
+      const chips = body.getElementsByClassName('tok');
+      b.chipTimes = []; new MutationObserver(() => { const n = chips.length;
         while (b.chipTimes.length < n) b.chipTimes.push(performance.timeOrigin + performance.now()); })
-        .observe(body, {childList: true}); }""")
+        .observe(body, {childList: true, subtree: true}); }""")
     samples, stop = [], threading.Event()
 
     def sample() -> None:

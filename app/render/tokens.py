@@ -102,14 +102,46 @@ window.addEventListener('scroll', () => {
 // follow the newest chip, unless the reader has scrolled back to earlier ones or points at one
 const follow = live.follower(body, () => body.matches(':hover'));
 const chips = (html) => { const t = document.createElement('template'); t.innerHTML = html; return t.content; };
+// The chips sit in runs (div.tok-run) stacked in the body; new chips go into the last, open run.
+// The browser lays out a run's lines as one piece, so an append costs the open run, not every
+// line of the answer so far. Once the open run holds SEAL chips, the chips of its last line move
+// to a new open run and its full lines stay: nothing moves on screen, as the new run starts where
+// that line started (lines break between chips; a chip is never laid out again for it).
+const SEAL = 64;
+let open = null, sealAt = SEAL;
+const run = () => { const r = document.createElement('div'); r.className = 'tok-run'; return r; };
+const middle = (r) => r.top + r.height / 2;
+function seal() {
+  const kids = open.children, n = kids.length;
+  const last = (el) => { const r = el.getClientRects(); return r.length ? middle(r[r.length - 1]) : null; };
+  const half = (parseFloat(getComputedStyle(open).lineHeight) || 20) / 2, end = last(kids[n - 1]);
+  if (end === null) return false;
+  let i = n - 1, m = null;
+  while (i > 0 && (m = last(kids[i - 1])) !== null && m >= end - half) i--;   // to the last line's first chip
+  // a chip torn across two lines (a long token broken inside) stays: try again a little later
+  if (i === 0 || m === null || middle(kids[i].getClientRects()[0]) < end - half) return false;
+  const next = run();
+  while (kids.length > i) next.appendChild(kids[i]);
+  body.appendChild(next);
+  open = next;
+  return true;
+}
+function add(content) {
+  if (!open || open.parentNode !== body) { open = run(); body.appendChild(open); }
+  // the layout read here is the last frame's (clean unless this frame's ops changed the page)
+  if (open.childElementCount >= sealAt) sealAt = seal() ? SEAL : open.childElementCount + SEAL / 4;
+  open.appendChild(content);
+}
 function draw(value) {
   value = value || '';
   if (value === drawn) return;
   follow(() => {
     if (drawn && value.startsWith(drawn)) {  // the chips drawn so far stay as they are
-      body.appendChild(chips(value.slice(drawn.length)));
+      add(chips(value.slice(drawn.length)));
     } else {
-      body.replaceChildren(chips(value));
+      open = run(); sealAt = SEAL;
+      open.appendChild(chips(value));
+      body.replaceChildren(open);
       follow.restart();   // a new answer is followed from its start
       if (current && !current.isConnected) hide();
     }
@@ -120,7 +152,7 @@ watch('value', () => draw(props.value));
 draw(props.value);
 // the live channel (app.tabs.playground.live_channel): new chips appended, or all of them anew
 if ('__NAME__') live.register('__NAME__', (op) => {
-  if (op.app !== undefined) follow(() => body.appendChild(chips(op.app)));
+  if (op.app !== undefined) follow(() => add(chips(op.app)));
   else if (op.set !== undefined) { drawn = null; draw(op.set); }
 });
 """

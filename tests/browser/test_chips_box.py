@@ -50,7 +50,8 @@ TALL_CHIPS_EACH_FRAME = """async () => {
     }));
   }
   await new Promise((done) => setTimeout(done, 300));
-  const last = body.lastElementChild.getBoundingClientRect(), box = body.getBoundingClientRect();
+  const chips = body.querySelectorAll('.tok'), box = body.getBoundingClientRect();
+  const last = chips[chips.length - 1].getBoundingClientRect();
   return {shown: last.top >= box.top - 1 && last.bottom <= box.bottom + 1, top: body.scrollTop,
           height: body.scrollHeight - body.clientHeight};
 }"""
