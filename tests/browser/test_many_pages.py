@@ -89,7 +89,6 @@ def test_three_pages_at_once_each_see_their_own_answer_and_are_decoded_in_one_ba
             set_up_raw_greedy(page, served, prompt, TOKENS)
             pages.append(page)
         _run(pages[:1])  # warm: the first run of a page pays for loading Plotly
-        one = _total_decode_rate(_run(pages[:1]))
         for attempt in range(2):  # a second try only if one page's click reached the server late
             traces = _run(pages)
             for page, trace, prompt, answer in zip(pages, traces, PROMPTS, expected):
@@ -99,8 +98,7 @@ def test_three_pages_at_once_each_see_their_own_answer_and_are_decoded_in_one_ba
             if min(together) >= TOKENS // 2:
                 break
         print(f"decode steps in a batch of 3, per page: {together}; "
-              f"3 pages / 1 page total decode tokens/s (information only): "
-              f"{_total_decode_rate(traces) / one:.2f}")
+              f"3 pages' total decode tokens/s (information only): {_total_decode_rate(traces):.1f}")
         assert min(together) >= TOKENS // 2, \
             f"of {TOKENS - 1} decode steps, only {together} per page ran with all 3 pages in the batch"
         assert engine.stats().running == 0

@@ -329,13 +329,13 @@ def test_cli_bench_rejects_unknown_names(tmp_path, capsys):
 @pytest.mark.slow
 def test_cli_bench_quick_writes_results_pngs_and_summary(tmp_path):
     """``python -m engine bench --quick`` in a fresh process: results.json, PNGs, summary.md.
-    Three experiments, one of them skipped without llama.cpp (each experiment's quick run is
-    checked in this process by the tests above; all of them again here cost 90 s)."""
+    Two experiments, the quickest and one skipped without llama.cpp (each experiment's quick run
+    is checked in this process by the tests above; all of them again here cost 90 s)."""
     import os
     import subprocess
 
     out = tmp_path / "bench"
-    chosen = ["vs-hf", "kv-cache", "llama-cpp"]
+    chosen = ["prompt-length", "llama-cpp"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "engine", "bench", "--quick", *chosen, "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=600)
@@ -351,7 +351,8 @@ def test_cli_bench_quick_writes_results_pngs_and_summary(tmp_path):
         for v in res.values():  # non-finite floats were written as null, never NaN
             assert not (isinstance(v, float) and not math.isfinite(v))
     summary = (out / "summary.md").read_text()
-    assert "| experiment | metric | value | unit |" in summary and "vs-hf" in summary
+    assert "| experiment | metric | value | unit |" in summary and "prompt-length" in summary
+    assert doc["experiments"]["prompt-length"]["status"] == "ok"
 
 
 @pytest.mark.slow
