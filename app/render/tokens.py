@@ -5,7 +5,9 @@ candidates; one shared tooltip (:data:`TOOLTIP_JS`, run once by the ``gr.HTML`` 
 them on hover or focus. Keeping the tooltips out of the chips keeps the streamed HTML small and
 cheap for the browser. The same script draws the chips: the streamed value only grows (new chips
 at its end), so it appends the new ones and leaves the drawn ones, and the chip under the pointer,
-untouched. The CSS lives in ``assets/style.css`` (``tok``, ``tok-tip``...).
+untouched. It appends them to short runs of chips stacked in the box (``div.tok-run``), so the
+browser lays out the newest run's lines per append, not every line of a long answer. The CSS
+lives in ``assets/style.css`` (``tok``, ``tok-tip``...).
 """
 
 from __future__ import annotations
