@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.support.browser import ARGS, CHROMIUM, require_chromium
+from tests.support.browser import require_chromium
 from tests.support.servers import wait_until
 
 pytestmark = pytest.mark.browser
