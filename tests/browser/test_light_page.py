@@ -38,9 +38,21 @@ RUNS_MOVE_NOTHING = """() => {
 }"""
 
 
-def test_a_512_token_answer_equals_the_apis_and_its_frames_do_not_grow(page_url, browser):
+def api_answer_meanwhile(url: str, prompt: str, tokens: int):
+    """The page's request through the API on a thread: the two share the engine's steps (greedy
+    tokens do not depend on the batch), so a test waits for one answer's time, not two. Returns
+    ``answer`` (a dict that gets ``"text"``) and the started thread."""
     from gradio_client import Client
 
+    answer: dict = {}
+    thread = threading.Thread(target=lambda: answer.setdefault("text", Client(url, verbose=False).predict(
+        prompt=prompt, temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
+        max_tokens=tokens, seed=0, raw=True, api_name="/generate")))
+    thread.start()
+    return answer, thread
+
+
+def test_a_512_token_answer_equals_the_apis_and_its_frames_do_not_grow(page_url, browser):
     ctx = browser.new_context(viewport={"width": 1280, "height": 720})
     page = ctx.new_page()
     cdp = ctx.new_cdp_session(page)
@@ -53,14 +65,7 @@ def test_a_512_token_answer_equals_the_apis_and_its_frames_do_not_grow(page_url,
            if "/playground-live/" in urls.get(e["requestId"], "") else None)
     raw_greedy(page, page_url, PROMPT, max_tokens=TOKENS)
     page.locator("#generate-btn").click()
-    # the same request through the API meanwhile: the two share the engine's steps (greedy
-    # tokens do not depend on the batch), so the test waits for one answer's time, not two
-    api_answer = {}
-    api_thread = threading.Thread(target=lambda: api_answer.setdefault("text", Client(
-        page_url, verbose=False).predict(
-        prompt=PROMPT, temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
-        max_tokens=TOKENS, seed=0, raw=True, api_name="/generate")))
-    api_thread.start()
+    api_answer, api_thread = api_answer_meanwhile(page_url, PROMPT, TOKENS)
     # the page timer pauses with the run's first update: from its first chip on, no refresh
     assert wait_until(lambda: page.locator("#tokens .tok").count() > 0, 300, every=0.05)
     streaming = page.evaluate("performance.now()")
@@ -116,8 +121,6 @@ def test_clear_and_shift_enter_during_an_answer_leave_its_text_right_and_the_nex
     same panels) and clicks Clear (the run goes on; its frames come by Gradio again, from the
     log's latest part): the box ends on the API's text, not on appends put in the wrong place. The
     next answer is followed to its end again."""
-    from gradio_client import Client
-
     tokens, prompt = 200, "Once upon a time, in a small village by the sea,"  # words: it overflows the box
     ctx = browser.new_context(viewport={"width": 1280, "height": 720})
     page = ctx.new_page()
@@ -125,13 +128,7 @@ def test_clear_and_shift_enter_during_an_answer_leave_its_text_right_and_the_nex
     finished = "(document.querySelector('#status') || {textContent: ''}).textContent.includes('Finished')"
     box = "#completion textarea"
     page.locator("#generate-btn").click()
-    # the same request through the API meanwhile (greedy tokens do not depend on the batch)
-    api_answer = {}
-    api_thread = threading.Thread(target=lambda: api_answer.setdefault("text", Client(
-        page_url, verbose=False).predict(
-        prompt=prompt, temperature=0.0, top_p=1.0, top_k=0, repetition_penalty=1.0,
-        max_tokens=tokens, seed=0, raw=True, api_name="/generate")))
-    api_thread.start()
+    api_answer, api_thread = api_answer_meanwhile(page_url, prompt, tokens)
     assert wait_until(lambda: page.locator("#tokens .tok").count() >= 40, 300, every=0.2)
     page.evaluate(f"document.querySelector('{box}').scrollTop = 0")
     page.locator("#prompt textarea").press("Shift+Enter")
