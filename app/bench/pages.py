@@ -265,8 +265,10 @@ STAMPS_JS = """(ids) => {
     if (b.armed && st.textContent.trim().startsWith('Finished')) { b.finished = now(); b.armed = false; }
   }).observe(st, {subtree: true, childList: true, characterData: true});
   const body = document.querySelector(ids.tokens), chips = body.getElementsByClassName('tok');
-  new MutationObserver(() => { b.lastChip = now(); b.chips = chips.length; })
-    .observe(body, {childList: true, subtree: true});
+  new MutationObserver(() => {
+    b.lastChip = now(); b.chips = chips.length;
+    if (b.chipTimes) while (b.chipTimes.length < b.chips) b.chipTimes.push(b.lastChip);  // when asked
+  }).observe(body, {childList: true, subtree: true});
 }"""
 CLICK_AT = """([t, run]) => setTimeout(() => {
   const b = window.__bench;
@@ -493,11 +495,7 @@ def long_answer(server: Server, browser, tokens: int, log, window: int = 100) ->
     page as they appear)."""
     web = PageSide(browser, server.url, 1, tokens)
     page = web.pages[0]
-    page.evaluate("""() => { const b = window.__bench, body = document.querySelector('#tokens .tok-body');
-      const chips = body.getElementsByClassName('tok');
-      b.chipTimes = []; new MutationObserver(() => { const n = chips.length;
-        while (b.chipTimes.length < n) b.chipTimes.push(performance.timeOrigin + performance.now()); })
-        .observe(body, {childList: true, subtree: true}); }""")
+    page.evaluate("window.__bench.chipTimes = []")  # the page's stamps (STAMPS_JS) note each chip's time
     samples, stop = [], threading.Event()
 
     def sample() -> None:

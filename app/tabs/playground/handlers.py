@@ -388,16 +388,13 @@ def timer_frame(pg, session_id: str, seen: dict | None) -> tuple[dict, dict]:
         ``(frame, seen)``.
     """
     seen = dict(seen) if isinstance(seen, dict) else {}
-    frame = device_frame(pg)
-    drawn_at, frame["device"] = shared(pg).device_drawing()  # redrawn at most once per sample
-    if seen.get("device") == drawn_at:
-        del frame["device"]
-    else:
-        seen["device"] = drawn_at
-    if seen.get("rolling") == frame["rolling"]:
-        del frame["rolling"]
-    else:
-        seen["rolling"] = frame["rolling"]
+    views, frame = shared(pg), {}
+    drawn_at, device = views.device_drawing()  # redrawn at most once per sample
+    if seen.get("device") != drawn_at:
+        frame["device"], seen["device"] = device, drawn_at
+    rolling = views.rolling_html()
+    if seen.get("rolling") != rolling:
+        frame["rolling"] = seen["rolling"] = rolling
     batch, seen["batch"] = batch_tick_frame(pg, session_id, seen.get("batch"))
     frame.update(batch)
     return frame, seen
