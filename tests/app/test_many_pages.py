@@ -208,9 +208,10 @@ def test_stream_sends_the_live_panels_as_ops_and_the_text_as_values(tmp_path):
     width = 1 + len(schema.STREAM_KEYS) + len(schema.DOWNLOAD_KEYS) + len(schema.END_KEYS)
     assert all(len(out) == width for out in outs)
     at = {k: 1 + i for i, k in enumerate(schema.STREAM_KEYS)}
-    # the hidden chat box of raw mode is left alone until the closing message (a value, even an
-    # equal one, costs the browser a layout of it at every message); the completion has values
-    assert all(out[at["chat"]] == gr.skip() for out in outs[:-1]) and last[at["chat"]] == []
+    # the hidden chat box of raw mode and its prompt box are left alone, the closing message too
+    # (a value, even an equal one, costs the browser a layout of it; in the closing message it
+    # cost one more message after the last frame); the completion has values
+    assert all(out[at["chat"]] == gr.skip() and out[at["message"]] == gr.skip() for out in outs)
     assert not [out for out in outs if out[at["completion"]] == gr.skip()]
     assert [_update(v) for v in first[1 + len(schema.STREAM_KEYS):][:2]] == [True, True]
     assert not [v for out in middle[:-1] for v in out if _update(v)]  # plain values in between
@@ -277,9 +278,9 @@ def test_stream_encodes_each_new_value_once():
               for i in range(6)]
     outs = list(wiring.live_updates(frames, "r", {"completion": "c", "message": "m"},
                                     encode={k: counting(k) for k in ("chat", "completion", "message")}))
-    assert calls.count("chat") == 6 and calls.count("completion") == 1 and calls.count("message") == 1
+    assert calls.count("chat") == 6 and calls.count("completion") == 0 and calls.count("message") == 0
     completion = [out[1 + schema.STREAM_KEYS.index("completion")] for out in outs]
-    assert completion[:-1] == [gr.skip()] * 6 and completion[-1] == "c"  # unchanged: left alone
+    assert completion == [gr.skip()] * 7  # unchanged: left alone, the closing message too
 
 
 def test_a_frames_payload_grows_with_the_new_tokens_not_with_the_answer(tmp_path):

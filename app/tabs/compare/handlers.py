@@ -25,9 +25,9 @@ from app.tabs.compare.engines import EngineSet
 from app.tabs.compare.run import SideRun, apart, submit_pair
 from app.tabs.compare.settings import MAX_TOKENS_CAP, SideSettings, parse_side
 
-TEXT_EVERY_S = 0.1     # chips, status and table
+TEXT_EVERY_S = 0.125   # chips, status and table (the Playground's text cadence, app.tabs.playground.frames)
 FIGURES_EVERY_S = 1.0  # the two plots
-POLL_S = 0.1
+POLL_S = TEXT_EVERY_S  # a poll per text frame
 
 
 def empty_frame(note: str = "Pick a preset or set both sides, then press Run both.") -> dict:

@@ -85,7 +85,7 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
     by_feed = frozenset(FEED_TEXT) if feed is not None else frozenset()
     panels = LiveEncoder(append=LIVE_APPEND | by_feed, figures=LIVE_FIGURES, counted=by_feed)
     raw = dict(held or {})
-    last = {k: enc(k, v) for k, v in raw.items()}
+    last = {k: enc(k, v) for k, v in raw.items() if k in END_KEYS}  # the others go only once changed
     n = len(DOWNLOAD_KEYS)
     kept = None  # the downloads' plain values once a frame has set them
     sent = set()  # outputs given a new value in this run: plain values from then on
@@ -124,10 +124,14 @@ def live_updates(frames, run_id: str, held: dict | None = None, encode: dict | N
     for k, v in deferred.items():  # a run that ended without its last frame: its latest text
         if raw.get(k, _NOTHING) is not v:
             raw[k], last[k] = v, enc(k, v)
+            sent.add(k)
     # Gradio's closing message carries each output's last value whole: the log cut back to its
-    # first line keeps it small (the browser keeps what it drew from a value that starts it)
+    # first line keeps it small (the browser keeps what it drew from a value that starts it).
+    # Outputs the run never changed stay skips: their held values here made one more Gradio
+    # message after the last frame, which handed the hidden chat box and the prompt box their
+    # own values again
     downloads = kept if kept is not None else [SKIP] * n
-    yield [log.head] + [last[k] if k in last else SKIP for k in STREAM_KEYS] + downloads \
+    yield [log.head] + [last[k] if k in sent else SKIP for k in STREAM_KEYS] + downloads \
         + [last.get(k) for k in END_KEYS] + ([TIMER_ON] if timer else [])
 
 

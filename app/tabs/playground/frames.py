@@ -16,21 +16,23 @@ streams, its timer pauses and the answer's frames carry them, as ops, at the tim
 timer tick is a Gradio event of its own, which cost a streaming page more of its browser's time
 than the tick's panels (and its pool HTML went whole where the ops patch what changed).
 
-Refresh cadences while an answer streams (``Playground.follow`` polls every 0.1 s: at most 10
-frames a second, every token when decode runs at 10 tokens/s or less): the text parts ride
-every frame, the heavier parts join a text frame when their own interval has passed, so the
-plots cost about 3 Plotly redraws a second in all (each one 10-20 ms of the browser's time).
-The figures are first due one interval after the start: until then the last answer's plots
-stay, and an answer shorter than that draws its plots once, in its last frame. Figures that fall
-due when the answer should reach its token limit within half an interval (at its recent decode
-rate) are left to the last frame as well: the page drew them twice in under half a second.
+Refresh cadences while an answer streams (``Playground.follow`` polls at the text cadence, every
+0.125 s: at most 8 frames a second, every token when decode runs at 8 tokens/s or less; each
+text frame costs the browser about 10 ms of CPU, so 10 frames a second cost a 64-token answer
+about 7% more of it, docs/performance.md): the text parts ride every frame, the heavier parts
+join a text frame when their own interval has passed, so the plots cost about 3 Plotly redraws a
+second in all (each one 10-20 ms of the browser's time). The figures are first due one interval
+after the start: until then the last answer's plots stay, and an answer shorter than that draws
+its plots once, in its last frame. Figures that fall due when the answer should reach its token
+limit within half an interval (at its recent decode rate) are left to the last frame as well:
+the page drew them twice in under half a second.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-TEXT_EVERY_S = 0.1     # text, token chips, stat cards and the KV formula line
+TEXT_EVERY_S = 0.125   # text, token chips, stat cards and the KV formula line (also the follow poll)
 FIGURES_EVERY_S = 1.0  # the latency and KV cache plots
 FIGURES_LAST_PART = 0.5  # figures due this part of an interval before the answer's expected end wait for it
 MEMORY_EVERY_S = 2.0   # the memory bar (its parts move little from one step to the next)

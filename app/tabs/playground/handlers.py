@@ -290,7 +290,7 @@ def _frames(pg, session_id: str, handle, state: RunState, mode: str, history: li
     stopping_shown = False
     paced = ((text_due, TEXT_EVERY_S), (figs_due, FIGURES_EVERY_S), (memory_due, MEMORY_EVERY_S),
              (timer_due, TIMER_EVERY_S))
-    for batch in pg.follow(handle):
+    for batch in pg.follow(handle, TEXT_EVERY_S):  # a poll per text frame: no frame waits a second poll
         stretch = budget.stretch()
         for throttle, every_s in paced:
             throttle.interval_s = every_s * stretch
