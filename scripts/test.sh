@@ -23,4 +23,14 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-exec .venv/bin/python -m pytest "$@"
+# two pytest workers (pytest-xdist), one test file each at a time (--dist loadfile: a file's
+# fixtures, its model or its browser, stay in one worker): much of the suite waits on a child
+# process, a page or a compile, and two workers took the whole suite from 37 to 22 minutes on 2
+# cores (docs/testing.md). LLM_PLAYGROUND_TEST_WORKERS=1 runs it in one process; -n in the
+# arguments or a machine with one CPU does too.
+workers="${LLM_PLAYGROUND_TEST_WORKERS:-2}"
+[ "$(nproc 2>/dev/null || echo 1)" -ge 2 ] || workers=1
+for arg in "$@"; do case "$arg" in -n|-n*|--numprocesses*) workers=1 ;; esac; done
+parallel=()
+[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
+exec .venv/bin/python -m pytest ${parallel[@]+"${parallel[@]}"} "$@"
