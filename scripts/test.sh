@@ -23,12 +23,11 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# two pytest workers (pytest-xdist), one test file each at a time (--dist loadfile: a file's
-# fixtures, its model or its browser, stay in one worker): much of the suite waits on a child
-# process, a page or a compile, and two workers took the whole suite from 37 to 22 minutes on 2
-# cores (docs/testing.md). LLM_PLAYGROUND_TEST_WORKERS=1 runs it in one process; -n in the
-# arguments or a machine with one CPU does too.
-workers="${LLM_PLAYGROUND_TEST_WORKERS:-2}"
+# LLM_PLAYGROUND_TEST_WORKERS=2 runs pytest in two workers (pytest-xdist, one test file each at a
+# time: --dist loadfile). Not the default: on 2 cores it took the suite from 37 to 21 minutes,
+# but in one of two runs three browser tests failed on what other files' tests had left in the
+# session's engine (docs/testing.md). -n in the arguments is used as given.
+workers="${LLM_PLAYGROUND_TEST_WORKERS:-1}"
 [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ] || workers=1
 for arg in "$@"; do case "$arg" in -n|-n*|--numprocesses*) workers=1 ;; esac; done
 parallel=()
