@@ -131,7 +131,7 @@ def test_a_streaming_page_accepts_a_recent_section_and_others_see_changes_at_onc
 def test_device_panel_and_rolling_table_drawn_once_for_all_pages(tmp_path):
     pg = Playground(FakeEngine(), trace_dir=tmp_path, monitor=False)
     pg.device.sample()
-    frames = [handlers.device_frame(pg) for _ in range(5)]
+    frames = [{"device": shared(pg).device_figure(), "rolling": shared(pg).rolling_html()} for _ in range(5)]
     assert all(f["device"] is frames[0]["device"] for f in frames)
     assert all(f["rolling"] is frames[0]["rolling"] for f in frames)
     assert shared(pg) is shared(pg)

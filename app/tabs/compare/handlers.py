@@ -24,8 +24,8 @@ from app.state.shared_views import shared
 from app.tabs.compare.engines import EngineSet
 from app.tabs.compare.run import SideRun, apart, submit_pair
 from app.tabs.compare.settings import MAX_TOKENS_CAP, SideSettings, parse_side
+from app.tabs.playground.frames import TEXT_EVERY_S  # chips, status and table: the page's one text cadence
 
-TEXT_EVERY_S = 0.125   # chips, status and table (the Playground's text cadence, app.tabs.playground.frames)
 FIGURES_EVERY_S = 1.0  # the two plots
 POLL_S = TEXT_EVERY_S  # a poll per text frame
 

@@ -398,10 +398,3 @@ def timer_frame(pg, session_id: str, seen: dict | None) -> tuple[dict, dict]:
     batch, seen["batch"] = batch_tick_frame(pg, session_id, seen.get("batch"))
     frame.update(batch)
     return frame, seen
-
-
-def device_frame(pg) -> dict:
-    """The Device panel and the rolling table (refreshed by a timer on every open page; both
-    drawn once for all pages, see :mod:`app.state.shared_views`)."""
-    views = shared(pg)
-    return {"device": views.device_figure(), "rolling": views.rolling_html()}

@@ -2,7 +2,7 @@
 
 from app.state.device_monitor import DeviceMonitor, no_gpu_reason
 from app.state.playground import Playground
-from app.tabs.playground import handlers
+from app.state.shared_views import shared
 from tests.support.fakes import FakeEngine
 
 
@@ -29,4 +29,4 @@ def test_device_monitor_gpu_and_fallback():
     assert [s["t"] for s in mon.samples()] == [-1.0, 0.0]
     assert no_gpu_reason("cpu") == "no NVIDIA GPU: running on CPU"
     assert "MPS" in no_gpu_reason("mps")
-    assert handlers.device_frame(Playground(FakeEngine(), monitor=False))["device"].layout.title.text
+    assert shared(Playground(FakeEngine(), monitor=False)).device_figure().layout.title.text
