@@ -115,3 +115,30 @@ def test_a_lesson_finishing_shows_in_the_remedies_without_a_reload(browser, less
     finally:
         last_runs.clear()
         pg.close()
+
+
+def test_scrolling_away_from_a_followed_figure_keeps_the_readers_place(browser, lessons_url):
+    """The link script follows its figure while the figures above it still draw; a reader who
+    scrolls meanwhile is not pulled back to it (nor is the next link's click moved from under
+    the pointer)."""
+    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        pg.goto(lessons_url)
+        pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
+        open_remedies(pg)
+        top = "() => document.getElementById('lesson-rem-chunk-plot').getBoundingClientRect().top"
+        pg.locator("a[href='#lesson-rem-chunk-plot']").first.click()
+        # scrolled to it (near the page's end it cannot reach the window's top)
+        assert wait_until(lambda: pg.evaluate("() => window.scrollY") > 0 and 0 <= pg.evaluate(top) < 680, 10), \
+            pg.evaluate(top)
+        scroll_y = "() => window.scrollY"
+        followed = pg.evaluate(scroll_y)
+        pg.mouse.move(640, 360)
+        pg.mouse.wheel(0, -500)   # the reader scrolls up, while the script still follows
+        up = followed - min(followed, 500) / 2
+        assert wait_until(lambda: pg.evaluate(scroll_y) <= up, 5), (followed, pg.evaluate(scroll_y))
+        y = pg.evaluate(scroll_y)
+        pg.wait_for_timeout(1500)
+        assert abs(pg.evaluate(scroll_y) - y) < 2, (followed, y, pg.evaluate(scroll_y))
+    finally:
+        pg.close()

@@ -38,6 +38,13 @@ FOLLOW_JS = """
   if (window.__lessonLinks) return;
   window.__lessonLinks = true;
   const TABS = %s;
+  // a link's figure is followed until the reader does something else: a later link, the wheel, a
+  // touch, a key or a press of the mouse ends it (following on would pull the page back under
+  // the reader's pointer while the figures above it still draw)
+  let following = 0;
+  const stop = () => { following++; };
+  for (const type of ['wheel', 'touchstart', 'keydown', 'mousedown'])
+    window.addEventListener(type, stop, {capture: true, passive: true});
   document.addEventListener('click', (ev) => {
     const a = ev.target.closest && ev.target.closest('a[href^="#lesson-"]');
     if (!a) return;
@@ -47,20 +54,23 @@ FOLLOW_JS = """
     const tab = [...document.querySelectorAll('button[role=tab]')]
       .find(b => b.textContent.trim() === TABS[id]);
     if (tab && tab.getAttribute('aria-selected') !== 'true') tab.click();
-    const t0 = Date.now();
+    const mine = ++following, t0 = Date.now();
+    // where the figure sits in the page (not in the window: scrolling does not move it there)
+    const place = (el) => el.getBoundingClientRect().top - document.body.getBoundingClientRect().top;
     let settled = 0, last = null;
     const go = () => {
+      if (mine !== following) return;
       const el = document.getElementById(id);
       if (el && el.offsetParent !== null) {
         // the figures above it may still be drawing and push it down: scroll again until its
         // place has held for half a second (a figure near the page's end never reaches the top)
-        const now = el.getBoundingClientRect().top;
+        const now = place(el);
         if (last !== null && Math.abs(now - last) < 2) {
           if (++settled >= 5) return;
         } else {
           settled = 0;
           el.scrollIntoView({block: 'start'});
-          last = el.getBoundingClientRect().top;
+          last = place(el);
         }
       }
       if (Date.now() - t0 < 10000) setTimeout(go, 100);
@@ -74,6 +84,7 @@ FOLLOW_JS = """
 def follow_js() -> str:
     """The page script (a Gradio ``js`` load hook) that follows the links of :data:`TARGETS`:
     opens the target's lesson tab, waits up to 10 s for the figure to be drawn, and scrolls it
-    to the top of the window, again while the figures above it still move it. Installs its
+    to the top of the window, again while the figures above it still move it in the page, until
+    the reader scrolls, presses a key or the mouse, or follows another link. Installs its
     listener once per page."""
     return FOLLOW_JS % json.dumps(TARGETS)
