@@ -23,11 +23,11 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# LLM_PLAYGROUND_TEST_WORKERS=2 runs pytest in two workers (pytest-xdist, one test file each at a
-# time: --dist loadfile). Not the default: on 2 cores it took the suite from 37 to 21 minutes,
-# but in one of two runs three browser tests failed on what other files' tests had left in the
-# session's engine (docs/testing.md). -n in the arguments is used as given.
-workers="${LLM_PLAYGROUND_TEST_WORKERS:-1}"
+# pytest runs in two workers (pytest-xdist, one test file each at a time: --dist loadfile) on a
+# machine with two or more CPUs: on 2 cores it takes the suite from about 37 to 21 minutes, as
+# much of it waits (servers starting, pages streaming, compiles in child processes).
+# LLM_PLAYGROUND_TEST_WORKERS=1 runs it in one process; -n in the arguments is used as given.
+workers="${LLM_PLAYGROUND_TEST_WORKERS:-2}"
 [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ] || workers=1
 for arg in "$@"; do case "$arg" in -n|-n*|--numprocesses*) workers=1 ;; esac; done
 parallel=()
