@@ -1,7 +1,8 @@
 """Every link of the Remedies view, clicked in a real browser (Playwright driving Debian's
 Chromium) at 1280×720, on a page holding only the Lessons tab and on the whole page: the link opens the lesson tab that
 holds its figure, the figure is visible and scrolled into the window, and it is the figure the
-link names (its title, a panel's title, a trace's or a row's name). Skipped when
+link names (its title, a panel's title, a trace's or a row's name); a reader who scrolls away
+while the script still follows a figure keeps their place. Skipped when
 /usr/bin/chromium is missing, unless CI is set."""
 
 from __future__ import annotations
@@ -127,11 +128,10 @@ def test_scrolling_away_from_a_followed_figure_keeps_the_readers_place(browser, 
         pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
         open_remedies(pg)
         top = "() => document.getElementById('lesson-rem-chunk-plot').getBoundingClientRect().top"
+        scroll_y = "() => window.scrollY"
         pg.locator("a[href='#lesson-rem-chunk-plot']").first.click()
         # scrolled to it (near the page's end it cannot reach the window's top)
-        assert wait_until(lambda: pg.evaluate("() => window.scrollY") > 0 and 0 <= pg.evaluate(top) < 680, 10), \
-            pg.evaluate(top)
-        scroll_y = "() => window.scrollY"
+        assert wait_until(lambda: pg.evaluate(scroll_y) > 0 and 0 <= pg.evaluate(top) < 680, 10), pg.evaluate(top)
         followed = pg.evaluate(scroll_y)
         pg.mouse.move(640, 360)
         pg.mouse.wheel(0, -500)   # the reader scrolls up, while the script still follows
