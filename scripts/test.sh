@@ -24,7 +24,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # pytest runs in two workers (pytest-xdist, one test file each at a time: --dist loadfile) on a
-# machine with two or more CPUs: on 2 cores it takes the suite from about 37 to 21 minutes, as
+# machine with two or more CPUs: on 2 cores it takes the suite from about 37 to 18-21 minutes, as
 # much of it waits (servers starting, pages streaming, compiles in child processes).
 # LLM_PLAYGROUND_TEST_WORKERS=1 runs it in one process; -n in the arguments is used as given.
 workers="${LLM_PLAYGROUND_TEST_WORKERS:-2}"

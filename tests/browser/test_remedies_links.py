@@ -43,6 +43,14 @@ SWEEP = [{"batch": b, "throughput_tokens_per_s": 30.0 * b ** 0.5, "per_token_lat
           "cached_prompt_tokens": 0} for b in (1, 2, 4, 8, 16)]
 
 
+def lessons_page(browser, url: str):
+    """A 1280x720 page on the lessons-only server ``url``, its lessons drawn."""
+    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    pg.goto(url)
+    pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
+    return pg
+
+
 @pytest.fixture(params=["lessons", "whole"], ids=["lessons-page", "whole-page"])
 def page(request, browser):
     """The lessons-only page, or the whole page as ``python -m app`` serves it (Remedies under
@@ -52,14 +60,14 @@ def page(request, browser):
 
     batch.record_last_run(SWEEP, 24)
     request.addfinalizer(last_runs.clear)
-    pg = browser.new_page(viewport={"width": 1280, "height": 720})
     if request.param == "lessons":
-        pg.goto(request.getfixturevalue("lessons_url"))
+        pg = lessons_page(browser, request.getfixturevalue("lessons_url"))
     else:
+        pg = browser.new_page(viewport={"width": 1280, "height": 720})
         pg.goto(request.getfixturevalue("page_url"))
         pg.wait_for_selector("#generate-btn", timeout=60_000)
         pg.get_by_role("tab", name="Lessons", exact=True).click()
-    pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
+        pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
     yield pg
     pg.close()
 
@@ -103,11 +111,9 @@ def test_each_remedies_link_opens_the_figure_it_names(page):
 def test_a_lesson_finishing_shows_in_the_remedies_without_a_reload(browser, lessons_url):
     from app.tabs.lessons import last_runs, remedies
 
-    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    last_runs.clear()
+    pg = lessons_page(browser, lessons_url)
     try:
-        last_runs.clear()
-        pg.goto(lessons_url)
-        pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
         open_remedies(pg)
         table = pg.locator("#lesson-rem-table")
         assert "20.0 → 50.0 tok/s" not in table.inner_text()
@@ -122,10 +128,8 @@ def test_scrolling_away_from_a_followed_figure_keeps_the_readers_place(browser, 
     """The link script follows its figure while the figures above it still draw; a reader who
     scrolls meanwhile is not pulled back to it (nor is the next link's click moved from under
     the pointer)."""
-    pg = browser.new_page(viewport={"width": 1280, "height": 720})
+    pg = lessons_page(browser, lessons_url)
     try:
-        pg.goto(lessons_url)
-        pg.wait_for_selector("#lesson-kv-run", timeout=60_000)
         open_remedies(pg)
         top = "() => document.getElementById('lesson-rem-chunk-plot').getBoundingClientRect().top"
         scroll_y = "() => window.scrollY"
